@@ -1,0 +1,3 @@
+from sailrl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""The ``sailrl`` command line.
+
+Each subcommand lives in its own module under ``sailrl.commands`` and is imported only when it runs,
+so ``sailrl validate`` and ``sailrl compile`` never pay for torch or transformers.
+
+Exit codes: 0 ok, 1 invalid spec / stale output / failed check, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module under sailrl.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("validate", "check one or more specs and report every problem, located"),
+    "compile": ("compile", "render a spec into a standalone Python training script"),
+    "run": ("run", "compile a spec and train it now (embedded local backend unless keys are set)"),
+    "schema": ("schema", "print the JSON Schema of the spec (for editor completion)"),
+    "init": ("init", "write a commented starter spec that validates"),
+    "rewards": ("rewards", "score completions with a spec's reward rules and print a per-rule table"),
+    "explain": ("explain", "print a spec's reward formula in plain words"),
+    "preflight": ("preflight", "check data, prompts and (optionally) base-policy rewards before training"),
+    "plot": ("plot", "write a PNG of reward and degenerate fraction per step for a run directory"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors exit 2, as argparse does, with our hint
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from sailrl import __version__
+
+    parser = _Parser(
+        prog="sailrl",
+        description="Compile and run RL fine-tuning specs (Tinker + Sail, or the embedded local backend).",
+    )
+    parser.add_argument("--version", action="version", version=f"sailrl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod = importlib.import_module(f"sailrl.commands.{module}")
+        mod.add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    module = importlib.import_module(f"sailrl.commands.{COMMANDS[args.command][0]}")
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

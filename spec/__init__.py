@@ -1,0 +1,1 @@
+"""The spec language: schema (``schema``, ``rewards``), YAML loading with locations (``loader``), errors."""

@@ -1,0 +1,191 @@
+"""The spec: one YAML file describing an RL fine-tuning run.
+
+Defaults reproduce the Sail guide's run (``shared/seeds/000_ae89c72fb71d9d8c.txt``): Kimi K2.6, LoRA rank 32,
+16 groups x 4 samples per step, learning rate 1e-5, ``importance_sampling``, 7 steps, max_tokens 1024,
+temperature 1.0, sampled on Sail. (The guide's ``completion_window: priority`` is retired in the current
+sail SDK; the default here is ``balanced``.)
+
+Only shapes, types and per-field bounds live here. Checks that need several fields or other libraries
+(regexes compile, templates parse and use declared fields, renderer names, divisibility) are in
+``sailrl.compiler.checks`` so that every problem is collected and reported together.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from sailrl.spec.base import SpecModel, Text
+from sailrl.spec.rewards import RewardExample, RewardSpec
+
+SPEC_VERSION = 1
+
+
+class ModelSpec(SpecModel):
+    """The base model and the LoRA adapter trained on it."""
+
+    name: Text = Field(
+        "moonshotai/Kimi-K2.6",
+        description=(
+            "Base model: a Tinker model name (e.g. moonshotai/Kimi-K2.6, Qwen/Qwen3-8B), 'sailrl/tiny' for the "
+            "embedded backend's built-in small model, or a local Hugging Face model directory (local backend)."
+        ),
+    )
+    renderer: Text | None = Field(
+        None,
+        description=(
+            "tinker_cookbook renderer that turns a conversation into tokens (e.g. kimi_k26, qwen3, role_colon). "
+            "Default: the renderer tinker_cookbook recommends for the model."
+        ),
+    )
+    lora_rank: int = Field(32, description="LoRA rank: a positive power of two (1, 2, 4, ... 512).")
+    train_attn: bool = Field(True, description="Train LoRA adapters on the attention projections.")
+    train_mlp: bool = Field(True, description="Train LoRA adapters on the MLP projections.")
+    train_unembed: bool = Field(True, description="Train a LoRA adapter on the unembedding (lm_head).")
+    seed: int = Field(0, description="Seed for LoRA initialisation, data order and sampling.")
+
+
+class EvalSplitSpec(SpecModel):
+    """A held-out evaluation split: a named dataset split, or rows carved from the training data."""
+
+    split: Text | None = Field(None, description="A named split of the same dataset (e.g. test).")
+    count: int | None = Field(None, gt=0, description="Carve this many rows off the training data.")
+    fraction: float | None = Field(None, gt=0, lt=1, description="Carve this fraction of the training rows.")
+    limit: int | None = Field(None, gt=0, description="Use at most this many evaluation rows.")
+
+
+class DatasetSpec(SpecModel):
+    """Where the prompts and reference answers come from."""
+
+    source: Text = Field(
+        description=(
+            "A Hugging Face dataset id (e.g. openai/gsm8k) or a local file path ending in .jsonl, .json, .csv or "
+            ".parquet (relative paths are relative to the spec file)."
+        ),
+    )
+    config: Text | None = Field(None, description="Hugging Face dataset config name (e.g. main for gsm8k).")
+    split: Text = Field("train", description="Dataset split to train on.")
+    fields: dict[Text, Text] | list[Text] | None = Field(
+        None,
+        description=(
+            "The names the template and reward rules use, mapped to dataset columns ({question: problem}). "
+            "A list means each name is its own column. Default: every column under its own name."
+        ),
+    )
+    limit: int | None = Field(None, gt=0, description="Use at most this many rows (after range, before shuffling).")
+    range: tuple[int, int] | None = Field(None, description="Use rows [start, end) of the split.")
+    shuffle: bool = Field(True, description="Shuffle the rows once, with shuffle_seed.")
+    shuffle_seed: int | None = Field(None, description="Seed of the shuffle (default: model.seed).")
+    eval: EvalSplitSpec | None = Field(None, description="Optional held-out evaluation split.")
+
+
+class PromptSpec(SpecModel):
+    """How a dataset row becomes the conversation the model sees."""
+
+    system: Text | None = Field(None, description="Optional system message (a Jinja2 template over dataset fields).")
+    user: Text = Field(
+        description="The user message: a Jinja2 template over dataset fields, e.g. '{{ question }} Answer in \\boxed{}.'",
+    )
+    reference_field: Text = Field("answer", description="The dataset field holding the reference answer.")
+
+
+class WarmupSpec(SpecModel):
+    """Optional supervised warm-up (cross_entropy on the reference answers) before RL."""
+
+    steps: int = Field(0, ge=0, description="Supervised steps before RL (0 = no warm-up).")
+    batch_size: int = Field(32, gt=0, description="Examples per supervised step.")
+    learning_rate: float = Field(1e-4, gt=0, description="Adam learning rate for the warm-up.")
+    completion: Text = Field(
+        "{{ answer }}",
+        description="Jinja2 template of the target assistant message for a row (default: the reference answer).",
+    )
+
+
+class TrainingSpec(SpecModel):
+    """The RL loop: steps, batch shape, optimiser and loss."""
+
+    steps: int = Field(7, gt=0, description="Number of RL steps (optimizer updates).")
+    group_size: int = Field(4, description="Rollouts sampled per prompt; advantages are centred within a group. >= 2.")
+    groups_per_step: int = Field(16, gt=0, description="Prompts (groups) per step: the batch.")
+    learning_rate: float = Field(1e-5, gt=0, description="Adam learning rate (Tinker AdamParams).")
+    beta1: float = Field(0.9, ge=0, lt=1, description="Adam beta1.")
+    beta2: float = Field(0.95, ge=0, lt=1, description="Adam beta2.")
+    eps: float = Field(1e-12, gt=0, description="Adam epsilon.")
+    loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro"] = Field(
+        "importance_sampling", description="Tinker RL loss (see the Tinker loss documentation)."
+    )
+    loss_fn_config: dict[Text, float] | None = Field(
+        None,
+        description=(
+            "Loss parameters: clip_low_threshold / clip_high_threshold for ppo and cispo (default 0.8 / 1.2), "
+            "beta for dro."
+        ),
+    )
+    num_substeps: int = Field(1, gt=0, description="Optimizer updates per step; must divide groups_per_step.")
+    save_every: int = Field(0, ge=0, description="Save resumable state (save_state) every N steps; 0 = only at the end.")
+    eval_every: int = Field(0, ge=0, description="Evaluate on the held-out split every N steps; 0 = never.")
+    on_all_degenerate: Literal["skip", "stop"] = Field(
+        "skip",
+        description=(
+            "When every group of a step scored the same (no gradient): skip the step with a warning, or stop the run."
+        ),
+    )
+    resume_from: Text | None = Field(
+        None, description="A save_state checkpoint (tinker://.../weights/...) to resume from, optimizer state included."
+    )
+    init_from: Text | None = Field(
+        None, description="A checkpoint whose weights start the run (fresh optimizer, step 0)."
+    )
+    warmup: WarmupSpec | None = Field(None, description="Optional supervised warm-up before RL.")
+    checkpoint_ttl_s: int = Field(3600, gt=0, description="Seconds per-step sampler checkpoints live before expiring.")
+
+
+class SamplingSpec(SpecModel):
+    """How rollouts are sampled."""
+
+    sampler: Literal["sail", "tinker", "local"] = Field(
+        "sail",
+        description=(
+            "sail: Sail's inference fleet samples from each new Tinker checkpoint. tinker: Tinker's own sampling "
+            "client. local: the embedded backend (no keys; also trains locally)."
+        ),
+    )
+    max_tokens: int = Field(1024, gt=0, description="Maximum completion tokens per rollout.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
+    stop: list[Text] | None = Field(
+        None, description="Stop sequences; default: the renderer's stop sequences."
+    )
+    completion_window: Text = Field(
+        "balanced", description="Sail completion window: balanced or flex (priority and 15m are retired)."
+    )
+
+
+class OutputSpec(SpecModel):
+    """Where the run writes metrics, config and checkpoints."""
+
+    run_dir: Text = Field("runs/{name}", description="Run directory; {name} is the spec's name.")
+    wandb_project: Text | None = Field(None, description="Log to Weights & Biases when installed and set.")
+
+
+class Spec(SpecModel):
+    """An RL fine-tuning run."""
+
+    version: Literal[1] = Field(SPEC_VERSION, description="Spec language version.")
+    name: Text = Field(description="Run name: used for the run directory and checkpoint names.")
+    description: Text | None = Field(None, description="Free text.")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="Base model and LoRA.")
+    dataset: DatasetSpec = Field(description="Training data.")
+    prompt: PromptSpec = Field(description="Prompt template and reference answer field.")
+    reward: RewardSpec = Field(description="Reward rules.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description="The RL loop.")
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec, description="Rollout sampling.")
+    output: OutputSpec = Field(default_factory=OutputSpec, description="Run directory and logging.")
+    examples: list[RewardExample] = Field(
+        default_factory=list, description="Worked reward examples that `sailrl validate` scores and checks."
+    )
+
+    def resolved(self) -> dict[str, Any]:
+        """The spec with defaults filled in, as plain JSON-able data (aliases used)."""
+        return self.model_dump(mode="json", by_alias=True)
