@@ -48,12 +48,40 @@ def _wants_text(annotation: Any) -> bool:
     return False
 
 
+def _allows_none(annotation: Any) -> bool:
+    if annotation is Any or annotation is None or annotation is type(None):
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _allows_none(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return any(a is type(None) for a in typing.get_args(annotation))
+    return False
+
+
+def _wants_number(annotation: Any) -> bool:
+    if annotation in (int, float):
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _wants_number(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return bool(args) and all(_wants_number(a) for a in args)
+    return False
+
+
 def unwrap(value: Any, annotation: Any) -> Any:
     """Replace :class:`Plain` values inside ``value`` according to the field ``annotation``."""
     if isinstance(value, Plain):
-        if value.value is None and not _wants_text(annotation):
-            return None
-        return value.raw if _wants_text(annotation) else value.value
+        if value.value is None:
+            # `key: null` / `key: ~` / `key:` means "not set" wherever None is allowed.
+            return None if _allows_none(annotation) or not _wants_text(annotation) else value.raw
+        if _wants_text(annotation):
+            return value.raw
+        if isinstance(value.value, bool) and _wants_number(annotation):
+            return value.raw  # `steps: true` is an error ("expected a whole number, got 'true'"), not 1
+        return value.value
     origin = typing.get_origin(annotation)
     if origin is Annotated:
         return unwrap(value, typing.get_args(annotation)[0])

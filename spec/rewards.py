@@ -1,32 +1,66 @@
 """Reward rule shapes of the spec language (``reward:`` section).
 
-This module only declares what a rule looks like; ``sailrl.runtime.rewards`` evaluates rules.
-Every rule has a ``name`` (the metric key ``reward/<name>``) and either a ``weight`` (the rule
-contributes ``weight * score`` where score is in [0, 1]) or explicit ``pass_score`` / ``fail_score``.
+This module only declares what a rule looks like (and checks each rule on its own: regexes compile,
+bounds are ordered, names are unique); ``sailrl.runtime.rewards`` evaluates rules.
+
+Every rule has a ``name`` (the metric key ``reward/<name>``; default: its ``kind``) and either a ``weight``
+(the rule contributes ``weight`` when it passes and 0 when it fails; default weight 1) or explicit
+``pass_score`` / ``fail_score`` (each defaults to 0 when only the other is given). The total reward is the
+sum of the contributions, clipped to ``clip`` when given.
 
 The Sail guide's reward ``correct - 0.1 * (1 - format)`` is two rules::
 
-    rules:
-      - name: correct
-        kind: answer
-        extract: {from: boxed}
-        reference: {field: answer, extract: {from: boxed, fallback: whole}}
-        compare: numeric
-        weight: 1.0
-      - name: format
-        kind: all_of            # boxed answer present AND clean termination
-        ...
-        pass_score: 0.0
-        fail_score: -0.1
+    reward:
+      rules:
+        - name: correct
+          kind: answer
+          extract: {from: boxed}
+          reference: {field: answer, extract: {from: after_marker, marker: '####'}}
+          compare: numeric
+          weight: 1.0
+        - name: format            # a boxed answer is present AND the completion ended cleanly
+          kind: all_of
+          checks:
+            - kind: has_answer
+              extract: {from: boxed}
+            - kind: termination
+          pass_score: 0.0
+          fail_score: -0.1
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
-from pydantic import Field
-
+from pydantic import Field, field_validator, model_validator
 from sailrl.spec.base import SpecModel, Text
+
+RegexFlag = Literal["DOTALL", "IGNORECASE", "MULTILINE", "VERBOSE", "ASCII"]
+
+
+def _regex_problem(pattern: str, flags: list[str] | tuple[str, ...] = ()) -> str | None:
+    """Why ``pattern`` cannot be used (plain words), or None. Uses the ``regex`` module, as scoring does."""
+    import regex
+
+    value = 0
+    for f in flags:
+        value |= getattr(regex, f)
+    try:
+        regex.compile(pattern, value)
+    except (regex.error, ValueError, TypeError) as exc:
+        msg = f"the regular expression {pattern!r} does not compile: {exc}"
+        if any(ch in pattern for ch in "\b\f\t\v\a\x00"):
+            msg += (
+                ". It contains a control character (backspace, tab, ...): in YAML double quotes '\\b' becomes "
+                "a backspace. Write the pattern in single quotes, e.g. pattern: '\\bfoo\\b'"
+            )
+        return msg
+    if any(ch in pattern for ch in "\b\a\x00"):
+        return (
+            f"the regular expression {pattern!r} contains a control character (backspace or bell): in YAML "
+            "double quotes '\\b' becomes a backspace. Write the pattern in single quotes, e.g. '\\bfoo\\b'"
+        )
+    return None
 
 
 class Extractor(SpecModel):
@@ -36,22 +70,70 @@ class Extractor(SpecModel):
         "boxed",
         alias="from",
         description=(
-            "boxed: the LAST \\boxed{...} (braces balanced, so \\boxed{\\frac{1}{2}} works; also \\boxed 7). "
-            "regex: the capture group of `pattern`. last_number: the last number in the text. "
-            "after_marker: the text after the last `marker` (e.g. '####' for GSM8K). whole: the whole text, stripped."
+            "boxed: the LAST \\boxed{...} or \\fbox{...} (braces balanced, so \\boxed{\\frac{1}{2}} works; also "
+            "\\boxed 7); an unclosed or empty last box is no answer. regex: the capture group of `pattern` "
+            "(the group named 'answer' if there is one, else group 1). last_number: the last number in the text "
+            "(1,000 / -3.5 / 2/3). after_marker: the rest of the line after the last `marker` (e.g. '####' for "
+            "GSM8K). whole: the whole text, stripped."
         ),
     )
     pattern: Text | None = Field(
-        None, description="For from: regex - a regular expression with one capture group. Use single quotes in YAML."
+        None,
+        description="For from: regex - a regular expression with a capture group. Use single quotes in YAML.",
     )
+    flags: list[RegexFlag] = Field(default_factory=list, description="For from: regex - regex flags.")
     occurrence: Literal["last", "first"] = Field(
-        "last", description="For from: regex / boxed - which match to take when there are several."
+        "last",
+        description="Which one to take when there are several (boxes, regex matches, numbers, markers).",
     )
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern_compiles(cls, v: str | None) -> str | None:
+        problem = _regex_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
     marker: Text | None = Field(None, description="For from: after_marker - e.g. '####' or 'A:'.")
     fallback: Literal["none", "whole"] = Field(
         "none",
         description="What to do when nothing is found: none = no answer (the rule fails); whole = use the whole text.",
     )
+
+    @model_validator(mode="after")
+    def _check(self) -> Extractor:
+        kind = self.from_
+        if kind == "regex":
+            if not self.pattern:
+                raise ValueError("from: regex needs a `pattern` with a capture group, e.g. pattern: 'Answer: (\\S+)'")
+            problem = _regex_problem(self.pattern, self.flags)
+            if problem:
+                raise ValueError(problem)
+            import regex
+
+            compiled = regex.compile(self.pattern, _flag_value(self.flags))
+            if compiled.groups < 1:
+                raise ValueError(
+                    f"the pattern {self.pattern!r} has no capture group: put parentheses around the answer part, "
+                    "e.g. 'Answer: (\\S+)'"
+                )
+        elif self.pattern is not None or self.flags:
+            raise ValueError(f"`pattern` and `flags` are only used with from: regex (this extractor is from: {kind})")
+        if kind == "after_marker":
+            if not self.marker:
+                raise ValueError("from: after_marker needs a `marker`, e.g. marker: '####'")
+        elif self.marker is not None:
+            raise ValueError(f"`marker` is only used with from: after_marker (this extractor is from: {kind})")
+        return self
+
+
+def _flag_value(flags: list[str] | tuple[str, ...]) -> int:
+    import regex
+
+    value = 0
+    for f in flags:
+        value |= getattr(regex, f)
+    return value
 
 
 class ReferenceSpec(SpecModel):
@@ -67,12 +149,31 @@ class ReferenceSpec(SpecModel):
 
 
 class _RuleBase(SpecModel):
-    name: Text = Field(description="Rule name; its per-step mean is logged as reward/<name>.")
+    name: Text | None = Field(
+        None, description="Rule name; its per-step mean contribution is logged as reward/<name>. Default: the kind."
+    )
     weight: float | None = Field(
-        None, description="Contribution = weight x score (score 1 on pass, 0 on fail). Default 1.0."
+        None, description="Contribution = weight when the rule passes, 0 when it fails. Default 1.0."
     )
     pass_score: float | None = Field(None, description="Contribution when the rule passes (instead of weight).")
     fail_score: float | None = Field(None, description="Contribution when the rule fails (instead of weight).")
+
+    @model_validator(mode="after")
+    def _name_and_scores(self) -> _RuleBase:
+        if self.name is None:
+            self.name = self.kind  # type: ignore[attr-defined]
+        if self.weight is not None and (self.pass_score is not None or self.fail_score is not None):
+            raise ValueError(
+                f"rule '{self.name}' sets both weight and pass_score/fail_score: use weight (pass = weight, "
+                "fail = 0) or pass_score/fail_score, not both"
+            )
+        return self
+
+    def scores(self) -> tuple[float, float]:
+        """(contribution on pass, contribution on fail)."""
+        if self.pass_score is not None or self.fail_score is not None:
+            return (self.pass_score or 0.0, self.fail_score or 0.0)
+        return (1.0 if self.weight is None else self.weight, 0.0)
 
 
 class AnswerRule(_RuleBase):
@@ -84,12 +185,20 @@ class AnswerRule(_RuleBase):
     compare: Literal["exact", "normalized", "numeric", "math"] = Field(
         "normalized",
         description=(
-            "exact: identical strings. normalized: ignoring case, whitespace, trailing period, $ signs, \\text{}, "
-            "thousands separators. numeric: equal as numbers (fractions, -3.0 = -3). math: symbolic equivalence."
+            "exact: identical strings (surrounding spaces ignored). normalized: ignoring case, whitespace, trailing "
+            "period, $ and \\$ signs, \\text{} wrappers, thousands separators (1,000). numeric: equal as numbers "
+            "(exact fractions: -3.0 = -3, \\frac{1}{2} = 0.5, 2/3 = \\frac{2}{3}; 50% counts as 50). "
+            "math: symbolic equivalence (math-verify)."
         ),
     )
     abs_tol: float = Field(0.0, ge=0, description="For numeric: absolute tolerance.")
-    rel_tol: float = Field(0.0, ge=0, description="For numeric: relative tolerance.")
+    rel_tol: float = Field(0.0, ge=0, description="For numeric: relative tolerance (of the larger magnitude).")
+
+    @model_validator(mode="after")
+    def _tolerances(self) -> AnswerRule:
+        if (self.abs_tol or self.rel_tol) and self.compare != "numeric":
+            raise ValueError(f"abs_tol / rel_tol are only used with compare: numeric (rule '{self.name}')")
+        return self
 
 
 class MatchRule(_RuleBase):
@@ -98,10 +207,26 @@ class MatchRule(_RuleBase):
     kind: Literal["match"]
     pattern: Text = Field(description="Regular expression. Use single quotes in YAML so backslashes stay as typed.")
     mode: Literal["search", "fullmatch"] = Field("search", description="search anywhere, or match the whole text.")
-    flags: list[Literal["DOTALL", "IGNORECASE", "MULTILINE", "VERBOSE"]] = Field(
-        default_factory=list, description="Regex flags."
+    flags: list[RegexFlag] = Field(
+        default_factory=list,
+        description="Regex flags. DOTALL lets '.' cross line breaks (needed for <think>...</think> over lines).",
     )
     negate: bool = Field(False, description="Pass when the pattern does NOT match.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern_compiles(cls, v: str) -> str:
+        problem = _regex_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @model_validator(mode="after")
+    def _compiles(self) -> MatchRule:
+        problem = _regex_problem(self.pattern, self.flags)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class TerminationRule(_RuleBase):
@@ -118,26 +243,42 @@ class LengthRule(_RuleBase):
     min: int | None = Field(None, ge=0, description="Inclusive lower bound.")
     max: int | None = Field(None, ge=0, description="Inclusive upper bound.")
 
-
-class AllOfRule(_RuleBase):
-    """Pass when every listed check passes (e.g. a boxed answer is present AND the completion ended cleanly)."""
-
-    kind: Literal["all_of"]
-    checks: list[Annotated[Union["HasAnswerCheck", MatchRule, TerminationRule, LengthRule], Field(discriminator="kind")]] = Field(
-        description="Checks that must all pass; each is written like a rule but its name and weight are ignored."
-    )
+    @model_validator(mode="after")
+    def _bounds(self) -> LengthRule:
+        if self.min is None and self.max is None:
+            raise ValueError(f"length rule '{self.name}' needs min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"length rule '{self.name}': min ({self.min}) is larger than max ({self.max})")
+        return self
 
 
 class HasAnswerCheck(_RuleBase):
     """Pass when the extractor finds an answer in the completion."""
 
     kind: Literal["has_answer"]
-    name: Text = Field("has_answer", description="Rule name.")
     extract: Extractor = Field(default_factory=Extractor, description="How to find the answer.")
 
 
+Check = Annotated[
+    HasAnswerCheck | MatchRule | TerminationRule | LengthRule, Field(discriminator="kind")
+]
+
+
+class AllOfRule(_RuleBase):
+    """Pass when every listed check passes (e.g. a boxed answer is present AND the completion ended cleanly)."""
+
+    kind: Literal["all_of"]
+    checks: list[Check] = Field(
+        min_length=1,
+        description=(
+            "Checks that must all pass (kinds has_answer, match, termination, length); each is written like a "
+            "rule but its name and weight are ignored."
+        ),
+    )
+
+
 RewardRule = Annotated[
-    Union[AnswerRule, MatchRule, TerminationRule, LengthRule, AllOfRule, HasAnswerCheck],
+    AnswerRule | MatchRule | TerminationRule | LengthRule | AllOfRule | HasAnswerCheck,
     Field(discriminator="kind"),
 ]
 
@@ -148,6 +289,7 @@ class RewardExample(SpecModel):
     completion: Text = Field(description="The completion text to score.")
     fields: dict[str, Text] = Field(default_factory=dict, description="Dataset fields for this example (e.g. answer).")
     truncated: bool = Field(False, description="Treat the completion as cut off at max_tokens.")
+    num_tokens: int | None = Field(None, ge=0, description="Completion length in tokens (for length rules in tokens).")
     expect_total: float | None = Field(None, description="Expected total reward.")
     expect: dict[str, float] = Field(default_factory=dict, description="Expected contribution per rule name.")
 
@@ -163,6 +305,39 @@ class RewardSpec(SpecModel):
     regex_timeout_s: float = Field(
         0.1, gt=0, description="Seconds one regex may run on one completion before the rule counts as failed."
     )
+    math_timeout_s: float = Field(
+        2.0, gt=0,
+        description=(
+            "Seconds one compare: math parse or comparison may run before the rule counts as failed (enforced "
+            "when scoring runs in the main thread)."
+        ),
+    )
 
+    @field_validator("clip")
+    @classmethod
+    def _clip_order(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and v[0] > v[1]:
+            raise ValueError(f"clip [{v[0]}, {v[1]}]: the low end is larger than the high end")
+        return v
 
-AllOfRule.model_rebuild()
+    @model_validator(mode="after")
+    def _names(self) -> RewardSpec:
+        seen: set[str] = set()
+        for i, rule in enumerate(self.rules):
+            if rule.name in seen:
+                raise ValueError(
+                    f"two rules are named '{rule.name}' (rule {i + 1} repeats it): give each rule its own `name`; "
+                    "it is the metric key reward/<name>"
+                )
+            seen.add(rule.name)  # type: ignore[arg-type]
+        if self.correct_rule is not None and self.correct_rule not in seen:
+            raise ValueError(
+                f"correct_rule '{self.correct_rule}' is not a rule name; the rules are: {', '.join(sorted(seen))}"
+            )
+        return self
+
+    def default_correct_rule(self) -> str | None:
+        """``correct_rule``, else the name of the first answer rule, else None."""
+        if self.correct_rule is not None:
+            return self.correct_rule
+        return next((r.name for r in self.rules if r.kind == "answer"), None)

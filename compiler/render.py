@@ -1,0 +1,151 @@
+"""Render a validated spec into a standalone, readable Python training script.
+
+Determinism and safety:
+
+- Same spec bytes and sailrl version -> same script bytes (no timestamps, no absolute paths, sorted nothing
+  that the spec orders).
+- Spec values enter the script only as Python literals built by :func:`literal` (``repr``-based; strings
+  double-quoted where possible), never by pasting text into code. Comments name only schema keys, never user
+  text; the spec path appears in comments/docstrings only when it is a plain path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from sailrl import __version__
+from sailrl.spec.schema import Spec
+
+SECTIONS = ("model", "dataset", "prompt", "reward", "training", "sampling", "output")
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+-]+")
+_INDENT = "    "
+_WIDTH = 100
+
+
+def string_literal(s: str) -> str:
+    """A Python literal for ``s`` (double quotes unless ``s`` contains one). ``ast.literal_eval`` gives ``s`` back."""
+    r = repr(s)
+    if r.startswith("'") and '"' not in s:
+        return '"' + r[1:-1] + '"'
+    return r
+
+
+def literal(value: Any, indent: int = 0) -> str:
+    """A deterministic Python literal for JSON-like ``value``; containers break over lines when long."""
+    if isinstance(value, str):
+        return string_literal(value)
+    if value is None or isinstance(value, (bool, int)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        items = [literal(v, indent + 1) for v in value]
+        open_, close = ("[", "]") if isinstance(value, list) else ("(", ")")
+        one = open_ + ", ".join(items) + ("," if isinstance(value, tuple) and len(items) == 1 else "") + close
+        if "\n" not in one and len(one) + indent * 4 <= _WIDTH:
+            return one
+        pad = _INDENT * (indent + 1)
+        return open_ + "\n" + "".join(f"{pad}{i},\n" for i in items) + _INDENT * indent + close
+    if isinstance(value, dict):
+        items = [f"{string_literal(str(k))}: {literal(v, indent + 1)}" for k, v in value.items()]
+        one = "{" + ", ".join(items) + "}"
+        if "\n" not in one and len(one) + indent * 4 <= _WIDTH:
+            return one
+        pad = _INDENT * (indent + 1)
+        return "{\n" + "".join(f"{pad}{i},\n" for i in items) + _INDENT * indent + "}"
+    raise TypeError(f"cannot render {type(value).__name__} as a literal")
+
+
+def section_block(section: str, data: dict[str, Any]) -> str:
+    """``MODEL = {...}`` with each schema key on its own line followed by ``# section.key``."""
+    lines = [f"{section.upper()} = {{"]
+    for key, value in data.items():
+        rendered = literal(value, 1)
+        head, _, rest = rendered.partition("\n")
+        comment = f"  # {section}.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) else ""
+        if rest:
+            lines.append(f"{_INDENT}{string_literal(key)}: {head}{comment}")
+            lines.append(rest + ",")
+        else:
+            lines.append(f"{_INDENT}{string_literal(key)}: {head},{comment}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    return env.get_template("train.py.j2")
+
+
+def _doc_path(p: str) -> str:
+    return p if _PLAIN_PATH.fullmatch(p) else "<SPEC_PATH>"
+
+
+def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path: str) -> str:
+    """The training script for ``spec`` as text.
+
+    spec_path: the spec's path as the user gave it (recorded in the script). output_path: where the script will
+    be written; used to make the spec directory relative to the script, so the pair can move together.
+    """
+    resolved = spec.resolved()
+    sha256 = hashlib.sha256(spec_bytes).hexdigest()
+    spec_dir = Path(spec_path).parent
+    script_dir = Path(output_path).parent
+    rel = os.path.relpath(spec_dir if str(spec_dir) else ".", script_dir if str(script_dir) else ".")
+    rel = Path(rel).as_posix()
+    blocks = [f"NAME = {string_literal(spec.name)}  # name"]
+    if spec.description is not None:
+        blocks.append(f"DESCRIPTION = {literal(spec.description)}  # description")
+    sections = [("version", literal(resolved["version"])), ("name", "NAME")]
+    if spec.description is not None:
+        sections.append(("description", "DESCRIPTION"))
+    for name in SECTIONS:
+        blocks.append(section_block(name, resolved[name]))
+        sections.append((name, name.upper()))
+    sampler = spec.sampling.sampler
+    keys = {"sail": "TINKER_API_KEY and SAIL_API_KEY", "tinker": "TINKER_API_KEY", "local": ""}[sampler]
+    backend_doc = {
+        "sail": "Tinker trains, Sail samples every rollout",
+        "tinker": "Tinker trains and samples",
+        "local": "the embedded local backend trains and samples on this machine",
+    }[sampler]
+    resolve_doc = {
+        "sail": "a signed checkpoint URL served on Sail",
+        "tinker": "a Tinker sampling client",
+        "local": "a local sampling client",
+    }[sampler]
+    text = _template().render(
+        version=__version__,
+        spec_path_comment=_doc_path(spec_path),
+        sha256=sha256,
+        name_doc=string_literal(spec.name) if _PLAIN_PATH.fullmatch(spec.name) else "(see NAME)",
+        backend_doc=backend_doc,
+        resolve_doc=resolve_doc,
+        script_path_doc=_doc_path(Path(output_path).as_posix()),
+        spec_path_doc=_doc_path(Path(spec_path).as_posix()),
+        keys=keys,
+        spec_path_literal=string_literal(Path(spec_path).as_posix()),
+        sha256_literal=string_literal(sha256),
+        spec_dir_literal=string_literal(rel),
+        blocks=blocks,
+        sections=sections,
+    )
+    return text
+
+
+def default_output_path(spec_path: str | Path, spec: Spec) -> str:
+    """``generated/<spec file stem>.py`` next to the current directory's ``generated/`` folder."""
+    return (Path("generated") / (Path(spec_path).stem + ".py")).as_posix()

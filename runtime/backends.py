@@ -1,0 +1,68 @@
+"""Choosing and opening a backend: where training runs and where rollouts are sampled.
+
+- ``local``  the embedded backend (``sailrl.runtime.local``): trains and samples in-process; no keys.
+- ``tinker`` Tinker trains; Tinker's own sampling client samples (``TINKER_API_KEY``).
+- ``sail``   Tinker trains; every rollout is sampled on Sail from the sampler checkpoint just written
+             (``TINKER_API_KEY`` and ``SAIL_API_KEY``), as in the Sail guide.
+
+API keys are read from the environment at run time only; nothing here writes them anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sailrl.spec.schema import Spec
+
+SAMPLERS = ("sail", "tinker", "local")
+
+
+class BackendError(RuntimeError):
+    """A backend cannot be opened (missing key, unknown sampler). The message is one plain line."""
+
+
+def required_keys(sampler: str) -> list[str]:
+    return {"sail": ["TINKER_API_KEY", "SAIL_API_KEY"], "tinker": ["TINKER_API_KEY"], "local": []}[sampler]
+
+
+def check_keys(sampler: str, spec_path: str | None = None) -> None:
+    """Raise :class:`BackendError` naming the first missing environment variable and the local alternative."""
+    for var in required_keys(sampler):
+        if not os.environ.get(var):
+            where = spec_path or "SPEC"
+            raise BackendError(
+                f"{var} is not set: the '{sampler}' sampler needs it. Export it, or run on the embedded local "
+                f"backend instead: sailrl run {where} --sampler local"
+            )
+
+
+@dataclass
+class Backend:
+    """What the loop needs from a backend.
+
+    sampler: the sampler name. service_client: a ``tinker.ServiceClient`` or the local stand-in.
+    """
+
+    sampler: str
+    service_client: Any
+
+    @property
+    def is_local(self) -> bool:
+        return self.sampler == "local"
+
+
+def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path, spec_path: str | None = None) -> Backend:
+    """Open the backend for ``sampler``. Raises :class:`BackendError` on a missing key."""
+    if sampler not in SAMPLERS:
+        raise BackendError(f"unknown sampler {sampler!r}: use one of {', '.join(SAMPLERS)}")
+    check_keys(sampler, spec_path)
+    if sampler == "local":
+        from sailrl.runtime.local import LocalServiceClient
+
+        return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=checkpoint_dir, seed=spec.model.seed))
+    import tinker
+
+    return Backend(sampler, tinker.ServiceClient())

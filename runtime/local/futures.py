@@ -1,0 +1,113 @@
+"""Futures and the single worker thread of the embedded backend.
+
+Every model operation (forward_backward, optim_step, save, sample batches) runs on ONE worker
+thread in submission order, like Tinker's per-model request sequencing: a ``forward_backward``
+followed by an ``optim_step`` submitted before the first result is read (as
+``tinker_cookbook.rl.train.train_step`` does) still runs in that order. Results come back as
+``tinker.lib.public_interfaces.api_future.AwaitableConcurrentFuture`` -- the SDK's own
+``APIFuture`` class -- so ``.result()``, ``await future`` and ``await future.result_async()`` all
+work as with the real client.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, Generic, TypeVar
+
+from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
+
+T = TypeVar("T")
+
+
+class Worker:
+    """One daemon thread running submitted callables in FIFO order."""
+
+    def __init__(self, name: str = "sailrl-local-worker"):
+        self._queue: queue.Queue[tuple[Callable[[], Any], Future] | None] = queue.Queue()
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, fut = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn()
+            except BaseException as exc:  # delivered to whoever reads the future
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+    def in_worker(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def submit(self, fn: Callable[[], T]) -> AwaitableConcurrentFuture[T]:
+        """Queue ``fn`` and return an ``APIFuture`` of its result (or exception).
+
+        Called from the worker thread itself (a nested call), ``fn`` runs at once instead of
+        queueing, so it cannot deadlock waiting behind its caller.
+        """
+        fut: Future = Future()
+        if self.in_worker():
+            fut.set_running_or_notify_cancel()
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:
+                fut.set_exception(exc)
+            return AwaitableConcurrentFuture(fut)
+        self._ensure_started()
+        self._queue.put((fn, fut))
+        return AwaitableConcurrentFuture(fut)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                self._queue.put(None)
+
+
+def completed(value: T) -> AwaitableConcurrentFuture[T]:
+    """An ``APIFuture`` that is already done with ``value``."""
+    fut: Future = Future()
+    fut.set_result(value)
+    return AwaitableConcurrentFuture(fut)
+
+
+class ClientFuture(APIFuture[T], Generic[T]):
+    """A future of a client that can also be used as the client, like the SDK's
+    ``BackcompatTrainingClientFuture`` / ``BackcompatSamplingClientFuture``: ``await`` it or call
+    ``.result()`` to get the client; attribute access is forwarded to the finished client."""
+
+    def __init__(self, future: AwaitableConcurrentFuture[T]):
+        self._future = future
+
+    def result(self, timeout: float | None = None) -> T:
+        return self._future.result(timeout)
+
+    async def result_async(self, timeout: float | None = None) -> T:
+        return await self._future.result_async(timeout)
+
+    def future(self) -> Future:
+        return self._future.future()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._future.result(), name)
+
+    def __repr__(self) -> str:
+        fut = self._future.future()
+        state = "pending" if not fut.done() else ("failed" if fut.exception() else repr(fut.result()))
+        return f"<ClientFuture: {state}>"

@@ -1,0 +1,407 @@
+"""The RL loop every generated script runs: the Sail guide's five moves per step, made robust.
+
+Each step (``shared/seeds/000_ae89c72fb71d9d8c.txt``, "How one step fits together"):
+
+1. **Snapshot** the current LoRA weights as a sampler checkpoint (``save_weights_for_sampler`` with a TTL).
+2. **Resolve** it to a policy: on Sail a signed checkpoint URL wrapped in an adaptive-polling Sail completer;
+   on Tinker or the local backend a sampling client for that checkpoint.
+3. **Roll out** ``groups_per_step`` groups of ``group_size`` rollouts concurrently.
+4. **Score** with the spec's reward rules; degenerate groups (every sample scored the same: zero advantage, no
+   gradient) are dropped and counted; group-centred advantages; training data.
+5. **Train**: ``forward_backward`` and ``optim_step`` submitted together so they share a clock cycle (as
+   tinker_cookbook's ``rl.train.train_step`` does), with the spec's Adam parameters.
+
+What this adds to the guide: a step where every group is degenerate is skipped with a warning (or stops the run,
+``training.on_all_degenerate: stop``) instead of raising; failed groups are dropped and counted; metrics go to
+``metrics.jsonl`` every step; resumable state is saved every ``save_every`` steps and on Ctrl-C; ``--resume``
+continues at the next step with optimizer state and the same data order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tinker
+from tinker_cookbook import checkpoint_utils
+from tinker_cookbook.rl.data_processing import assemble_training_data, compute_advantages
+from tinker_cookbook.rl.types import TrajectoryGroup
+
+from sailrl import __version__
+from sailrl.runtime.backends import Backend, open_backend
+from sailrl.runtime.rollout import RolloutBatch, RuleGroupBuilder, SamplingPolicy, rollout_groups
+from sailrl.runtime.rundir import RunDirectory
+from sailrl.spec.schema import Spec
+
+DEFAULT_LOSS_FN_CONFIG: dict[str, dict[str, float]] = {
+    # Tinker loss doc: ppo / cispo clip the ratio to [1 - 0.2, 1 + 0.2]; dro's example uses beta 0.05.
+    "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+    "cispo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+    "dro": {"beta": 0.05},
+    "importance_sampling": {},
+}
+
+
+class RunError(RuntimeError):
+    """A service or backend fault, with the step and phase it happened in."""
+
+
+class AllDegenerateError(RunError):
+    """Every group of a step scored the same and the spec says ``on_all_degenerate: stop``."""
+
+
+@contextlib.contextmanager
+def phase(step: int, name: str, timings: dict[str, float]):
+    """Time a phase into ``timings['time/<name>']`` (seconds); re-raise faults naming step and phase."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    except (KeyboardInterrupt, asyncio.CancelledError, RunError):
+        raise
+    except Exception as exc:  # a Tinker / Sail / backend fault: say where it happened
+        raise RunError(f"step {step}, phase '{name}': {type(exc).__name__}: {exc}") from exc
+    finally:
+        timings[f"time/{name}"] = round(time.perf_counter() - t0, 4)
+
+
+def split_degenerate(groups: list[TrajectoryGroup]) -> tuple[list[TrajectoryGroup], list[TrajectoryGroup]]:
+    """(kept, degenerate): a group is degenerate when every rollout's total reward is the same.
+
+    Its group-centred advantages are then all zero, so it carries no gradient.
+    """
+    kept, degenerate = [], []
+    for g in groups:
+        rewards = [float(r) for r in g.get_total_rewards()]
+        (degenerate if rewards and len(set(rewards)) == 1 else kept).append(g)
+    return kept, degenerate
+
+
+def rollout_metrics(batch: RolloutBatch, rule_names: list[str], prefix: str = "") -> dict[str, float]:
+    """Per-step means over every rollout of the step (degenerate groups included).
+
+    Keys: ``reward/total``, ``reward/<rule>`` (mean contribution), ``correct`` (pass rate of the answer rule),
+    ``frac_truncated``, ``tokens_sampled``, ``regex_timeouts``, ``groups``, ``groups_failed``.
+    """
+    totals: list[float] = []
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    tokens = 0
+    for g in batch.groups:
+        for traj, total in zip(g.trajectories_G, g.get_total_rewards(), strict=True):
+            totals.append(float(total))
+            for tr in traj.transitions:
+                tokens += len(tr.ac.tokens)
+                for k, v in tr.metrics.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                    counts[k] = counts.get(k, 0) + 1
+    n = len(totals)
+    out: dict[str, float] = {
+        "reward/total": sum(totals) / n if n else float("nan"),
+        "groups": float(len(batch.groups)),
+        "groups_failed": float(len(batch.failed)),
+        "tokens_sampled": float(tokens),
+    }
+    for name in rule_names:
+        key = f"reward/{name}"
+        out[key] = sums[key] / counts[key] if counts.get(key) else float("nan")
+    if counts.get("correct"):
+        out["correct"] = sums["correct"] / counts["correct"]
+    out["frac_truncated"] = sums.get("truncated", 0.0) / n if n else float("nan")
+    out["regex_timeouts"] = sums.get("regex_timeouts", 0.0)
+    return {f"{prefix}{k}": v for k, v in out.items()}
+
+
+async def train_on(training_client: Any, data: list[tinker.Datum], *, adam: tinker.AdamParams, loss_fn: str,
+                   loss_fn_config: dict[str, float] | None, num_substeps: int) -> dict[str, float]:
+    """forward_backward + optim_step per sub-batch, each pair submitted before either result is awaited.
+
+    Mirrors tinker_cookbook ``rl.train.train_step`` (same clock-cycle pipelining) but takes the spec's full
+    ``AdamParams`` (that helper hard-codes beta/eps). Returns ``{"loss:sum": ..., "datums": ...}``.
+    """
+    data = [tinker.Datum(model_input=d.model_input,
+                         loss_fn_inputs={k: v for k, v in d.loss_fn_inputs.items() if k != "mask"}) for d in data]
+    n = max(1, min(num_substeps, len(data)))
+    size = math.ceil(len(data) / n)
+    batches = [data[i:i + size] for i in range(0, len(data), size)]
+    pending = []
+    for b in batches:
+        fb = await training_client.forward_backward_async(b, loss_fn=loss_fn, loss_fn_config=loss_fn_config)
+        opt = await training_client.optim_step_async(adam)
+        pending.append((fb, opt))
+    loss = 0.0
+    for fb, opt in pending:
+        out = await fb.result_async()
+        await opt.result_async()
+        loss += float((out.metrics or {}).get("loss:sum", 0.0))
+    return {"loss:sum": loss, "datums": float(len(data))}
+
+
+@dataclass
+class RLRun:
+    """State shared by the steps of one run. Build it with :meth:`start`."""
+
+    spec: Spec
+    spec_path: str
+    run_dir: RunDirectory
+    backend: Backend
+    training_client: Any
+    tokenizer: Any
+    renderer: Any
+    reward_fn: Any
+    prompts: Any
+    train_rows: list[dict[str, Any]]
+    eval_rows: list[dict[str, Any]]
+    start_step: int
+    adam: tinker.AdamParams
+    loss_fn_config: dict[str, float] | None
+    console: Any
+    history: list[dict[str, Any]] = field(default_factory=list)
+    _model_inputs: dict[int, tuple[Any, list]] = field(default_factory=dict)
+
+    # ---------------------------------------------------------------- setup
+    @classmethod
+    async def start(cls, spec: Spec, *, spec_path: str, spec_dir: Path, spec_sha256: str, resume: bool = False,
+                    overrides: list[str] | None = None) -> "RLRun":
+        """Open the run directory, the backend, the data and the training client.
+
+        Raises ``FileExistsError`` when the run directory already has metrics and ``resume`` is False,
+        :class:`~sailrl.runtime.backends.BackendError` on a missing API key, ``DatasetError`` on unusable data.
+        """
+        from rich.console import Console
+
+        from sailrl.runtime.data import load_rows
+        from sailrl.runtime.models import get_renderer, get_tokenizer
+        from sailrl.runtime.prompts import PromptBuilder
+        from sailrl.runtime.rewards import RewardFunction
+        from sailrl.spec.renderers import default_renderer
+
+        console = Console(stderr=True)
+        run_dir = RunDirectory(spec.output.run_dir.replace("{name}", spec.name))
+        resolved = spec.resolved()
+        if resume:
+            run_dir.check_resume_config(resolved, spec_sha256)
+        elif run_dir.has_metrics():
+            raise FileExistsError(
+                f"{run_dir.path} already holds a run. Resume it with --resume, or set output.run_dir to a new "
+                "directory (or delete the old one)."
+            )
+        run_dir.write_config(resolved, spec_sha256, {"sailrl_version": __version__, "spec_path": spec_path,
+                                                     "overrides": list(overrides or [])})
+
+        sampler = spec.sampling.sampler
+        backend = open_backend(spec, sampler=sampler, checkpoint_dir=run_dir.path / "checkpoints",
+                               spec_path=spec_path)
+        service = backend.service_client
+
+        # Training client: resume (state + optimizer) > spec resume_from > init_from (weights only) > fresh LoRA.
+        start_step = 0
+        state = run_dir.last_state() if resume else None
+        resume_path = (state or {}).get("state_path") or spec.training.resume_from
+        if resume and state is None and spec.training.resume_from is None:
+            console.print(f"[yellow]no saved state in {run_dir.path}; starting from step 0[/yellow]")
+        m = spec.model
+        if resume_path:
+            training_client = await service.create_training_client_from_state_with_optimizer_async(resume_path)
+            start_step = int((state or {}).get("batch", 0))
+            console.print(f"resuming from {resume_path} at step {start_step}")
+        else:
+            training_client = await service.create_lora_training_client_async(
+                base_model=m.name, rank=m.lora_rank, seed=m.seed, train_mlp=m.train_mlp, train_attn=m.train_attn,
+                train_unembed=m.train_unembed)
+            if spec.training.init_from:
+                await (await training_client.load_state_async(spec.training.init_from)).result_async()
+        if resume:
+            run_dir.truncate_metrics(start_step)
+
+        tokenizer = get_tokenizer(m.name) if not backend.is_local else training_client.get_tokenizer()
+        renderer = get_renderer(m.renderer or default_renderer(m.name), tokenizer)
+        reward_fn = RewardFunction.from_spec(spec.reward, reference_field=spec.prompt.reference_field)
+        rows = load_rows(spec, spec_dir, reward_fn=reward_fn)
+        if rows.skipped:
+            console.print(f"[yellow]skipped {len(rows.skipped)} dataset rows (first: row {rows.skipped[0].index}: "
+                          f"{rows.skipped[0].reason}); see `sailrl preflight` for all[/yellow]")
+        prompts = PromptBuilder(spec.prompt, renderer)
+        t = spec.training
+        adam = tinker.AdamParams(learning_rate=t.learning_rate, beta1=t.beta1, beta2=t.beta2, eps=t.eps)
+        loss_cfg = {**DEFAULT_LOSS_FN_CONFIG[t.loss_fn], **(t.loss_fn_config or {})} or None
+        run = cls(spec=spec, spec_path=spec_path, run_dir=run_dir, backend=backend, training_client=training_client,
+                  tokenizer=tokenizer, renderer=renderer, reward_fn=reward_fn, prompts=prompts,
+                  train_rows=rows.train, eval_rows=rows.eval, start_step=start_step, adam=adam,
+                  loss_fn_config=loss_cfg, console=console)
+        run.history = run_dir.read_metrics()
+        if start_step == 0 and not resume_path and t.warmup and t.warmup.steps > 0:
+            await run.warmup()
+        return run
+
+    # ---------------------------------------------------------------- supervised warm-up
+    async def warmup(self) -> None:
+        """Supervised warm-up: ``cross_entropy`` on the rendered reference completions (Tinker's SL path).
+
+        Logs ``warmup.jsonl`` (step, loss per token). Uses the same data order function as RL.
+        """
+        from tinker_cookbook.supervised.common import datum_from_model_input_weights
+
+        from sailrl.runtime.data import rows_for_step
+
+        w = self.spec.training.warmup
+        adam = tinker.AdamParams(learning_rate=w.learning_rate, beta1=self.adam.beta1, beta2=self.adam.beta2,
+                                 eps=self.adam.eps)
+        seed = self.spec.model.seed + 7919
+        for i in range(w.steps):
+            rows = rows_for_step(self.train_rows, i, w.batch_size, seed)
+            data = []
+            for row in rows:
+                model_input, weights = self.prompts.supervised_example(row, w.completion)
+                data.append(datum_from_model_input_weights(model_input, weights))
+            fb = await self.training_client.forward_backward_async(data, loss_fn="cross_entropy")
+            opt = await self.training_client.optim_step_async(adam)
+            out = await fb.result_async()
+            await opt.result_async()
+            n_tok = sum(float(sum(d.loss_fn_inputs["weights"].tolist())) for d in data)
+            loss = float(out.metrics.get("loss:sum", 0.0)) / max(n_tok, 1.0)
+            self.run_dir.append_jsonl("warmup.jsonl", {"step": i, "loss_per_token": loss})
+            if i % 10 == 0 or i == w.steps - 1:
+                self.console.print(f"warm-up {i + 1:4d}/{w.steps} | cross_entropy/token {loss:.3f}")
+
+    # ---------------------------------------------------------------- the five moves
+    def steps(self) -> range:
+        return range(self.start_step, self.spec.training.steps)
+
+    def batch(self, step: int) -> list[dict[str, Any]]:
+        """The rows of ``step``: a deterministic function of (seed, step), the same after a resume."""
+        from sailrl.runtime.data import rows_for_step
+
+        return rows_for_step(self.train_rows, step, self.spec.training.groups_per_step, self.spec.model.seed)
+
+    async def save_sampler_checkpoint(self, step: int, timings: dict[str, float]) -> str:
+        """Move 1: snapshot the LoRA weights as a sampler checkpoint that expires after ``checkpoint_ttl_s``."""
+        with phase(step, "snapshot", timings):
+            fut = await self.training_client.save_weights_for_sampler_async(
+                f"{self.spec.name}-step-{step:06d}", ttl_seconds=self.spec.training.checkpoint_ttl_s)
+            return (await fut.result_async()).path
+
+    async def policy_for(self, sampler_path: str, step: int, timings: dict[str, float]):
+        """Move 2: resolve the checkpoint into a TokenCompleter."""
+        s = self.spec.sampling
+        with phase(step, "resolve", timings):
+            if self.backend.sampler == "sail":
+                from sailrl.runtime.sail_adapter import adapter_config_for, make_sail_policy, signed_checkpoint_url
+
+                url = await signed_checkpoint_url(self.backend.service_client, sampler_path,
+                                                  ttl_seconds=self.spec.training.checkpoint_ttl_s)
+                m = self.spec.model
+                return make_sail_policy(
+                    model=m.name, signed_url=url,
+                    adapter_config=adapter_config_for(m.name, m.lora_rank, train_attn=m.train_attn,
+                                                      train_mlp=m.train_mlp, train_unembed=m.train_unembed),
+                    lora_name=f"{self.spec.name}-step-{step:06d}", max_tokens=s.max_tokens,
+                    temperature=s.temperature, top_p=s.top_p, completion_window=s.completion_window)
+            client = await self.backend.service_client.create_sampling_client_async(model_path=sampler_path)
+            return SamplingPolicy(client, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p)
+
+    def _builder(self, row: dict[str, Any], group_size: int) -> RuleGroupBuilder:
+        key = int(row.get("_index", id(row)))
+        if key not in self._model_inputs:
+            stop = self.spec.sampling.stop or self.prompts.stop_sequences()
+            self._model_inputs[key] = (self.prompts.model_input(row), stop)
+        model_input, stop = self._model_inputs[key]
+        return RuleGroupBuilder(row=row, model_input=model_input, stop=stop, renderer=self.renderer,
+                                reward_fn=self.reward_fn, group_size=group_size)
+
+    async def rollout(self, policy, rows: list[dict[str, Any]], step: int, timings: dict[str, float],
+                      group_size: int | None = None) -> RolloutBatch:
+        """Move 3: every rollout of every group, concurrently. Failed groups are dropped and counted."""
+        gs = group_size or self.spec.training.group_size
+        with phase(step, "rollout", timings):
+            return await rollout_groups(policy, [self._builder(r, gs) for r in rows])
+
+    def assemble(self, batch: RolloutBatch, step: int) -> tuple[list[tinker.Datum], dict[str, float]]:
+        """Move 4: score -> drop degenerate groups -> group-centred advantages -> training data."""
+        metrics = rollout_metrics(batch, self.reward_fn.rule_names)
+        kept, degenerate = split_degenerate(batch.groups)
+        metrics["degenerate_frac"] = len(degenerate) / len(batch.groups) if batch.groups else float("nan")
+        if not kept:
+            return [], metrics
+        advantages = compute_advantages(kept)
+        data, _ = assemble_training_data(kept, advantages)
+        return data, metrics
+
+    async def train(self, data: list[tinker.Datum], step: int, timings: dict[str, float]) -> dict[str, float]:
+        """Move 5: one optimizer update per sub-step on the backend."""
+        t = self.spec.training
+        with phase(step, "train", timings):
+            return await train_on(self.training_client, data, adam=self.adam, loss_fn=t.loss_fn,
+                                  loss_fn_config=self.loss_fn_config, num_substeps=t.num_substeps)
+
+    # ---------------------------------------------------------------- bookkeeping
+    async def evaluate(self, policy, step: int, timings: dict[str, float]) -> dict[str, float]:
+        """Sample the held-out rows once each from the current checkpoint; metrics under ``eval/``."""
+        if not self.eval_rows:
+            return {}
+        batch = await self.rollout(policy, self.eval_rows, step, timings, group_size=1)
+        timings["time/eval"] = timings.pop("time/rollout", 0.0)
+        return rollout_metrics(batch, self.reward_fn.rule_names, prefix="eval/")
+
+    def due(self, every: int, step: int) -> bool:
+        return every > 0 and (step + 1) % every == 0
+
+    async def save_state(self, completed_steps: int, *, final: bool = False, name: str | None = None) -> str:
+        """``save_state`` (weights + optimizer) recorded in checkpoints.jsonl; ``batch`` = completed steps."""
+        paths = await checkpoint_utils.save_checkpoint_async(
+            self.training_client, name or f"{self.spec.name}-state-{completed_steps:06d}", str(self.run_dir.path),
+            loop_state={"batch": completed_steps, **({"final": True} if final else {})}, kind="state")
+        return paths["state_path"]
+
+    def log_step(self, step: int, metrics: dict[str, float], timings: dict[str, float]) -> None:
+        line = {"step": step, "learning_rate": self.spec.training.learning_rate, **metrics, **timings}
+        line = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in line.items()}
+        self.run_dir.append_metrics(line)
+        self.history.append(line)
+        rules = "  ".join(f"{n} {metrics.get(f'reward/{n}', float('nan')):+.3f}" for n in self.reward_fn.rule_names)
+        self.console.print(
+            f"step {step + 1:4d}/{self.spec.training.steps} | reward {metrics.get('reward/total', float('nan')):+.3f}"
+            f" | {rules} | degenerate {100 * (metrics.get('degenerate_frac') or 0):3.0f}%"
+            f" | truncated {100 * (metrics.get('frac_truncated') or 0):3.0f}%"
+            f" | {sum(timings.values()):.1f}s")
+        if (metrics.get("frac_truncated") or 0) > 0.5:
+            warnings.warn(f"step {step}: {100 * metrics['frac_truncated']:.0f}% of completions were cut at "
+                          f"max_tokens={self.spec.sampling.max_tokens}; raise sampling.max_tokens or ask for "
+                          "shorter answers in the prompt", stacklevel=2)
+
+    def handle_all_degenerate(self, step: int, metrics: dict[str, float]) -> None:
+        if self.spec.training.on_all_degenerate == "stop":
+            raise AllDegenerateError(
+                f"step {step}: every group scored the same reward ({metrics.get('reward/total')}); nothing to learn "
+                "from. training.on_all_degenerate is 'stop'. Raise group_size or temperature, or check the reward "
+                "rules with `sailrl preflight --sample`.")
+        self.console.print(f"[yellow]step {step}: every group was degenerate (same reward within each group): "
+                           "no gradient, step skipped[/yellow]")
+
+    def summary(self, final_state: str | None) -> str:
+        """Reward first -> last (means of the first and last five logged steps), run dir, final adapter."""
+        rewards = [m["reward/total"] for m in self.history if m.get("reward/total") is not None]
+        k = min(5, len(rewards))
+        first = sum(rewards[:k]) / k if k else float("nan")
+        last = sum(rewards[-k:]) / k if k else float("nan")
+        sampler = self.run_dir.last_sampler_path()
+        lines = [
+            f"reward (mean of first {k} steps -> last {k}): {first:+.3f} -> {last:+.3f}",
+            f"run directory: {self.run_dir.path}",
+        ]
+        if final_state:
+            lines.append(f"final state: {final_state}")
+        if sampler:
+            lines.append(f"final adapter: {sampler}")
+        return "\n".join(lines)
+
+    async def save_final_adapter(self) -> str:
+        paths = await checkpoint_utils.save_checkpoint_async(
+            self.training_client, f"{self.spec.name}-final", str(self.run_dir.path),
+            loop_state={"batch": self.spec.training.steps, "final": True}, kind="both")
+        return paths["state_path"]

@@ -1,0 +1,147 @@
+"""Rollouts: one dataset row -> one group of ``group_size`` rollouts scored by the spec's reward rules.
+
+The environment follows tinker_cookbook's ``Env`` / ``EnvGroupBuilder`` contract (``rl/types.py``) so that
+``tinker_cookbook.rl.rollouts.do_group_rollout`` runs it unchanged, exactly as the Sail guide's ``MathEnv`` does;
+the reward is computed by :class:`sailrl.runtime.rewards.RewardFunction` instead of hand-written Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import tinker
+from tinker_cookbook import renderers
+from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
+from tinker_cookbook.rl.rollouts import do_group_rollout
+from tinker_cookbook.rl.types import Env, EnvGroupBuilder, StepResult, TrajectoryGroup
+
+
+class RuleEnv(Env):
+    """A single-turn environment: the prompt of one row; the completion is scored by the reward rules.
+
+    Per-rule contributions go to ``StepResult.metrics`` as ``reward/<rule>``; ``correct`` (0/1) when the spec has
+    an answer rule; ``truncated`` (0/1) when the completion was cut at max_tokens (stop_reason ``length``);
+    ``regex_timeouts`` counts user regexes that hit their time limit.
+    """
+
+    def __init__(self, row: dict[str, Any], model_input: tinker.ModelInput, stop: list, renderer: Any,
+                 reward_fn: Any) -> None:
+        self.row = row
+        self.model_input = model_input
+        self.stop = stop
+        self.renderer = renderer
+        self.reward_fn = reward_fn
+
+    async def initial_observation(self):
+        return self.model_input, self.stop
+
+    async def step(self, action, *, extra=None) -> StepResult:
+        stop_reason = (extra or {}).get("stop_reason", "stop")
+        message, termination = self.renderer.parse_response(action)
+        text = renderers.get_text_content(message)
+        truncated = stop_reason == "length" or not termination.is_clean
+        score = self.reward_fn.score(text, self.row, truncated=truncated, num_tokens=len(action))
+        metrics: dict[str, float] = {f"reward/{name}": float(v) for name, v in score.contributions.items()}
+        metrics["truncated"] = float(stop_reason == "length")
+        metrics["regex_timeouts"] = float(score.timeouts)
+        if score.correct is not None:
+            metrics["correct"] = float(score.correct)
+        return StepResult(
+            reward=float(score.total),
+            episode_done=True,
+            next_observation=tinker.ModelInput.empty(),
+            next_stop_condition=[],
+            metrics=metrics,
+            logs={"completion": text[:2000]},
+        )
+
+
+@dataclass(frozen=True)
+class RuleGroupBuilder(EnvGroupBuilder):
+    """Fans one row out into ``group_size`` environments that share one prompt."""
+
+    row: dict[str, Any]
+    model_input: tinker.ModelInput
+    stop: list
+    renderer: Any
+    reward_fn: Any
+    group_size: int
+    tags: tuple[str, ...] = field(default=("sailrl",))
+
+    async def make_envs(self):
+        return [RuleEnv(self.row, self.model_input, self.stop, self.renderer, self.reward_fn)
+                for _ in range(self.group_size)]
+
+    async def compute_group_rewards(self, trajectory_group, env_group):
+        # The reward lives in RuleEnv.step; there is no group-level bonus.
+        return [(0.0, {}) for _ in trajectory_group]
+
+    async def cleanup(self):
+        return None
+
+    def logging_tags(self):
+        return list(self.tags)
+
+
+@dataclass
+class SamplingPolicy(TokenCompleter):
+    """A TokenCompleter over a Tinker-interface sampling client (remote Tinker or the local backend).
+
+    Like tinker_cookbook's ``TinkerTokenCompleter`` but also passes ``top_p``. One call samples one completion;
+    the local backend batches concurrent calls of a step into one generation.
+    """
+
+    sampling_client: Any
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    async def __call__(self, model_input: tinker.ModelInput, stop, *, max_tokens: int | None = None):
+        result = await self.sampling_client.sample_async(
+            prompt=model_input,
+            num_samples=1,
+            sampling_params=tinker.SamplingParams(
+                stop=stop,
+                max_tokens=min(self.max_tokens, max_tokens or self.max_tokens),
+                temperature=self.temperature,
+                top_p=self.top_p,
+            ),
+        )
+        seq = result.sequences[0]
+        return TokensWithLogprobs(tokens=list(seq.tokens), maybe_logprobs=list(seq.logprobs or []),
+                                  stop_reason=seq.stop_reason)
+
+
+@dataclass
+class RolloutBatch:
+    """The groups of one step. ``failed`` holds (row index, error text) for groups whose rollouts failed."""
+
+    groups: list[TrajectoryGroup]
+    rows: list[dict[str, Any]]
+    failed: list[tuple[int, str]]
+
+
+async def rollout_groups(policy: TokenCompleter, builders: list[RuleGroupBuilder]) -> RolloutBatch:
+    """Run every group of a step concurrently with tinker_cookbook's ``do_group_rollout``.
+
+    A group whose rollout raises (a Sail response that still failed after its retries, a sampler error) is
+    dropped and recorded in ``failed``; the other groups go on. Every group's samples share one prompt
+    (asserted): group-centred advantages are only meaningful within one prompt.
+    """
+    results = await asyncio.gather(*(do_group_rollout(b, policy) for b in builders), return_exceptions=True)
+    groups: list[TrajectoryGroup] = []
+    rows: list[dict[str, Any]] = []
+    failed: list[tuple[int, str]] = []
+    for builder, result in zip(builders, results, strict=True):
+        if isinstance(result, BaseException):
+            if isinstance(result, (KeyboardInterrupt, asyncio.CancelledError)):
+                raise result
+            failed.append((int(builder.row.get("_index", -1)), f"{type(result).__name__}: {result}"))
+            continue
+        prompts = {tuple(t.transitions[0].ob.to_ints()) for t in result.trajectories_G if t.transitions}
+        assert len(prompts) <= 1, "all samples of a group must share one prompt"
+        groups.append(result)
+        rows.append(builder.row)
+    return RolloutBatch(groups=groups, rows=rows, failed=failed)

@@ -1,0 +1,149 @@
+"""The run directory: ``config.json``, ``metrics.jsonl`` and ``checkpoints.jsonl``.
+
+Layout follows tinker-cookbook: ``metrics.jsonl`` has one JSON object per step with a ``step`` key (as
+``tinker_cookbook.utils.ml_log`` writes it); ``checkpoints.jsonl`` is written by
+``tinker_cookbook.checkpoint_utils.save_checkpoint_async`` (``name``, ``batch``, ``state_path``...).
+Here ``batch`` is the number of completed RL steps, i.e. the step a resumed run starts at.
+
+Crash safety: each metrics line is written whole and flushed with fsync. A run killed mid-step leaves at most a
+partial last line, which is dropped on resume; lines for steps after the last saved state are dropped too (those
+steps are re-run), so the metrics of a resumed run have every step exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+
+
+def _read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
+    """Parse a JSONL file, skipping a truncated or corrupt line (a killed writer) instead of failing."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists stay whole)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def spec_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Plain-words list of the dotted keys whose values differ between two resolved specs."""
+    a, b = flatten(old), flatten(new)
+    changes = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            changes.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
+    return changes
+
+
+class RunDirectory:
+    """One run's directory. ``path`` is created if missing.
+
+    Raises ``FileExistsError`` (with the resume hint) when starting a fresh run over a directory that already
+    holds metrics, so a second run never silently interleaves with the first.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def checkpoints_path(self) -> Path:
+        return self.path / CHECKPOINTS_FILE
+
+    def has_metrics(self) -> bool:
+        return bool(_read_jsonl_tolerant(self.metrics_path))
+
+    def write_config(self, resolved_spec: dict[str, Any], spec_sha256: str, extra: dict[str, Any]) -> None:
+        config = {"spec_sha256": spec_sha256, "spec": resolved_spec, **extra}
+        tmp = self.path / (CONFIG_FILE + ".tmp")
+        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path / CONFIG_FILE)
+
+    def read_config(self) -> dict[str, Any] | None:
+        p = self.path / CONFIG_FILE
+        if not p.exists():
+            return None
+        return json.loads(p.read_text(encoding="utf-8"))
+
+    def check_resume_config(self, resolved_spec: dict[str, Any], spec_sha256: str) -> list[str]:
+        """Compare with the saved config; warn and return the changed keys when the spec hash differs."""
+        old = self.read_config()
+        if old is None or old.get("spec_sha256") == spec_sha256:
+            return []
+        changes = spec_changes(old.get("spec", {}), resolved_spec)
+        detail = "; ".join(changes) if changes else "only comments or formatting changed"
+        warnings.warn(
+            f"resuming with a spec that differs from the one this run started with ({detail})",
+            stacklevel=2,
+        )
+        return changes
+
+    def last_state(self) -> dict[str, Any] | None:
+        """The last checkpoint record with a ``state_path`` (resumable), or None."""
+        records = [r for r in _read_jsonl_tolerant(self.checkpoints_path) if r.get("state_path")]
+        return records[-1] if records else None
+
+    def last_sampler_path(self) -> str | None:
+        records = [r for r in _read_jsonl_tolerant(self.checkpoints_path) if r.get("sampler_path")]
+        return records[-1]["sampler_path"] if records else None
+
+    def truncate_metrics(self, first_step_to_rerun: int) -> None:
+        """Keep only metrics of steps before ``first_step_to_rerun`` (atomic rewrite)."""
+        kept = [m for m in _read_jsonl_tolerant(self.metrics_path)
+                if isinstance(m.get("step"), int) and m["step"] < first_step_to_rerun]
+        tmp = self.path / (METRICS_FILE + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for m in kept:
+                f.write(json.dumps(m, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.metrics_path)
+
+    def append_metrics(self, metrics: dict[str, Any]) -> None:
+        """Append one step's metrics as one line, flushed to disk."""
+        line = json.dumps(metrics, sort_keys=True) + "\n"
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        return _read_jsonl_tolerant(self.metrics_path)
+
+    def append_jsonl(self, name: str, record: dict[str, Any]) -> None:
+        with open(self.path / name, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())

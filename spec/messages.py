@@ -1,0 +1,251 @@
+"""Pydantic validation errors -> located, plain-words :class:`~sailrl.spec.errors.SpecError` s.
+
+Pydantic ``loc`` tuples contain union member tags (e.g. ``answer`` for a discriminated reward rule, or
+``list[str]``) next to real keys; only elements that are keys or indices of the loaded data are kept, so
+every error points at the user's text. The model class at a data path is found by walking the schema with
+the data (a rule's ``kind`` picks its class), which gives the field names for "did you mean".
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ValidationError
+from sailrl.spec.base import Plain
+
+if typing.TYPE_CHECKING:
+    from sailrl.spec.errors import SpecError
+    from sailrl.spec.loader import KeyPath, LoadedSpec
+
+
+def did_you_mean(word: str, choices: typing.Iterable[str]) -> str | None:
+    """The closest of ``choices`` to ``word`` (difflib ratio >= 0.6), or None."""
+    found = difflib.get_close_matches(word, [c for c in choices if isinstance(c, str)], n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _strip(annotation: Any) -> Any:
+    while typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return annotation
+
+
+def _members(annotation: Any) -> list[Any]:
+    annotation = _strip(annotation)
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return [_strip(a) for a in typing.get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def _kind_of(model: type[BaseModel]) -> tuple[str, ...]:
+    f = model.model_fields.get("kind")
+    if f is None or typing.get_origin(f.annotation) is not Literal:
+        return ()
+    return tuple(typing.get_args(f.annotation))
+
+
+def _pick(annotation: Any, value: Any) -> Any:
+    """The union member of ``annotation`` that ``value`` is meant to be (by ``kind`` or by shape)."""
+    members = _members(annotation)
+    if len(members) == 1:
+        return members[0]
+    if isinstance(value, dict):
+        kind = value.get("kind")
+        for m in members:
+            if isinstance(m, type) and issubclass(m, BaseModel) and kind in _kind_of(m):
+                return m
+        for m in members:
+            if typing.get_origin(m) is dict or (isinstance(m, type) and issubclass(m, BaseModel)):
+                return m
+    if isinstance(value, list):
+        for m in members:
+            if typing.get_origin(m) in (list, tuple):
+                return m
+    return members[0]
+
+
+def field_map(model: type[BaseModel]) -> dict[str, Any]:
+    """Spec key (alias when set) -> pydantic FieldInfo."""
+    return {(f.alias or name): f for name, f in model.model_fields.items()}
+
+
+def model_at(root: type[BaseModel], data: Any, path: KeyPath) -> tuple[Any, Any]:
+    """(annotation, field info or None) of the value at ``path``; annotation is a model class for sections."""
+    annotation: Any = root
+    info = None
+    cur = data
+    for p in path:
+        annotation = _pick(annotation, cur)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            info = field_map(annotation).get(p) if isinstance(p, str) else None
+            if info is None:
+                return None, None
+            annotation = info.annotation
+        elif typing.get_origin(annotation) in (list, tuple):
+            args = typing.get_args(annotation)
+            annotation = args[0] if typing.get_origin(annotation) is list or args[-1] is Ellipsis else (
+                args[p] if isinstance(p, int) and p < len(args) else Any)
+            info = None
+        elif typing.get_origin(annotation) is dict:
+            annotation = typing.get_args(annotation)[1]
+            info = None
+        else:
+            return None, None
+        cur = cur.get(p) if isinstance(cur, dict) else (
+            cur[p] if isinstance(cur, list) and isinstance(p, int) and p < len(cur) else None)
+    return _pick(annotation, cur), info
+
+
+def _data_path(loc: tuple, data: Any) -> tuple[KeyPath, Any]:
+    """Keep the loc elements that are keys/indices of ``data``; also return the value there."""
+    path: list[str | int] = []
+    cur = data
+    for elem in loc:
+        if isinstance(cur, dict) and elem in cur or isinstance(cur, list) and isinstance(elem, int) and 0 <= elem < len(cur):
+            path.append(elem)
+            cur = cur[elem]
+        elif isinstance(cur, dict) and isinstance(elem, str) and elem not in cur and elem == loc[-1]:
+            path.append(elem)  # a missing key: its own path (located at the parent)
+            cur = None
+    return tuple(path), cur
+
+
+def _show(loaded: LoadedSpec, path: KeyPath, value: Any) -> str:
+    """How to quote the offending value: the source text for a scalar, else its shape."""
+    info = loaded.nodes.get(path)
+    if info is not None and info.node.id == "scalar":
+        text = info.node.value
+        return f"'{text}'" if info.node.style is None else repr(text)
+    if isinstance(value, Plain):
+        return f"'{value.raw}'"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing"
+    return repr(value)
+
+
+_EXPECTED = {
+    "int": "a whole number",
+    "float": "a number",
+    "bool": "true or false",
+    "string": "text",
+    "dict": "a mapping (indented `key: value` lines)",
+    "model": "a mapping (indented `key: value` lines)",
+    "model_attributes": "a mapping (indented `key: value` lines)",
+    "list": "a list",
+    "tuple": "a list",
+}
+
+
+def _expected_of(etype: str) -> str | None:
+    for suffix in ("_type", "_parsing", "_from_float"):
+        if etype.endswith(suffix):
+            base = etype[: -len(suffix)]
+            if etype == "int_from_float":
+                return "a whole number"
+            return _EXPECTED.get(base)
+    return None
+
+
+def _join(words: list[str], last: str = "or") -> str:
+    words = list(dict.fromkeys(words))
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + f" {last} " + words[-1]
+
+
+def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath, str, str | None, str]:
+    """(path, message, hint, at) for one pydantic error."""
+    etype = err["type"]
+    ctx = err.get("ctx") or {}
+    path, value = _data_path(tuple(err["loc"]), loaded.data)
+    shown = _show(loaded, path, err.get("input"))
+    name = str(path[-1]) if path else "spec"
+    if etype == "missing":
+        annotation, info = model_at(root, loaded.data, path)
+        is_section = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        what = "section" if is_section or len(path) == 1 else "key"
+        desc = info.description if info is not None and info.description else None
+        where = f" in {'.'.join(map(str, path[:-1]))}" if len(path) > 1 else ""
+        hint = f"Add `{name}:`{where}" + (f" -- {desc}" if desc else ".")
+        return path, f"missing required {what} '{name}'", hint, "key"
+    if etype == "extra_forbidden":
+        parent, _ = model_at(root, loaded.data, path[:-1])
+        known = list(field_map(parent)) if isinstance(parent, type) and issubclass(parent, BaseModel) else []
+        guess = did_you_mean(name, known)
+        section = ".".join(map(str, path[:-1])) or "the top level"
+        message = f"unknown key '{name}'" + (f" -- did you mean '{guess}'?" if guess else f" in {section}")
+        hint = f"Keys allowed here: {', '.join(known)}." if known else None
+        return path, message, hint, "key"
+    if etype == "union_tag_invalid":
+        tags = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip()]
+        tag = str(ctx.get("tag", ""))
+        guess = did_you_mean(tag, tags)
+        kind_path = (*path, "kind") if isinstance(value, dict) and "kind" in value else path
+        message = f"unknown kind '{tag}'" + (f" -- did you mean '{guess}'?" if guess else "")
+        return kind_path, message, f"kind must be one of: {', '.join(tags)}.", "value"
+    if etype == "union_tag_not_found":
+        annotation, _ = model_at(root, loaded.data, path[:-1]) if path else (None, None)
+        return path, "this entry needs a 'kind' (what sort of rule it is)", (
+            "Add e.g. `kind: answer`, `kind: match`, `kind: termination`, `kind: length` or `kind: all_of`."
+        ), "value"
+    if etype == "literal_error":
+        choices = [c.strip(" '") for c in str(ctx.get("expected", "")).replace(" or ", ", ").split(",")]
+        choices = [c for c in choices if c]
+        guess = did_you_mean(str(getattr(value, "raw", value)), choices)
+        message = f"must be one of {_join([repr(c) for c in choices])}; got {shown}"
+        if guess:
+            message += f" -- did you mean '{guess}'?"
+        return path, message, None, "value"
+    expected = _expected_of(etype)
+    if expected:
+        return path, f"expected {expected}, got {shown}", None, "value"
+    bounds = {"greater_than": ("gt", "greater than"), "greater_than_equal": ("ge", "at least"),
+              "less_than": ("lt", "less than"), "less_than_equal": ("le", "at most")}
+    if etype in bounds:
+        key, words = bounds[etype]
+        return path, f"must be {words} {ctx.get(key)}, got {shown}", None, "value"
+    if etype in ("too_short", "too_long"):
+        annotation, _ = model_at(root, loaded.data, path)
+        if typing.get_origin(annotation) is tuple:
+            n = len(typing.get_args(annotation))
+            return path, f"expected a list of exactly {n} values, got {ctx.get('actual_length')}", None, "value"
+        if etype == "too_short":
+            n = ctx.get("min_length")
+            return path, f"needs at least {n} item{'s' if n != 1 else ''}", None, "value"
+        n = ctx.get("max_length")
+        return path, f"allows at most {n} item{'s' if n != 1 else ''}", None, "value"
+    if etype == "value_error":
+        return path, str(ctx.get("error", err["msg"])), None, "value"
+    return path, f"{err['msg'][0].lower()}{err['msg'][1:]}, got {shown}", None, "value"
+
+
+def pydantic_errors(exc: ValidationError, loaded: LoadedSpec, root: type[BaseModel]) -> list[SpecError]:
+    """Plain-words SpecErrors for every error of ``exc`` (raised validating ``loaded.tree`` as ``root``).
+
+    Errors that several union members report for the same value ("expected a mapping", "expected a list")
+    are merged into one ("expected a mapping or a list").
+    """
+    grouped: dict[KeyPath, list[tuple[str, str | None, str, str]]] = {}
+    for err in exc.errors(include_url=False):
+        path, message, hint, at = _one(err, loaded, root)
+        grouped.setdefault(path, []).append((message, hint, at, err["type"]))
+    out: list[SpecError] = []
+    for path, items in grouped.items():
+        typed = [m for m in items if m[0].startswith("expected ") and ", got " in m[0]]
+        if len(typed) > 1:
+            exps = [m[0][len("expected "): m[0].rindex(", got ")] for m in typed]
+            got = typed[0][0][typed[0][0].rindex(", got ") + 2:]
+            items = [m for m in items if m not in typed]
+            items.insert(0, (f"expected {_join(exps)}, {got}", None, "value", "merged"))
+        seen = set()
+        for message, hint, at, _ in items:
+            if message in seen:
+                continue
+            seen.add(message)
+            out.append(loaded.error(path, message, hint, at=at))
+    return out

@@ -1,0 +1,1 @@
+"""Loopback fakes of remote services (Sail) for tests and benchmarks. No network, no keys."""

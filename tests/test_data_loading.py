@@ -1,0 +1,202 @@
+"""Loading a spec's dataset in every supported format: jsonl, json, csv, parquet, a save_to_disk folder, a hub id
+(through a monkeypatched ``datasets.load_dataset``: tests never touch the network), and plain-words errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sailrl.runtime.data import DatasetError, load_rows
+from sailrl.spec.schema import Spec
+
+ROWS = [
+    {"question": "1+2", "answer": "3"},
+    {"question": "4+4", "answer": "8"},
+    {"question": "9+0", "answer": "9"},
+    {"question": "2+5", "answer": "007"},
+]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_spec(source: str, **dataset) -> Spec:
+    return Spec.model_validate({
+        "name": "t",
+        "dataset": {"source": source, "shuffle": False, **dataset},
+        "prompt": {"user": "{{ question }}=?"},
+        "reward": {"rules": [{"name": "correct", "kind": "answer", "extract": {"from": "last_number"}}]},
+    })
+
+
+def plain(rows):
+    return [{k: v for k, v in r.items()} for r in rows]
+
+
+def expected(rows=ROWS):
+    return [{**r, "_index": i} for i, r in enumerate(rows)]
+
+
+def test_jsonl_relative_to_spec_dir(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS) + "\n\n")
+    out = load_rows(make_spec("data/rows.jsonl"), tmp_path)
+    assert out.train == expected()
+    assert out.columns == ["question", "answer"]
+    assert out.eval == [] and out.skipped == []
+    assert out.loaded == 4 and out.selected == 4
+
+
+def test_json_array(tmp_path):
+    (tmp_path / "rows.json").write_text(json.dumps(ROWS, indent=2))
+    assert load_rows(make_spec("rows.json"), tmp_path).train == expected()
+
+
+def test_json_file_holding_json_lines(tmp_path):
+    (tmp_path / "rows.json").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    assert load_rows(make_spec("rows.json"), tmp_path).train == expected()
+
+
+def test_csv_keeps_cells_as_typed_text(tmp_path):
+    text = "question,answer\n" + "".join(f"{r['question']},{r['answer']}\n" for r in ROWS)
+    (tmp_path / "rows.csv").write_text(text)
+    out = load_rows(make_spec("rows.csv"), tmp_path)
+    assert out.train == expected()  # "007" stays "007", not 7
+    assert out.columns == ["question", "answer"]
+
+
+def test_parquet(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_list(ROWS).to_parquet(str(tmp_path / "rows.parquet"))
+    assert load_rows(make_spec("rows.parquet"), tmp_path).train == expected()
+
+
+def test_absolute_path(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    assert load_rows(make_spec(str(path)), Path("/nonexistent-spec-dir")).train == expected()
+
+
+def test_save_to_disk_datasetdict_with_named_eval_split(tmp_path):
+    import datasets
+
+    test_rows = [{"question": "5+5", "answer": "10"}, {"question": "6+1", "answer": "7"}]
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS),
+                               "test": datasets.Dataset.from_list(test_rows)})
+    dd.save_to_disk(str(tmp_path / "addition_ds"))
+    out = load_rows(make_spec("addition_ds", eval={"split": "test"}), tmp_path)
+    assert out.train == expected()
+    assert out.eval == expected(test_rows)
+
+
+def test_save_to_disk_unknown_split_suggests(tmp_path):
+    import datasets
+
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS)}).save_to_disk(str(tmp_path / "ds"))
+    with pytest.raises(DatasetError) as err:
+        load_rows(make_spec("ds", split="trian"), tmp_path)
+    assert "no split 'trian'" in str(err.value) and "did you mean 'train'" in str(err.value)
+    assert err.value.key == "dataset.split"
+
+
+def test_hub_id_goes_through_load_dataset_with_config_and_split(tmp_path, monkeypatch):
+    import datasets
+
+    calls = []
+    splits = {"train": ROWS, "test": ROWS[:1]}
+
+    def fake_load_dataset(path, name=None, split=None, **kwargs):
+        calls.append((path, name, split))
+        return datasets.Dataset.from_list(splits[split])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    spec = make_spec("openai/gsm8k", config="main", range=[1, 3], eval={"split": "test"})
+    out = load_rows(spec, tmp_path)
+    assert calls == [("openai/gsm8k", "main", "train"), ("openai/gsm8k", "main", "test")]
+    assert out.train == [{**ROWS[1], "_index": 1}, {**ROWS[2], "_index": 2}]
+    assert out.eval == [{**ROWS[0], "_index": 0}]
+    assert out.source == "openai/gsm8k (main) [train]"
+
+
+def test_hub_failure_is_one_plain_sentence(tmp_path, monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'someone/missing' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DatasetError) as err:
+        load_rows(make_spec("someone/missing"), tmp_path)
+    msg = str(err.value)
+    assert msg.startswith("cannot load dataset 'someone/missing' from the Hugging Face hub: ConnectionError")
+    assert ".jsonl" in msg and err.value.key == "dataset.source"
+
+
+def test_missing_file_names_the_path(tmp_path):
+    with pytest.raises(DatasetError) as err:
+        load_rows(make_spec("data/nope.jsonl"), tmp_path)
+    assert str(err.value) == (f"dataset file not found: {tmp_path / 'data' / 'nope.jsonl'}. Relative paths are "
+                              f"relative to the spec file's folder.")
+
+
+def test_malformed_jsonl_line_names_file_and_line(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"question": "1+1", "answer": "2"}\n\n{"question": "2+2", "answer": 4\n')
+    with pytest.raises(DatasetError) as err:
+        load_rows(make_spec("rows.jsonl"), tmp_path)
+    assert str(err.value).startswith(f"{path}:3:")
+    assert "malformed JSON line" in str(err.value)
+    assert err.value.line == 3 and err.value.path == str(path)
+
+
+def test_jsonl_line_that_is_not_an_object(tmp_path):
+    (tmp_path / "rows.jsonl").write_text('{"question": "1+1", "answer": "2"}\n[1, 2]\n')
+    with pytest.raises(DatasetError, match=r"rows.jsonl:2: the line is a JSON list, not an object"):
+        load_rows(make_spec("rows.jsonl"), tmp_path)
+
+
+def test_non_utf8_file(tmp_path):
+    (tmp_path / "rows.jsonl").write_bytes(b'{"question": "a", "answer": "b"}\n{"question": "\xff"}\n')
+    with pytest.raises(DatasetError, match=r"rows.jsonl:2: not UTF-8 text"):
+        load_rows(make_spec("rows.jsonl"), tmp_path)
+
+
+def test_unsupported_suffix(tmp_path):
+    (tmp_path / "rows.txt").write_text("hello\n")
+    with pytest.raises(DatasetError, match=r"unsupported file type \.txt"):
+        load_rows(make_spec("./rows.txt"), tmp_path)
+
+
+def test_named_split_on_a_single_file_is_explained(tmp_path):
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    with pytest.raises(DatasetError) as err:
+        load_rows(make_spec("rows.jsonl", eval={"split": "test"}), tmp_path)
+    assert "split 'test' does not exist" in str(err.value) and "eval.count" in str(err.value)
+    assert err.value.key == "dataset.eval.split"
+
+
+def test_empty_file(tmp_path):
+    (tmp_path / "rows.jsonl").write_text("\n")
+    with pytest.raises(DatasetError, match="the train split is empty"):
+        load_rows(make_spec("rows.jsonl"), tmp_path)
+
+
+def test_committed_quickstart_data():
+    spec = make_spec("data/addition.jsonl")
+    out = load_rows(spec, REPO / "spec" / "examples")
+    assert len(out.train) == 100
+    pairs = {r["question"] for r in out.train}
+    assert pairs == {f"{a}+{b}" for a in range(10) for b in range(10)}
+    assert all(r["answer"] == str(eval(r["question"])) for r in out.train)  # noqa: S307 -- digits and '+' only
+
+
+def test_generator_is_deterministic(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_addition", REPO / "spec/examples/data/make_addition.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main(["--out", str(tmp_path / "a.jsonl")])
+    assert (tmp_path / "a.jsonl").read_bytes() == (REPO / "spec/examples/data/addition.jsonl").read_bytes()
+    assert len(mod.make_rows(max_operand=2, seed=5)) == 9
