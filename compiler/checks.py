@@ -7,8 +7,9 @@ the wrong type is skipped here (the schema already reports it).
 Checked: regular expressions compile (with the ``regex`` module the runtime uses) and carry no control
 characters from double-quoted escapes; Jinja2 templates parse and use only declared dataset fields; the
 renderer name and LoRA rank; group_size >= 2; num_substeps divides groups_per_step; the Sail completion
-window; resume_from is a save_state checkpoint; reward rule names, extractors and field references; local
-dataset files exist. Then the spec's worked reward ``examples`` are scored
+window; resume_from is a save_state checkpoint; reference fields are declared dataset fields; local dataset
+files exist. (Rule-level checks -- unique names, extractor needs, weights vs scores, clip order -- are model
+validators in ``sailrl.spec.rewards`` and reach the user through the schema errors.) Then the spec's worked reward ``examples`` are scored
 (``sailrl.compiler.reward_checks``) when the rest is valid.
 """
 
@@ -29,7 +30,7 @@ COMPLETION_WINDOWS = ("balanced", "flex")
 LOCAL_DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 # Characters a double-quoted YAML escape produces that nobody means to type in a pattern or template.
 _CONTROL_ESCAPES = {"\x08": "\\b", "\x07": "\\a", "\x0c": "\\f", "\x0b": "\\v", "\x1b": "\\e", "\x00": "\\0"}
-_REGEX_FLAGS = {"DOTALL", "IGNORECASE", "MULTILINE", "VERBOSE"}
+_REGEX_FLAGS = {"DOTALL", "IGNORECASE", "MULTILINE", "VERBOSE", "ASCII"}
 
 
 def check_spec(loaded: LoadedSpec) -> list[SpecError]:
@@ -131,7 +132,7 @@ class _Checker:
             found = [(i, ch) for i, ch in enumerate(node.value) if ch in _CONTROL_ESCAPES]
             if not found:
                 continue
-            i, ch = found[0]
+            _, ch = found[0]
             esc = _CONTROL_ESCAPES[ch]
             self.add(
                 path,
@@ -188,11 +189,7 @@ class _Checker:
             if pattern is None:
                 continue
             flags = owner.get("flags") if isinstance(owner.get("flags"), list) else []
-            compiled = self._compile(p_path, pattern, [f for f in flags if f in _REGEX_FLAGS])
-            is_extractor = path[-1] == "extract" and owner.get("from") == "regex"
-            if compiled is not None and is_extractor and compiled.groups == 0:
-                self.add(p_path, "an answer-extracting regex needs a capture group (...) around the answer",
-                         "E.g. pattern: 'Answer: (-?\\d+)' takes the number after 'Answer: '.")
+            self._compile(p_path, pattern, [f for f in flags if f in _REGEX_FLAGS])
 
     def _compile(self, path: KeyPath, pattern: str, flags: list[str]) -> Any:
         import regex
@@ -208,8 +205,9 @@ class _Checker:
             hint = None
             if pos is not None:
                 hint = f"In the pattern:\n{pattern}\n{' ' * pos}^ {exc.msg}"
-            if "\\" in pattern:
-                tip = "Write patterns in single quotes so backslashes stay as typed."
+            info = self.loaded.nodes.get(path)
+            if "\\" in pattern and info is not None and getattr(info.node, "style", None) == '"':
+                tip = "Write patterns in single quotes: inside double quotes YAML interprets backslashes."
                 hint = f"{hint}\n{tip}" if hint else tip
             if pos is not None:
                 self.at_offset(path, pos, f"this regular expression does not compile: {exc.msg}{where}", hint)
@@ -222,51 +220,15 @@ class _Checker:
         if not isinstance(rules, list):
             return
         declared = self.declared_fields()
-        names: dict[str, int] = {}
         for i, rule in enumerate(rules):
             if not isinstance(rule, dict):
                 continue
             path = ("reward", "rules", i)
-            name = self.text((*path, "name"))
-            if name is not None:
-                if name in names:
-                    first = self.loaded.locate(("reward", "rules", names[name], "name"))
-                    self.add((*path, "name"), f"two rules are named '{name}' (the first is rule {names[name]}"
-                             + (f", line {first[0]})" if first else ")"),
-                             "Rule names key the metrics (reward/<name>) and examples' expect:, so they must differ.")
-                else:
-                    names[name] = i
             for sub_path, owner in _walk_dicts(rule, path):
-                if sub_path[-1] == "extract":
-                    self._extractor(sub_path, owner)
-            ref_field = self.text((*path, "reference", "field"))
-            if declared is not None and ref_field is not None and ref_field not in declared:
-                self._unknown_field((*path, "reference", "field"), ref_field, declared)
-            if rule.get("kind") == "length":
-                lo, hi = self.integer((*path, "min")), self.integer((*path, "max"))
-                if lo is not None and hi is not None and lo > hi:
-                    self.add((*path, "min"), f"min ({lo}) is larger than max ({hi}); no completion can pass")
-            has_weight = rule.get("weight") is not None
-            has_scores = rule.get("pass_score") is not None or rule.get("fail_score") is not None
-            if has_weight and has_scores:
-                self.add((*path, "weight"), "set either weight or pass_score/fail_score, not both",
-                         "weight w means pass -> w, fail -> 0; pass_score/fail_score set both contributions.")
-        correct = self.text(("reward", "correct_rule"))
-        if correct is not None and names and correct not in names:
-            guess = did_you_mean(correct, names)
-            self.add(("reward", "correct_rule"), f"no rule is named '{correct}'"
-                     + (f" -- did you mean '{guess}'?" if guess else ""), f"Rules: {', '.join(names)}.")
-        clip = self.get(("reward", "clip"))
-        if isinstance(clip, list) and len(clip) == 2 and all(_is_number(x) for x in clip) and clip[0] >= clip[1]:
-            self.add(("reward", "clip"), f"clip low ({clip[0]}) must be below clip high ({clip[1]})")
-
-    def _extractor(self, path: KeyPath, extractor: dict) -> None:
-        kind = extractor.get("from")
-        if kind == "regex" and extractor.get("pattern") is None:
-            self.add(path, "from: regex needs a `pattern` with a capture group",
-                     "E.g. pattern: 'Answer: (-?\\d+)'.")
-        if kind == "after_marker" and not self.text((*path, "marker")):
-            self.add(path, "from: after_marker needs a `marker` (the text the answer follows, e.g. '####')")
+                if sub_path[-1] == "reference" and declared is not None:
+                    ref_field = self.text((*sub_path, "field"))
+                    if ref_field is not None and ref_field not in declared:
+                        self._unknown_field((*sub_path, "field"), ref_field, declared)
 
     def _unknown_field(self, path: KeyPath, name: str, declared: list[str]) -> None:
         guess = did_you_mean(name, declared)
@@ -348,10 +310,11 @@ class _Checker:
             dup = next(n for n in declared if declared.count(n) > 1)
             self.add(("dataset", "fields"), f"field '{dup}' is listed twice")
         rng = self.get(("dataset", "range"))
-        if isinstance(rng, list) and len(rng) == 2 and all(_is_int(x) for x in rng):
-            if rng[0] < 0 or rng[0] >= rng[1]:
-                self.add(("dataset", "range"), f"range [{rng[0]}, {rng[1]}) is empty or negative",
-                         "range: [start, end] takes rows start .. end-1; start must be >= 0 and below end.")
+        if isinstance(rng, list) and len(rng) == 2 and all(_is_int(x) for x in rng) and (
+            rng[0] < 0 or rng[0] >= rng[1]
+        ):
+            self.add(("dataset", "range"), f"range [{rng[0]}, {rng[1]}) is empty or negative",
+                     "range: [start, end] takes rows start .. end-1; start must be >= 0 and below end.")
         ev = self.get(("dataset", "eval"))
         if isinstance(ev, dict):
             chosen = [k for k in ("split", "count", "fraction") if ev.get(k) is not None]
@@ -385,10 +348,6 @@ def _find_name(source: str, name: str) -> int:
 
     m = re.search(r"(?<![\w.])" + re.escape(name) + r"(?!\w)", source)
     return m.start() if m else 0
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _is_int(x: Any) -> bool:

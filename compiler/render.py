@@ -101,6 +101,10 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
     be written; used to make the spec directory relative to the script, so the pair can move together.
     """
     resolved = spec.resolved()
+    # Rules are shown as written (defaults left out) so a rule reads like the spec; sections show every value.
+    resolved["reward"]["rules"] = [
+        r.model_dump(mode="json", by_alias=True, exclude_defaults=True) for r in spec.reward.rules
+    ]
     sha256 = hashlib.sha256(spec_bytes).hexdigest()
     spec_dir = Path(spec_path).parent
     script_dir = Path(output_path).parent

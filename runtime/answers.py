@@ -469,11 +469,12 @@ class Comparator:
             "math": "is not a math expression math-verify can read (compare: math)",
         }[self.kind]
 
-    def describe(self) -> str:
+    def sentence(self, pred: str, ref: str) -> str:
+        """``pred`` and ``ref`` (plain-word descriptions) joined by what this comparison checks."""
         if self.kind == "exact":
-            return "is exactly the same text as"
+            return f"{pred} is exactly the same text as {ref}"
         if self.kind == "normalized":
-            return "equals (ignoring case, spaces, $ signs, \\text{} and thousands separators)"
+            return f"{pred} equals {ref} (ignoring case, spaces, $ signs, \\text{{}} and thousands separators)"
         if self.kind == "numeric":
             tol = []
             if self.abs_tol:
@@ -481,5 +482,5 @@ class Comparator:
             if self.rel_tol:
                 tol.append(f"within {self.rel_tol:g} relative")
             extra = f" ({' or '.join(tol)})" if tol else ""
-            return f"equals as a number{extra}"
-        return "is mathematically equivalent (math-verify) to"
+            return f"{pred} equals {ref} as a number{extra}"
+        return f"{pred} is mathematically equivalent to {ref} (math-verify)"

@@ -433,7 +433,7 @@ def _select(src: _Source, split_label: str, *, rng: tuple[int, int] | None, limi
     """``(source index, raw row)`` pairs of ``range`` then ``limit``."""
     n = len(src)
     if n == 0:
-        raise DatasetError(f"the {split_label} split is empty: the source has no rows", key="dataset.source")
+        raise DatasetError(f"the {split_label} split is empty: it has no rows", key=f"{key_prefix}.split")
     start, stop = 0, n
     if rng is not None:
         start, stop = int(rng[0]), int(rng[1])
@@ -500,6 +500,8 @@ def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
     spec_dir = Path(spec_dir)
     ds = spec.dataset
     src, where = _load_split(spec, spec_dir, ds.split, "dataset.split")
+    if len(src) == 0:
+        raise DatasetError(f"the {ds.split} split is empty: {where} has no rows", key="dataset.source")
     columns = list(src.columns)
     mapping = field_mapping(spec, columns)
     need = required_fields(spec)

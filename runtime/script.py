@@ -53,6 +53,9 @@ def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, A
             if not isinstance(node, dict):
                 raise ValueError(f"--set {key}: {p} is not a section")
         node[parts[-1]] = value
+    keys = {o.partition("=")[0] for o in overrides}
+    if "model.name" in keys and "model.renderer" not in keys and isinstance(out.get("model"), dict):
+        out["model"]["renderer"] = None  # the new model's default renderer, not the old model's
     return out
 
 

@@ -32,7 +32,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
+    """The parser. Only ``chosen``'s module is imported (for its arguments); ``None`` imports them all."""
     from sailrl import __version__
 
     parser = _Parser(
@@ -43,13 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        mod = importlib.import_module(f"sailrl.commands.{module}")
-        mod.add_arguments(p)
+        if chosen is None or chosen == name:
+            importlib.import_module(f"sailrl.commands.{module}").add_arguments(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in COMMANDS else "")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)

@@ -13,6 +13,7 @@ Lines and columns are 1-based; a column of 0 means "the whole line / unknown col
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 
 _RED = "\033[31;1m"
@@ -134,7 +135,8 @@ def _format_one(err: SpecError, lines: list[str], color: bool) -> str:
         out += body
     if err.hint:
         pad = " " * width
-        hint_lines = err.hint.splitlines()
+        hint_lines = [w for h in err.hint.splitlines()
+                      for w in (textwrap.wrap(h, 100, break_on_hyphens=False) if len(h) > 100 else [h])]
         out.append(f"{pad} = {cyan}hint:{reset} {hint_lines[0]}")
         out += [f"{pad}         {h}" for h in hint_lines[1:]]
     return "\n".join(out)

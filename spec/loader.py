@@ -65,9 +65,9 @@ def resolve_plain(text: str) -> Any:
     if _INT10.match(text):
         return int(text, 10)
     if _INT8.match(text):
-        return int(text[2:], 8)
+        return int(text, 0)
     if _INT16.match(text):
-        return int(text[2:], 16)
+        return int(text, 0)
     if _FLOAT.match(text):
         return float(text)
     if _INF.match(text):
@@ -252,6 +252,11 @@ class _Builder:
                     data_items.append(d)
                 return tree_items, data_items
             assert isinstance(node, MappingNode)
+            template = _unquoted_template(node)
+            if template is not None:
+                self.fail(node, path, "unquoted template: YAML reads {{ ... }} as a mapping, not text",
+                          f"Quote the template: '{template}'")
+                return template, template
             if node.tag != _MAP:
                 self.fail(node, path, f"unsupported YAML tag {_short_tag(node.tag)}",
                           "Remove the tag; a spec uses plain mappings.")
@@ -316,6 +321,19 @@ class _Builder:
         return text, text
 
 
+def _unquoted_template(node: MappingNode) -> str | None:
+    """The source text when ``node`` is an unquoted Jinja expression (``{{ question }}``) YAML took as a mapping."""
+    if not node.flow_style or len(node.value) != 1:
+        return None
+    key, value = node.value[0]
+    if not (isinstance(key, MappingNode) and key.flow_style and isinstance(value, ScalarNode) and value.value == ""):
+        return None
+    start, stop = node.start_mark, node.end_mark
+    if start.buffer is None:
+        return None
+    return start.buffer[start.pointer:stop.pointer]
+
+
 def _short_tag(tag: str) -> str:
     return "!!" + tag[len("tag:yaml.org,2002:"):] if tag.startswith("tag:yaml.org,2002:") else tag
 
@@ -343,7 +361,22 @@ def _yaml_error(exc: yaml.MarkedYAMLError, filename: str, text: str) -> SpecErro
             "single quotes, where a backslash stays as typed: pattern: '\\d+'"
         )
         col = max(col - 1, 1)  # point at the backslash
+    elif exc.context_mark is not None and ("end of stream" in problem or "<stream end>" in problem):
+        # The file ended inside something unclosed: point at where it was opened.
+        line, col = _pos(exc.context_mark)
+        context = exc.context or ""
+        if "quoted scalar" in context:
+            message = "unclosed quote: this quoted text has no closing quote"
+            hint = "Add the closing quote. Inside single quotes, write '' for a literal single quote."
+        elif "flow sequence" in context:
+            message = "unclosed '[': this list has no closing ']'"
+        elif "flow mapping" in context:
+            message = "unclosed '{': this mapping has no closing '}'"
+            hint = "A template such as {{ question }} must be quoted: user: '{{ question }}'"
+        else:
+            message = f"YAML syntax error: the file ends {context}".strip()
     else:
+        problem = problem.replace("found '?'", "found a key").replace("<block end>", "the end of the block")
         message = f"YAML syntax error: {problem}"
         if exc.context and exc.context_mark and exc.problem:
             c_line, c_col = _pos(exc.context_mark)
@@ -356,7 +389,7 @@ def _yaml_error(exc: yaml.MarkedYAMLError, filename: str, text: str) -> SpecErro
                     "(single quotes keep backslashes) or check the indentation.")
         elif "could not find expected ':'" in problem:
             hint = "Each line of a mapping is `key: value`; check for a missing colon or wrong indentation."
-        elif "expected <block end>" in problem:
+        elif "the end of the block" in problem:
             hint = "Check the indentation: items of one mapping or list must start in the same column."
     return SpecError(filename, line, col, "", message, hint, None, related)
 
@@ -408,13 +441,16 @@ def load_spec_text(text: str, filename: str = "<string>", *, path: Path | None =
         raise SpecErrors(errors, text)
     from pydantic import ValidationError
 
+    schema_errors: list[SpecError] = []
     try:
         loaded.spec = Spec.model_validate(tree)
     except ValidationError as exc:
-        errors.extend(pydantic_errors(exc, loaded, Spec))
+        schema_errors = pydantic_errors(exc, loaded, Spec)
     from sailrl.compiler.checks import check_spec
 
-    errors.extend(check_spec(loaded))
+    check_errors = check_spec(loaded)
+    errors.extend(_drop_covered(schema_errors, check_errors))
+    errors.extend(check_errors)
     if errors:
         raise SpecErrors(_dedupe(errors), text)
     return loaded
@@ -441,6 +477,18 @@ def load_spec(path: str | Path) -> LoadedSpec:
                                     "Save the spec as UTF-8.")]) from None
     text = text.removeprefix("\ufeff")
     return load_spec_text(text, str(path), path=p, sha256=hashlib.sha256(raw).hexdigest())
+
+
+def _drop_covered(schema_errors: list[SpecError], check_errors: list[SpecError]) -> list[SpecError]:
+    """Drop a schema validator's regex complaint where a check already located the same pattern precisely."""
+    patterns = [e.key_path for e in check_errors if e.key_path.endswith("pattern")]
+
+    def covered(e: SpecError) -> bool:
+        if "regular expression" not in e.message and "control character" not in e.message:
+            return False
+        return any(p == e.key_path or p.startswith(e.key_path + ".") for p in patterns)
+
+    return [e for e in schema_errors if not covered(e)]
 
 
 def _dedupe(errors: list[SpecError]) -> list[SpecError]:

@@ -188,3 +188,25 @@ class Spec(SpecModel):
     def resolved(self) -> dict[str, Any]:
         """The spec with defaults filled in, as plain JSON-able data (aliases used)."""
         return self.model_dump(mode="json", by_alias=True)
+
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a spec file, for editors (yaml-language-server) and the docs.
+
+    Keys are the YAML spellings (aliases such as ``from``); ``additionalProperties: false`` everywhere,
+    as the loader refuses unknown keys.
+    """
+    schema = Spec.model_json_schema(by_alias=True, mode="validation")
+    return {
+        "$schema": JSON_SCHEMA_DIALECT,
+        "title": "sailrl spec",
+        "description": (
+            f"sailrl spec language version {SPEC_VERSION}: one YAML file describing an RL fine-tuning run "
+            "(model + LoRA, dataset, prompt template, reward rules, training loop, sampling). "
+            "Reference: docs/spec-reference.md."
+        ),
+        **{k: v for k, v in schema.items() if k not in ("title", "description")},
+    }

@@ -1,0 +1,182 @@
+"""Checkpoint paths and files of the embedded backend.
+
+Paths mirror Tinker's ``tinker://<run>/sampler_weights/<name>`` and ``tinker://<run>/weights/<name>``
+as ``local://<run>/sampler_weights/<name>`` (sampling only, from ``save_weights_for_sampler``) and
+``local://<run>/weights/<name>`` (``save_state``: adapter + optimizer state, for resuming). Each maps
+to the directory ``<base_dir>/<run>/<kind>/<name>/`` holding:
+
+- ``adapter_config.json`` + ``adapter_model.safetensors``: a PEFT LoRA adapter that
+  ``peft.PeftModel.from_pretrained(base, dir)`` loads onto the base model;
+- ``base_model.json``: the base model's name, seed and config (``sailrl/tiny`` is rebuilt from it);
+- ``checkpoint.json``: kind, creation time, TTL / expiry, user metadata;
+- ``optimizer.pt`` + ``training_state.json`` (``weights/`` only): AdamW state and step count.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import tarfile
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tinker import types
+
+SCHEME = "local://"
+Kind = Literal["sampler_weights", "weights"]
+KINDS: tuple[str, ...] = ("sampler_weights", "weights")
+META_FILE = "checkpoint.json"
+OPTIMIZER_FILE = "optimizer.pt"
+TRAINING_STATE_FILE = "training_state.json"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class CheckpointPathError(ValueError):
+    """A checkpoint path that is not ``local://<run>/<kind>/<name>`` or names no saved checkpoint."""
+
+
+@dataclass(frozen=True)
+class LocalPath:
+    """A parsed ``local://<run>/<kind>/<name>`` checkpoint path."""
+
+    run_id: str
+    kind: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{SCHEME}{self.run_id}/{self.kind}/{self.name}"
+
+    @classmethod
+    def parse(cls, path: str) -> LocalPath:
+        """Parse ``path``; raises ``CheckpointPathError`` with the expected shape."""
+        if not path.startswith(SCHEME):
+            hint = " (a tinker:// path belongs to the Tinker service, not the embedded backend)"
+            raise CheckpointPathError(
+                f"{path!r} is not an embedded-backend checkpoint path; expected "
+                f"local://<run>/sampler_weights/<name> or local://<run>/weights/<name>"
+                f"{hint if path.startswith('tinker://') else ''}."
+            )
+        parts = path[len(SCHEME) :].split("/")
+        if len(parts) != 3 or parts[1] not in KINDS or not all(_NAME.match(p) for p in (parts[0], parts[2])):
+            raise CheckpointPathError(
+                f"{path!r} is not a valid checkpoint path; expected "
+                "local://<run>/sampler_weights/<name> or local://<run>/weights/<name>."
+            )
+        return cls(parts[0], parts[1], parts[2])
+
+
+def check_name(name: str) -> None:
+    """Raise ``ValueError`` unless ``name`` is a plain checkpoint name (letters, digits, ``._-``)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(
+            f"Checkpoint name {name!r} is not allowed: use letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit (for example 'step-000010')."
+        )
+
+
+class CheckpointStore:
+    """Maps ``local://`` paths to directories under ``base_dir`` and keeps their metadata."""
+
+    def __init__(self, base_dir: str):
+        self.base_dir = os.path.abspath(base_dir)
+
+    def directory(self, path: LocalPath | str) -> str:
+        lp = LocalPath.parse(path) if isinstance(path, str) else path
+        return os.path.join(self.base_dir, lp.run_id, lp.kind, lp.name)
+
+    def existing(self, path: str) -> str:
+        """The directory of a saved checkpoint; raises ``CheckpointPathError`` if absent."""
+        directory = self.directory(path)
+        if not os.path.isfile(os.path.join(directory, "adapter_config.json")):
+            raise CheckpointPathError(
+                f"No checkpoint at {path} (looked in {directory}). Check the path, or that the "
+                "run saved it under this base directory."
+            )
+        return directory
+
+    def prepare(self, path: LocalPath, overwrite: bool) -> str:
+        """Create an empty directory for ``path``; raises ``ValueError`` if it exists and not overwrite."""
+        directory = self.directory(path)
+        if os.path.exists(directory):
+            if not overwrite:
+                raise ValueError(f"A checkpoint named {path.name!r} already exists at {path}; pick a new name.")
+            shutil.rmtree(directory)
+        os.makedirs(directory)
+        return directory
+
+    def write_meta(
+        self,
+        path: LocalPath,
+        ttl_seconds: int | None,
+        user_metadata: dict[str, str] | None,
+    ) -> None:
+        now = _dt.datetime.now(_dt.timezone.utc)
+        meta = {
+            "tinker_path": str(path),
+            "checkpoint_type": "training" if path.kind == "weights" else "sampler",
+            "time": now.isoformat(),
+            "ttl_seconds": ttl_seconds,
+            "expires_at": None if ttl_seconds is None else (now + _dt.timedelta(seconds=ttl_seconds)).isoformat(),
+            "user_metadata": user_metadata,
+        }
+        with open(os.path.join(self.directory(path), META_FILE), "w") as f:
+            json.dump(meta, f, indent=2)
+
+    def read_meta(self, path: str) -> dict[str, Any]:
+        with open(os.path.join(self.existing(path), META_FILE)) as f:
+            return json.load(f)
+
+    def set_ttl(self, path: str, ttl_seconds: int | None) -> None:
+        """Record a TTL (seconds from now) or clear it (``None``). Nothing is deleted automatically."""
+        meta = self.read_meta(path)
+        now = _dt.datetime.now(_dt.timezone.utc)
+        meta["ttl_seconds"] = ttl_seconds
+        meta["expires_at"] = None if ttl_seconds is None else (now + _dt.timedelta(seconds=ttl_seconds)).isoformat()
+        with open(os.path.join(self.existing(path), META_FILE), "w") as f:
+            json.dump(meta, f, indent=2)
+
+    def archive(self, path: str) -> str:
+        """Write ``<dir>.tar`` holding the checkpoint's files (rewritten each call); return its path."""
+        directory = self.existing(path)
+        target = directory.rstrip(os.sep) + ".tar"
+        with tarfile.open(target, "w") as tar:
+            for name in sorted(os.listdir(directory)):
+                tar.add(os.path.join(directory, name), arcname=name)
+        return target
+
+    def delete(self, path: str) -> None:
+        directory = self.existing(path)
+        shutil.rmtree(directory)
+        if os.path.exists(directory + ".tar"):
+            os.remove(directory + ".tar")
+
+    def list_run(self, run_id: str) -> list[types.Checkpoint]:
+        """The run's checkpoints, oldest first."""
+        out: list[types.Checkpoint] = []
+        for kind in KINDS:
+            kind_dir = os.path.join(self.base_dir, run_id, kind)
+            if not os.path.isdir(kind_dir):
+                continue
+            for name in os.listdir(kind_dir):
+                path = str(LocalPath(run_id, kind, name))
+                if not os.path.isdir(os.path.join(kind_dir, name)):
+                    continue
+                meta = self.read_meta(path)
+                size = sum(
+                    os.path.getsize(os.path.join(kind_dir, name, f)) for f in os.listdir(os.path.join(kind_dir, name))
+                )
+                out.append(
+                    types.Checkpoint(
+                        checkpoint_id=f"{kind}/{name}",
+                        checkpoint_type=meta["checkpoint_type"],
+                        time=_dt.datetime.fromisoformat(meta["time"]),
+                        tinker_path=path,
+                        size_bytes=size,
+                        user_metadata=meta.get("user_metadata"),
+                        expires_at=_dt.datetime.fromisoformat(meta["expires_at"]) if meta.get("expires_at") else None,
+                    )
+                )
+        return sorted(out, key=lambda c: c.time)

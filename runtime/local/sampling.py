@@ -1,0 +1,225 @@
+"""``LocalSamplingClient``: the ``tinker.SamplingClient`` interface over an in-process model.
+
+Concurrent ``sample`` calls are coalesced: each call queues its request and, if none is pending,
+one batch job on the backend's worker thread. The job first waits until no new request has
+arrived for ``coalesce_window_s`` (default 3 ms, at most ``max_wait_s`` = 50 ms), then serves
+every queued request with ONE ``generation.generate`` call (each distinct prompt prefilled once).
+``tinker_cookbook.rl.rollout_strategy.FailFast`` runs a group's rollouts with ``asyncio.gather``,
+one ``sample_async(num_samples=1)`` per env, so a whole group (or a whole step, when groups are
+gathered too) becomes one batched generation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+from tinker import types
+from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
+
+from sailrl.runtime.local.futures import Worker
+from sailrl.runtime.local.generation import SampleRequest, generate
+
+_REQUEST_IDS = itertools.count()
+
+
+class SampleBatcher:
+    """Collects sample requests for one model and serves them in batches on ``worker``."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        model: Any,
+        tokenizer: Any,
+        max_context: int,
+        generator: torch.Generator,
+        coalesce_window_s: float = 0.003,
+        max_wait_s: float = 0.05,
+    ):
+        self._worker = worker
+        self._model = model
+        self._tokenizer = tokenizer
+        self._max_context = max_context
+        self._generator = generator
+        self._window = coalesce_window_s
+        self._max_wait = max_wait_s
+        self._lock = threading.Lock()
+        self._pending: list[tuple[SampleRequest, Future]] = []
+        self._scheduled = False
+        self.batch_sizes: list[int] = []  # rows served per batch, for tests and benchmarks
+
+    def submit(self, request: SampleRequest) -> AwaitableConcurrentFuture[types.SampleResponse]:
+        fut: Future = Future()
+        with self._lock:
+            self._pending.append((request, fut))
+            schedule = not self._scheduled
+            self._scheduled = True
+        if schedule:
+            self._worker.submit(self._serve)
+        return AwaitableConcurrentFuture(fut)
+
+    def _serve(self) -> None:
+        deadline = time.monotonic() + self._max_wait
+        seen = -1
+        while True:
+            with self._lock:
+                count = len(self._pending)
+            if count == seen or time.monotonic() >= deadline:
+                break
+            seen = count
+            time.sleep(self._window)
+        with self._lock:
+            batch, self._pending = self._pending, []
+            self._scheduled = False
+        if not batch:
+            return
+        requests = [req for req, _ in batch]
+        try:
+            responses = generate(
+                self._model,
+                requests,
+                tokenizer=self._tokenizer,
+                max_context=self._max_context,
+                generator=self._generator,
+            )
+        except BaseException as exc:
+            for _, fut in batch:
+                fut.set_exception(exc)
+            return
+        self.batch_sizes.append(sum(r.num_samples for r in requests))
+        for (_, fut), response in zip(batch, responses, strict=True):
+            fut.set_result(response)
+
+
+def _unsupported(name: str, value: Any) -> ValueError:
+    return ValueError(f"The embedded backend does not support {name}={value!r} in sample(); leave it unset.")
+
+
+class LocalSamplingClient:
+    """In-process ``tinker.SamplingClient``: ``sample``, ``compute_logprobs``, ``get_tokenizer``.
+
+    Build it through ``LocalServiceClient.create_sampling_client`` or a training client's
+    ``save_weights_and_get_sampling_client`` / ``create_sampling_client``.
+    """
+
+    def __init__(self, batcher: SampleBatcher, tokenizer: Any, base_model: str, model_path: str | None):
+        self._batcher = batcher
+        self._tokenizer = tokenizer
+        self._base_model = base_model
+        self.model_path = model_path
+
+    def sample(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
+    ) -> APIFuture[types.SampleResponse]:
+        """Sample ``num_samples`` continuations of ``prompt``; an ``APIFuture`` of ``SampleResponse``.
+
+        Each ``SampledSequence`` has ``tokens``, ``logprobs`` (temperature-scaled, see
+        ``generation``) and ``stop_reason`` ``"stop"`` | ``"length"``. ``include_prompt_logprobs``
+        fills ``prompt_logprobs`` (``None`` at position 0), ``topk_prompt_logprobs=k`` fills
+        ``topk_prompt_logprobs``. Raises ``ValueError`` for ``num_samples < 1`` and for the
+        unsupported options ``topk_sample_logprobs``, ``target_prompt_logprobs``,
+        ``prompt_alt_tokens_k``; an empty or over-long prompt fails the future with ``ValueError``.
+        """
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be at least 1, got {num_samples}.")
+        if topk_sample_logprobs:
+            raise _unsupported("topk_sample_logprobs", topk_sample_logprobs)
+        if target_prompt_logprobs is not None:
+            raise _unsupported("target_prompt_logprobs", "...")
+        if prompt_alt_tokens_k:
+            raise _unsupported("prompt_alt_tokens_k", prompt_alt_tokens_k)
+        tokens = prompt.to_ints()
+        if prompt_logprobs_last_n is not None:
+            if not include_prompt_logprobs:
+                raise ValueError("prompt_logprobs_last_n requires include_prompt_logprobs=True.")
+            if not 1 <= prompt_logprobs_last_n <= len(tokens) - 1:
+                raise ValueError(
+                    f"prompt_logprobs_last_n must be between 1 and len(prompt) - 1 = {len(tokens) - 1}."
+                )
+        request = SampleRequest(
+            prompt=tokens,
+            num_samples=num_samples,
+            params=sampling_params,
+            include_prompt_logprobs=include_prompt_logprobs,
+            topk_prompt_logprobs=topk_prompt_logprobs,
+            prompt_logprobs_last_n=prompt_logprobs_last_n,
+            request_id=f"s{next(_REQUEST_IDS)}",
+        )
+        return self._batcher.submit(request)
+
+    async def sample_async(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
+    ) -> types.SampleResponse:
+        """Async ``sample``: returns the ``SampleResponse`` itself (as the SDK's ``sample_async``)."""
+        return await self.sample(
+            prompt,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs,
+            topk_prompt_logprobs,
+            topk_sample_logprobs,
+            target_prompt_logprobs,
+            prompt_alt_tokens_k,
+            prompt_logprobs_last_n,
+        )
+
+    def compute_logprobs(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> APIFuture[list[float | None]]:
+        """Log-probabilities of each prompt token given the tokens before it (``None`` at 0)."""
+        inner = self.sample(
+            prompt,
+            1,
+            types.SamplingParams(max_tokens=1),
+            include_prompt_logprobs=True,
+            prompt_logprobs_last_n=prompt_logprobs_last_n,
+        )
+        out: Future = Future()
+
+        def _done(f: Future) -> None:
+            if f.exception() is not None:
+                out.set_exception(f.exception())
+            else:
+                out.set_result(f.result().prompt_logprobs)
+
+        inner.future().add_done_callback(_done)
+        return AwaitableConcurrentFuture(out)
+
+    async def compute_logprobs_async(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> list[float | None]:
+        """Async ``compute_logprobs``: returns the list itself (as the SDK)."""
+        return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
+
+    def get_tokenizer(self) -> Any:
+        """The tokenizer of the base model (``runtime.models.get_tokenizer``)."""
+        return self._tokenizer
+
+    def get_base_model(self) -> str:
+        """The base model name, e.g. ``"sailrl/tiny"``."""
+        return self._base_model
+
+    async def get_base_model_async(self) -> str:
+        return self._base_model

@@ -1,0 +1,38 @@
+"""``sailrl explain SPEC``: print a spec's reward formula in plain words.
+
+One line per rule ("correct: +1 if the last \\boxed{...} answer in the completion equals the reference answer
+... as a number; otherwise 0."), then the total with its range and what the logged 'correct' means.
+Never imports torch. Exit 0, or 1 when the spec is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", metavar="SPEC", help="the spec YAML file")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from sailrl.commands.rewards import load_spec_lenient
+    from sailrl.commands.validate import use_color
+
+    if not Path(args.spec).is_file():
+        print(f"error: spec not found: {args.spec}", file=sys.stderr)
+        return 1
+    spec = load_spec_lenient(args.spec, use_color("auto", sys.stderr))
+    if spec is None:
+        return 1
+    from sailrl.runtime.rewards import RewardFunction
+
+    fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field)
+    print(f"Reward of '{spec.name}', per completion:")
+    for line in fn.explain():
+        print(f"  {line}")
+    if spec.examples:
+        print(f"{len(spec.examples)} worked example(s) in the spec are checked by `sailrl validate`.")
+    return 0

@@ -1,0 +1,223 @@
+"""``sailrl rewards SPEC``: score completions with a spec's reward rules and print a per-rule table.
+
+Completions come from ``--completion TEXT`` (repeatable) and/or ``--jsonl FILE`` (one JSON object per line:
+``completion`` and optional ``fields``, ``truncated``, ``num_tokens``). The dataset fields they are scored
+against come from ``--row N`` (row N of the spec's dataset split, by its index in the split) and/or
+``--field NAME=VALUE`` (repeatable; overrides the row). Each completion gets a table: rule | result | score |
+why, and the total.
+
+Exit codes: 0 scored; 1 invalid spec, unloadable dataset, or a reference answer the rules cannot use;
+2 usage error (no completions, a malformed --field or JSONL line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", metavar="SPEC", help="the spec YAML file")
+    p.add_argument("--completion", "-c", action="append", default=[], metavar="TEXT",
+                   help="a completion to score (repeatable); for line breaks use the shell, e.g. $'a\\nb'")
+    p.add_argument("--jsonl", metavar="FILE",
+                   help="completions as JSON lines: {\"completion\": ..., \"fields\": {...}, \"truncated\": false}")
+    p.add_argument("--row", type=int, metavar="N", help="score against row N of the dataset split (0-based)")
+    p.add_argument("--field", "-f", action="append", default=[], metavar="NAME=VALUE",
+                   help="a dataset field value, e.g. --field 'answer=#### 72' (repeatable; overrides --row)")
+    p.add_argument("--truncated", action="store_true",
+                   help="treat the --completion texts as cut off at max_tokens")
+    p.add_argument("--tokens", type=int, metavar="N", help="completion length in tokens (for length rules)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per completion instead of tables")
+
+
+class _Usage(Exception):
+    pass
+
+
+def _parse_fields(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise _Usage(f"--field needs NAME=VALUE, got {item!r} (e.g. --field 'answer=#### 72')")
+        out[name.strip()] = value
+    return out
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    import json
+
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise _Usage(f"cannot read {path}: {exc.strerror or exc}") from None
+    items = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _Usage(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("completion"), str):
+            raise _Usage(f"{path}:{n}: expected an object with a \"completion\" string")
+        if "fields" in obj and not isinstance(obj["fields"], dict):
+            raise _Usage(f"{path}:{n}: \"fields\" must be an object")
+        items.append(obj)
+    return items
+
+
+def load_spec_lenient(path: str, color: bool) -> Any:
+    """The spec at ``path``, or None after printing its problems.
+
+    A spec whose only problems are its worked ``examples:`` disagreeing still loads (the problems are printed
+    as warnings): that is when scoring completions by hand helps most.
+    """
+    from sailrl.compiler.reward_checks import is_example_error
+    from sailrl.spec.errors import SpecErrors
+    from sailrl.spec.loader import load_spec, parse_yaml
+
+    try:
+        return load_spec(path).spec
+    except SpecErrors as exc:
+        print(exc.format(color=color), file=sys.stderr)
+        if not exc.errors or not all(is_example_error(e) for e in exc.errors):
+            return None
+        print("(the reward examples disagree; scoring anyway)\n", file=sys.stderr)
+    from sailrl.spec.schema import Spec
+
+    text = Path(path).read_text(encoding="utf-8").removeprefix("\ufeff")
+    tree = parse_yaml(text, path)[0]
+    return Spec.model_validate(tree)
+
+
+def _dataset_row(spec: Any, spec_path: str, n: int) -> dict[str, Any]:
+    from sailrl.runtime.data import DatasetError, load_rows
+
+    try:
+        rows = load_rows(spec, Path(spec_path).resolve().parent)
+    except DatasetError as exc:
+        raise LookupError(f"cannot load the dataset: {exc}") from None
+    for row in [*rows.train, *rows.eval]:
+        if row.get("_index") == n:
+            return {k: v for k, v in row.items() if k != "_index"}
+    for skipped in rows.skipped:
+        if skipped.index == n and skipped.split == spec.dataset.split:
+            print(f"note: row {n} is skipped in training: {skipped.reason}", file=sys.stderr)
+            return {k: v for k, v in skipped.row.items() if k != "_index"}
+    have = sorted(r["_index"] for r in rows.train)
+    span = f"{have[0]}..{have[-1]}" if have else "none"
+    raise LookupError(f"row {n} is not among the selected rows of split '{spec.dataset.split}' "
+                      f"(rows {span}; dataset.range / dataset.limit select them)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from sailrl.commands.validate import use_color
+
+    color = use_color("auto", sys.stderr)
+    try:
+        fields = _parse_fields(args.field)
+        items: list[dict[str, Any]] = [
+            {"completion": c, "truncated": args.truncated, "num_tokens": args.tokens}
+            for c in args.completion
+        ]
+        if args.jsonl:
+            items += _read_jsonl(args.jsonl)
+    except _Usage as exc:
+        print(f"sailrl rewards: error: {exc}", file=sys.stderr)
+        return 2
+    if not items:
+        print("sailrl rewards: error: give completions with --completion TEXT or --jsonl FILE", file=sys.stderr)
+        return 2
+    if not Path(args.spec).is_file():
+        print(f"error: spec not found: {args.spec}", file=sys.stderr)
+        return 1
+    spec = load_spec_lenient(args.spec, color)
+    if spec is None:
+        return 1
+    row: dict[str, Any] = {}
+    if args.row is not None:
+        try:
+            row = _dataset_row(spec, args.spec, args.row)
+        except LookupError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    base = {**row, **fields}
+
+    from sailrl.runtime.rewards import RewardFunction
+
+    fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field)
+    problems = 0
+    results = []
+    for item in items:
+        item_fields = {**base, **item.get("fields", {})}
+        problem = fn.reference_problem(item_fields)
+        problems += problem is not None
+        score, traces = fn.trace(item["completion"], item_fields, truncated=bool(item.get("truncated", False)),
+                                 num_tokens=item.get("num_tokens"))
+        results.append((item, item_fields, problem, score, traces))
+
+    if args.json:
+        for item, _, problem, score, _traces in results:
+            print(json.dumps({
+                "completion": item["completion"], "total": score.total, "contributions": score.contributions,
+                "passed": score.passed, "correct": score.correct, "timeouts": score.timeouts,
+                "errors": score.errors, "reference_problem": problem,
+            }))
+    else:
+        _print_tables(fn, results)
+    return 1 if problems else 0
+
+
+def _quoted(text: str) -> str:
+    """Text in quotes as typed (backslashes single), line breaks shown as ⏎."""
+    return "'" + text.replace("\r\n", "\n").replace("\n", "⏎") + "'"
+
+
+def _print_tables(fn: Any, results: list[tuple]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    for i, (item, fields, problem, score, traces) in enumerate(results, 1):
+        text = item["completion"]
+        shown = text if len(text) <= 200 else text[:197] + "..."
+        flags = []
+        if item.get("truncated"):
+            flags.append("cut off at max_tokens")
+        if item.get("num_tokens") is not None:
+            flags.append(f"{item['num_tokens']} tokens")
+        title = f"completion {i}" + (f" ({', '.join(flags)})" if flags else "")
+        table = Table(title=escape(title), title_justify="left", show_lines=False)
+        table.add_column("rule")
+        table.add_column("result")
+        table.add_column("score", justify="right")
+        table.add_column("why", overflow="fold")
+        for t in traces:
+            result = "[green]pass[/]" if t.passed else "[red]fail[/]"
+            table.add_row(escape(t.name), result, f"{t.contribution:g}", escape(t.why))
+        table.add_section()
+        table.add_row("[bold]total[/]", "", f"[bold]{score.total:g}[/]", "")
+        console.print(table)
+        console.print(f"  text: {escape(_quoted(shown))}")
+        ref = fn.reference_answer(fields)
+        if ref is not None:
+            console.print(f"  reference answer: {escape(_quoted(ref))}")
+        if problem is not None:
+            console.print(f"  [red]reference problem:[/] {escape(problem)} (training skips such rows)")
+        if score.timeouts:
+            console.print(f"  [yellow]{score.timeouts} regex evaluation(s) hit the time limit[/]")
+        console.print()
+    if len(results) > 1:
+        mean = sum(r[3].total for r in results) / len(results)
+        line = f"{len(results)} completions, mean total {mean:.4g}"
+        corrects = [r[3].correct for r in results if r[3].correct is not None]
+        if corrects:
+            line += f", correct {sum(corrects)}/{len(corrects)}"
+        console.print(line)

@@ -1,0 +1,46 @@
+"""Shared fixtures: a minimal valid spec text and a writer for spec files (with their local data)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+MINIMAL_SPEC = """\
+name: test-run
+model:
+  name: sailrl/tiny
+dataset:
+  source: rows.jsonl
+  fields: [question, answer]
+prompt:
+  user: '{{ question }}'
+reward:
+  rules:
+    - name: correct
+      kind: answer
+      compare: numeric
+sampling:
+  sampler: local
+"""
+
+
+@pytest.fixture
+def minimal_spec() -> str:
+    """A valid spec (tiny model, local sampler) reading rows.jsonl next to it."""
+    return MINIMAL_SPEC
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path):
+    """write_spec(text, name="spec.yaml") -> Path: writes the spec and a two-row rows.jsonl beside it."""
+
+    def _write(text: str, name: str = "spec.yaml") -> Path:
+        (tmp_path / "rows.jsonl").write_text(
+            '{"question": "1+1", "answer": "2"}\n{"question": "2+3", "answer": "5"}\n', encoding="utf-8"
+        )
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return _write
