@@ -217,8 +217,8 @@ def _pattern_error(loaded: LoadedSpec, path: tuple[Any, ...], rule: str, pattern
     message = f"rule '{rule}': the pattern {pattern!r} matches none of the {n} {_SILENT}"
     timeout = loaded.spec.reward.regex_timeout_s
     hints = []
-    for extra, words in (("DOTALL", "'.' then also matches line breaks (e.g. <think>...</think> over several "
-                                    "lines)"),
+    for extra, words in (("DOTALL", ("'.' then also matches line breaks (e.g. <think>...</think> over several "
+                                    "lines)")),
                          ("IGNORECASE", "upper and lower case then match each other"),
                          ("MULTILINE", "^ and $ then match at every line start and end")):
         if extra not in flags and _would_match(pattern, [*flags, extra], mode, texts, timeout):

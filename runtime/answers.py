@@ -35,40 +35,25 @@ from fractions import Fraction
 from typing import Any
 
 import regex
-
 from sailrl.spec.rewards import Extractor
 
 __all__ = [
-    "MathTimeout",
-    "CompiledExtractor",
     "Comparator",
+    "CompiledExtractor",
+    "MathTimeout",
+    "after_marker",
+    "describe_extractor",
     "find_boxed",
     "find_number",
-    "after_marker",
     "normalize",
-    "parse_number",
     "numbers_close",
-    "describe_extractor",
+    "parse_number",
 ]
 
 
 # --------------------------------------------------------------------------------------------- extraction
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
-
-
-def _box_positions(text: str) -> list[tuple[int, int]]:
-    """(start, end of command name) of every ``\\boxed`` / ``\\fbox`` not followed by a letter."""
-    out = []
-    for cmd in _BOX_COMMANDS:
-        i = text.find(cmd)
-        while i != -1:
-            end = i + len(cmd)
-            if end >= len(text) or not text[end].isalpha():
-                out.append((i, end))
-            i = text.find(cmd, end)
-    out.sort()
-    return out
 
 
 def _box_content(text: str, i: int) -> str | None:
@@ -104,6 +89,21 @@ def _box_content(text: str, i: int) -> str | None:
     return text[j:k] or None
 
 
+def _first_or_last_box(text: str, last: bool) -> int:
+    """End of the command name of the last (or first) box command, or -1."""
+    best_start, best_end = -1, -1
+    for cmd in _BOX_COMMANDS:
+        i = text.rfind(cmd) if last else text.find(cmd)
+        while i != -1:
+            end = i + len(cmd)
+            if end >= len(text) or not text[end].isalpha():
+                break
+            i = text.rfind(cmd, 0, i) if last else text.find(cmd, end)
+        if i != -1 and (best_start == -1 or (i > best_start if last else i < best_start)):
+            best_start, best_end = i, i + len(cmd)
+    return best_end
+
+
 def find_boxed(text: str, occurrence: str = "last") -> str | None:
     """The content of the last (or first) ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x`` in ``text``.
 
@@ -111,11 +111,8 @@ def find_boxed(text: str, occurrence: str = "last") -> str | None:
     """
     if "\\boxed" not in text and "\\fbox" not in text:
         return None
-    positions = _box_positions(text)
-    if not positions:
-        return None
-    _, end = positions[-1] if occurrence == "last" else positions[0]
-    return _box_content(text, end)
+    end = _first_or_last_box(text, occurrence == "last")
+    return None if end == -1 else _box_content(text, end)
 
 
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
@@ -180,6 +177,8 @@ class CompiledExtractor:
     def __init__(self, ex: Extractor, timeout_s: float) -> None:
         self.spec = ex
         self.timeout_s = timeout_s
+        #: Extractors with equal keys give equal answers on the same text (lets a scorer reuse a result).
+        self.key = (ex.from_, ex.pattern, tuple(ex.flags), ex.occurrence, ex.marker, ex.fallback)
         self.kind = ex.from_
         self._fn: Callable[[str], str | None]
         occ = ex.occurrence
@@ -308,7 +307,10 @@ def _plain_number(s: str) -> Fraction | None:
     s = s.strip()
     if not _PLAIN_NUMBER.fullmatch(s):
         return None
-    return Fraction(s.replace(",", ""))
+    s = s.replace(",", "")
+    if s.isdigit() or (s[0] in "+-" and s[1:].isdigit()):
+        return Fraction(int(s))
+    return Fraction(s)
 
 
 def parse_number(s: str) -> Fraction | None:
@@ -320,6 +322,9 @@ def parse_number(s: str) -> Fraction | None:
     (``18 dollars``, ``\\text{ cm}``) and a trailing period. Values are :class:`fractions.Fraction`, so
     ``0.5 == \\frac{1}{2}`` and ``2/3 == \\frac{2}{3}`` exactly.
     """
+    value = _plain_number(s)  # fast path: already a plain number
+    if value is not None:
+        return value
     t = _number_text(s)
     if not t:
         return None

@@ -76,5 +76,5 @@ def default_renderer_name(model_name: str) -> str | None:
         from tinker_cookbook import model_info
 
         return model_info.get_recommended_renderer_name(model_name)
-    except Exception:  # unknown model: the caller asks the user to name a renderer
+    except (ValueError, KeyError):  # unknown model: the caller asks the user to name a renderer
         return None

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import regex
-
-from sailrl.runtime.answers import CompiledExtractor, Comparator, MathTimeout
+from sailrl.runtime.answers import Comparator, CompiledExtractor, MathTimeout
 from sailrl.spec.rewards import (
     AllOfRule,
     AnswerRule,
@@ -35,7 +34,7 @@ from sailrl.spec.rewards import (
     TerminationRule,
 )
 
-__all__ = ["RewardFunction", "Score", "RuleTrace"]
+__all__ = ["RewardFunction", "RuleTrace", "Score"]
 
 _REFERENCE_CACHE_SIZE = 4096
 
@@ -71,7 +70,7 @@ class RuleTrace:
 class _Ctx:
     """What a rule sees: the completion, the row's fields, how it ended, and counters."""
 
-    __slots__ = ("completion", "fields", "truncated", "num_tokens", "timeouts", "why", "error")
+    __slots__ = ("answers", "completion", "error", "fields", "num_tokens", "timeouts", "truncated", "why")
 
     def __init__(self, completion: str, fields: dict[str, Any], truncated: bool, num_tokens: int | None,
                  explain: bool) -> None:
@@ -82,6 +81,7 @@ class _Ctx:
         self.timeouts = 0
         self.why: list[str] | None = [] if explain else None
         self.error: str | None = None
+        self.answers: dict[tuple, str | None] = {}  # extractor key -> answer found in the completion
 
     def note(self, text: str) -> None:
         if self.why is not None:
@@ -130,7 +130,8 @@ class _Length(_Check):
                 return False
             n = ctx.num_tokens
         ok = (self.min is None or n >= self.min) and (self.max is None or n <= self.max)
-        ctx.note(f"{n} {self.unit}" + ("" if ok else f", outside {self._bounds()}"))
+        if ctx.why is not None:
+            ctx.note(f"{n} {self.unit}" + ("" if ok else f", outside {self._bounds()}"))
         return ok
 
     def _bounds(self) -> str:
@@ -172,7 +173,8 @@ class _Match(_Check):
             ctx.timeouts += 1
             ctx.note(f"the pattern ran past the {self.timeout_s:g} s time limit")
             return False
-        ctx.note(("found a match of" if found else "no match of") + f" '{self.source}'")
+        if ctx.why is not None:
+            ctx.note(("found a match of" if found else "no match of") + f" '{self.source}'")
         return found != self.negate
 
     def describe(self) -> str:
@@ -185,13 +187,17 @@ class _Match(_Check):
 
 
 def _extract(extractor: CompiledExtractor, ctx: _Ctx) -> str | None:
-    """Run an extractor on the completion; a regex timeout counts and yields None."""
+    """Run an extractor on the completion (once per completion); a regex timeout counts and yields None."""
+    if extractor.key in ctx.answers:
+        return ctx.answers[extractor.key]
     try:
-        return extractor(ctx.completion)
+        answer = extractor(ctx.completion)
     except TimeoutError:
         ctx.timeouts += 1
         ctx.note(f"the extractor's pattern ran past the {extractor.timeout_s:g} s time limit")
-        return None
+        answer = None
+    ctx.answers[extractor.key] = answer
+    return answer
 
 
 class _HasAnswer(_Check):
@@ -200,7 +206,8 @@ class _HasAnswer(_Check):
 
     def passes(self, ctx: _Ctx) -> bool:
         answer = _extract(self.extractor, ctx)
-        ctx.note(f"answer {_short(answer)}" if answer is not None else "no answer found")
+        if ctx.why is not None:
+            ctx.note(f"answer {_short(answer)}" if answer is not None else "no answer found")
         return answer is not None
 
     def describe(self) -> str:
@@ -282,14 +289,17 @@ class _Answer(_Check):
         try:
             pred = self.comparator.prepare(answer)
             if pred is None:
-                ctx.note(f"answer {_short(answer)} {self.comparator.unusable()}")
+                if ctx.why is not None:
+                    ctx.note(f"answer {_short(answer)} {self.comparator.unusable()}")
                 return False
             ok = self.comparator.equal(ref, pred)
         except MathTimeout:
             ctx.timeouts += 1
             ctx.note("math-verify ran past the time limit")
             return False
-        ctx.note(f"answer {_short(answer)} {'matches' if ok else 'does not match'} reference {_short(ref_text or '')}")
+        if ctx.why is not None:
+            ctx.note(f"answer {_short(answer)} {'matches' if ok else 'does not match'} reference "
+                     f"{_short(ref_text or '')}")
         return ok
 
     def describe(self) -> str:

@@ -345,6 +345,14 @@ def _yaml_error(exc: yaml.MarkedYAMLError, filename: str, text: str) -> SpecErro
     problem = (exc.problem or exc.context or "invalid YAML").strip()
     lines = text.splitlines()
     src = lines[line - 1] if 1 <= line <= len(lines) else ""
+    message, hint, related, line, col = _yaml_message(exc, problem, src, line, col)
+    if "{{" in src or "{%" in src:
+        hint = "A value that starts with {{ or {% is a Jinja template and must be quoted: user: '{{ question }} ...'"
+    return SpecError(filename, line, col, "", message, hint, None, related)
+
+
+def _yaml_message(exc: yaml.MarkedYAMLError, problem: str, src: str, line: int, col: int
+                  ) -> tuple[str, str | None, list[Related], int, int]:
     hint = None
     related: list[Related] = []
     if "'\\t'" in problem or (src[: max(col - 1, 0)].strip() == "" and "\t" in src[: max(col, 1)]):
@@ -361,7 +369,11 @@ def _yaml_error(exc: yaml.MarkedYAMLError, filename: str, text: str) -> SpecErro
             "single quotes, where a backslash stays as typed: pattern: '\\d+'"
         )
         col = max(col - 1, 1)  # point at the backslash
-    elif exc.context_mark is not None and ("end of stream" in problem or "<stream end>" in problem):
+    elif exc.context_mark is not None and (
+        "end of stream" in problem or "<stream end>" in problem
+        or ("flow" in (exc.context or "") and exc.problem_mark is not None
+            and exc.problem_mark.line != exc.context_mark.line)
+    ):
         # The file ended inside something unclosed: point at where it was opened.
         line, col = _pos(exc.context_mark)
         context = exc.context or ""
@@ -391,7 +403,7 @@ def _yaml_error(exc: yaml.MarkedYAMLError, filename: str, text: str) -> SpecErro
             hint = "Each line of a mapping is `key: value`; check for a missing colon or wrong indentation."
         elif "the end of the block" in problem:
             hint = "Check the indentation: items of one mapping or list must start in the same column."
-    return SpecError(filename, line, col, "", message, hint, None, related)
+    return message, hint, related, line, col
 
 
 def parse_yaml(text: str, filename: str = "<string>") -> tuple[Any, Any, dict[KeyPath, NodeInfo], list[SpecError]]:
@@ -424,7 +436,7 @@ def load_spec_text(text: str, filename: str = "<string>", *, path: Path | None =
     from sailrl.spec.schema import Spec
 
     tree, data, nodes, errors = parse_yaml(text, filename)
-    the_path = path if path is not None else Path(filename if not filename.startswith("<") else "spec.yaml")
+    the_path = path if path is not None else Path(filename)
     digest = sha256 or hashlib.sha256(text.encode("utf-8")).hexdigest()
     if errors and tree is None:
         raise SpecErrors(errors, text)

@@ -113,7 +113,7 @@ class CheckpointStore:
         ttl_seconds: int | None,
         user_metadata: dict[str, str] | None,
     ) -> None:
-        now = _dt.datetime.now(_dt.timezone.utc)
+        now = _dt.datetime.now(_dt.UTC)
         meta = {
             "tinker_path": str(path),
             "checkpoint_type": "training" if path.kind == "weights" else "sampler",
@@ -132,7 +132,7 @@ class CheckpointStore:
     def set_ttl(self, path: str, ttl_seconds: int | None) -> None:
         """Record a TTL (seconds from now) or clear it (``None``). Nothing is deleted automatically."""
         meta = self.read_meta(path)
-        now = _dt.datetime.now(_dt.timezone.utc)
+        now = _dt.datetime.now(_dt.UTC)
         meta["ttl_seconds"] = ttl_seconds
         meta["expires_at"] = None if ttl_seconds is None else (now + _dt.timedelta(seconds=ttl_seconds)).isoformat()
         with open(os.path.join(self.existing(path), META_FILE), "w") as f:

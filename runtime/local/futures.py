@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 
@@ -46,7 +47,7 @@ class Worker:
                 continue
             try:
                 result = fn()
-            except BaseException as exc:  # delivered to whoever reads the future
+            except BaseException as exc:  # noqa: BLE001 -- delivered to whoever reads the future
                 fut.set_exception(exc)
             else:
                 fut.set_result(result)
@@ -65,7 +66,7 @@ class Worker:
             fut.set_running_or_notify_cancel()
             try:
                 fut.set_result(fn())
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 -- delivered through the future
                 fut.set_exception(exc)
             return AwaitableConcurrentFuture(fut)
         self._ensure_started()

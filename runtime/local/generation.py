@@ -8,7 +8,8 @@ Finished rows are dropped from the cache so later steps only compute live rows.
 
 Per-row sampling (``tinker.SamplingParams``): ``temperature`` (0 = greedy), ``top_k`` (-1 = off),
 ``top_p`` (1 = off), ``max_tokens`` (``None`` = up to the context length), ``stop`` (``None`` =
-the tokenizer's EOS; ``[]`` = never stop; a list of strings or of token ids), ``seed`` (a
+the tokenizer's EOS; ``[]`` = never stop; strings = those strings or EOS, as vLLM does and as
+tinker-cookbook's ``role_colon`` parser expects; token ids = exactly those ids), ``seed`` (a
 request-private ``torch.Generator``; otherwise the sampler's own generator). A sequence that
 stops on a stop string or id keeps the stop tokens at its end (``stop_reason="stop"``), as Tinker
 does; one that hits ``max_tokens`` ends with ``stop_reason="length"``.
@@ -65,7 +66,7 @@ def _stops_for(params: types.SamplingParams, eos_token_id: int | None) -> _Stops
     if all(isinstance(s, str) for s in stop):
         strings = tuple(s for s in stop if s)
         return _Stops(
-            frozenset(),
+            frozenset() if eos_token_id is None else frozenset([eos_token_id]),
             strings,
             frozenset(s[-1] for s in strings),
             max((4 * len(s) + 8 for s in strings), default=0),
@@ -92,6 +93,11 @@ class _PieceCache:
         return any(c in piece for c in stops.trigger_chars)
 
 
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits to float32; float32 / float64 stay as they are."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def _filter_logprobs(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Mask (to -inf) tokens outside each row's top-k / nucleus. ``scaled``: ``(A, V)`` logprobs."""
     needs_k = top_k > 0
@@ -114,7 +120,7 @@ def _prompt_logprob_outputs(
 ) -> tuple[np.ndarray | None, list | None]:
     """Prompt logprobs (NaN at position 0 and outside the last-n window) and top-k lists."""
     n = len(req.prompt)
-    lp = torch.log_softmax(logits_row[pad : pad + n - 1].float(), dim=-1)  # predicts prompt[1:]
+    lp = torch.log_softmax(logits_row[pad : pad + n - 1], dim=-1)  # predicts prompt[1:]
     first = 1 if req.prompt_logprobs_last_n is None else n - req.prompt_logprobs_last_n
     out_lp = None
     if req.include_prompt_logprobs:
@@ -181,8 +187,8 @@ def generate(
         logits_to_keep=0 if want_prompt else 1,
     )
     cache = out.past_key_values
-    prefill_logits = out.logits.float().cpu() if want_prompt else None
-    last_logits = out.logits[:, -1, :].float().cpu()
+    prefill_logits = _upcast(out.logits).cpu() if want_prompt else None
+    last_logits = _upcast(out.logits[:, -1, :]).cpu()
 
     # Rows: one per sample, in request order.
     row_prompt: list[int] = []
@@ -274,7 +280,7 @@ def generate(
             use_cache=True,
         )
         cache = out.past_key_values
-        logits = out.logits[:, -1, :].float().cpu()
+        logits = _upcast(out.logits[:, -1, :]).cpu()
         next_pos = next_pos + 1
 
     responses: list[types.SampleResponse] = []

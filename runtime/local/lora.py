@@ -38,9 +38,7 @@ def lora_target_modules(model: Any, *, train_mlp: bool, train_attn: bool, train_
                 targets.add(parts[-1])
             continue
         path = [p.lower() for p in parts[:-1]]
-        if train_attn and any(w in p for p in path for w in _ATTN_WORDS):
-            targets.add(parts[-1])
-        elif train_mlp and any(w in p for p in path for w in _MLP_WORDS):
+        if train_attn and any(w in p for p in path for w in _ATTN_WORDS) or train_mlp and any(w in p for p in path for w in _MLP_WORDS):
             targets.add(parts[-1])
     if not targets:
         raise ValueError("The model has no linear layers of the chosen kinds to put LoRA adapters on.")

@@ -18,11 +18,10 @@ from concurrent.futures import Future
 from typing import Any
 
 import torch
-from tinker import types
-from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
-
 from sailrl.runtime.local.futures import Worker
 from sailrl.runtime.local.generation import SampleRequest, generate
+from tinker import types
+from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 
 _REQUEST_IDS = itertools.count()
 
@@ -86,7 +85,7 @@ class SampleBatcher:
                 max_context=self._max_context,
                 generator=self._generator,
             )
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 -- delivered through each future
             for _, fut in batch:
                 fut.set_exception(exc)
             return

@@ -7,7 +7,8 @@ shared/NOTES.md, "Sail SDK"):
   background: true, include?, metadata?}`` -> ``{id, object: "response", status: "in_progress"}``;
 - ``GET /v1/responses/{id}`` -> the response, ``in_progress`` until its service time has passed, then its final
   status (``completed`` by default) with ``output[0].content[0]`` = ``{type: "output_text", token_ids,
-  logprobs: [{token_id, logprob}], stop_reason}``.
+  logprobs: [{token_id, logprob}], stop_reason}`` (``logprobs`` only when ``include`` asks for
+  ``message.output_text.logprobs``).
 
 Knobs (plain attributes, may be changed between requests): ``service_time_s`` (seconds from creation until a
 response is final; ``math.inf`` = never), ``sampler`` (prompt tokens + payload -> `Sample`), ``final_statuses``
@@ -102,6 +103,8 @@ class FakeSailServer:
     requests: list[RecordedRequest] = field(default_factory=list)
     payloads: list[dict[str, Any]] = field(default_factory=list)
     polls: dict[str, int] = field(default_factory=dict)
+    #: Exceptions raised while answering (e.g. BrokenPipeError when a client gave up on a poll mid-answer).
+    handler_errors: list[BaseException] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -113,9 +116,11 @@ class FakeSailServer:
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> FakeSailServer:
         handler = type("_BoundHandler", (_Handler,), {"fake": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-sail", daemon=True)
+        self._httpd = _QuietServer(("127.0.0.1", 0), handler)
+        self._httpd.fake = self
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-sail", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -199,7 +204,8 @@ class FakeSailServer:
         sample = record.sample
         block: dict[str, Any] = {"type": "output_text", "text": "", "token_ids": list(sample.tokens),
                                  "stop_reason": sample.stop_reason}
-        if sample.logprobs is not None:
+        wants_logprobs = "message.output_text.logprobs" in (record.payload.get("include") or [])
+        if sample.logprobs is not None and wants_logprobs:
             block["logprobs"] = [{"token_id": t, "logprob": lp} for t, lp in zip(sample.tokens, sample.logprobs)]
         out = {**base, "status": record.final_status,
                "output": [{"type": "message", "role": "assistant", "content": [block]}],
@@ -208,6 +214,19 @@ class FakeSailServer:
         if record.final_status == "incomplete":
             out["incomplete_details"] = {"reason": "max_output_tokens"}
         return 200, out
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeSailServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Record instead of printing a traceback: clients legitimately hang up mid-answer (cancelled polls)."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if exc is not None:
+            self.fake.handler_errors.append(exc)
 
 
 class _Handler(BaseHTTPRequestHandler):

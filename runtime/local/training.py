@@ -1,0 +1,395 @@
+"""``LocalTrainingClient``: the ``tinker.TrainingClient`` interface over an in-process peft model.
+
+``forward_backward`` adds gradients (they accumulate over calls, as on Tinker, until
+``optim_step``); ``optim_step`` runs ``torch.optim.AdamW`` with exactly the ``AdamParams`` given
+(learning_rate, beta1, beta2, eps, decoupled weight_decay, grad_clip_norm; Tinker documents its
+Adam as identical to ``torch.optim.AdamW``) and clears the gradients. Datum convention (as
+tinker-cookbook builds them): ``model_input`` = tokens[:-1], ``loss_fn_inputs["target_tokens"]``
+= tokens[1:], every loss input of length ``model_input.length``. Losses: ``losses.datum_loss``,
+summed over datums; ``metrics["loss:sum"]`` is that sum.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from sailrl.runtime.local.backend import LocalBackend
+from sailrl.runtime.local.checkpoints import (
+    OPTIMIZER_FILE,
+    TRAINING_STATE_FILE,
+    LocalPath,
+    check_name,
+)
+from sailrl.runtime.local.futures import ClientFuture
+from sailrl.runtime.local.lora import adapter_state
+from sailrl.runtime.local.losses import check_loss_request, datum_loss
+from sailrl.runtime.local.sampling import LocalSamplingClient
+from sailrl.runtime.local.tiny import BaseModelSpec
+from tinker import types
+from tinker.lib.public_interfaces.api_future import APIFuture
+
+
+def new_run_id(model_name: str) -> str:
+    """A fresh run id, e.g. ``tiny-3f9a1c2e``."""
+    stem = os.path.basename(model_name.rstrip("/")).replace("_", "-") or "model"
+    stem = "".join(c for c in stem if c.isalnum() or c in "-.")[:32] or "model"
+    return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+def _datum_tensors(datum: types.Datum, index: int) -> tuple[list[int], dict[str, torch.Tensor]]:
+    tokens = datum.model_input.to_ints()
+    inputs: dict[str, torch.Tensor] = {}
+    for key, value in datum.loss_fn_inputs.items():
+        tensor = value.to_torch()
+        if tensor.ndim != 1 or tensor.shape[0] != len(tokens):
+            raise ValueError(
+                f"Datum {index}: loss_fn_inputs[{key!r}] has shape {tuple(tensor.shape)}, but "
+                f"model_input has {len(tokens)} tokens; each loss input needs one value per token."
+            )
+        inputs[key] = tensor.long() if key == "target_tokens" else tensor.float()
+    return tokens, inputs
+
+
+class LocalTrainingClient:
+    """In-process ``tinker.TrainingClient``. Create it with ``LocalServiceClient``."""
+
+    def __init__(
+        self,
+        backend: LocalBackend,
+        model: Any,
+        spec: BaseModelSpec,
+        lora: types.LoraConfig,
+        run_id: str | None = None,
+    ):
+        self._backend = backend
+        self._model = model
+        self._spec = spec
+        self._lora = lora
+        self.model_id = run_id or new_run_id(spec.model_name)
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._optimizer = torch.optim.AdamW(self._params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+        self._steps = 0
+        self._snapshots = 0
+        self._info = types.GetInfoResponse(
+            model_data=types.ModelData(
+                arch=getattr(model.config, "model_type", None),
+                model_name=spec.model_name,
+                tokenizer_id=spec.model_name,
+            ),
+            model_id=self.model_id,
+            is_lora=True,
+            lora_rank=lora.rank,
+            model_name=spec.model_name,
+        )
+
+    # ------------------------------------------------------------------ forward / backward
+    def _run_forward(
+        self,
+        data: list[types.Datum],
+        loss_fn: str,
+        loss_fn_config: Mapping[str, float | str] | None,
+        backward: bool,
+    ) -> types.ForwardBackwardOutput:
+        prepared = []
+        for i, datum in enumerate(data):
+            tokens, inputs = _datum_tensors(datum, i)
+            check_loss_request(loss_fn, set(inputs), loss_fn_config, i)
+            if not tokens:
+                raise ValueError(f"Datum {i}: model_input is empty.")
+            prepared.append((tokens, inputs))
+        if not prepared:
+            return types.ForwardBackwardOutput("ArrayRecord", [], {"loss:sum": 0.0})
+        width = max(len(t) for t, _ in prepared)
+        ids = torch.zeros((len(prepared), width), dtype=torch.long)
+        mask = torch.zeros((len(prepared), width), dtype=torch.long)
+        targets = torch.zeros((len(prepared), width), dtype=torch.long)
+        for i, (tokens, inputs) in enumerate(prepared):
+            ids[i, : len(tokens)] = torch.tensor(tokens)
+            mask[i, : len(tokens)] = 1
+            targets[i, : len(tokens)] = inputs["target_tokens"]
+        device = self._backend.device
+        self._model.eval()  # no dropout; LoRA dropout is 0
+        with torch.set_grad_enabled(backward):
+            logits = self._model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+            if logits.dtype in (torch.float16, torch.bfloat16):
+                logits = logits.float()
+            logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.to(device)[..., None]).squeeze(-1)
+            total = torch.zeros((), device=logits.device)
+            outputs = []
+            for i, (tokens, inputs) in enumerate(prepared):
+                lp = logprobs[i, : len(tokens)]
+                total = total + datum_loss(loss_fn, lp, {k: v.to(device) for k, v in inputs.items()}, loss_fn_config)
+                outputs.append({"logprobs": types.TensorData.from_torch(lp.detach().cpu())})
+            if backward:
+                total.backward()
+        return types.ForwardBackwardOutput("ArrayRecord", outputs, {"loss:sum": float(total.detach())})
+
+    def forward(
+        self,
+        data: list[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> APIFuture[types.ForwardBackwardOutput]:
+        """Loss and per-datum ``logprobs`` without gradients; an ``APIFuture`` of ``ForwardBackwardOutput``.
+
+        Bad inputs fail the future with ``ValueError`` (``losses.LossInputError``).
+        """
+        data = list(data)
+        return self._backend.worker.submit(lambda: self._run_forward(data, loss_fn, loss_fn_config, False))
+
+    async def forward_async(
+        self,
+        data: list[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> APIFuture[types.ForwardBackwardOutput]:
+        return self.forward(data, loss_fn, loss_fn_config)
+
+    def forward_backward(
+        self,
+        data: list[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> APIFuture[types.ForwardBackwardOutput]:
+        """Forward + backward; gradients accumulate until ``optim_step``.
+
+        Returns an ``APIFuture`` of ``ForwardBackwardOutput`` with ``loss_fn_outputs[i]["logprobs"]``
+        (float32 ``(N_i,)``) and ``metrics["loss:sum"]``. Bad inputs fail the future with ``ValueError``.
+        """
+        data = list(data)
+        return self._backend.worker.submit(lambda: self._run_forward(data, loss_fn, loss_fn_config, True))
+
+    async def forward_backward_async(
+        self,
+        data: list[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> APIFuture[types.ForwardBackwardOutput]:
+        """As the SDK: a coroutine returning the ``APIFuture`` (``await (await ...).result_async()``)."""
+        return self.forward_backward(data, loss_fn, loss_fn_config)
+
+    # ------------------------------------------------------------------ optimizer
+    def _run_optim(self, params: types.AdamParams) -> types.OptimStepResponse:
+        for group in self._optimizer.param_groups:
+            group.update(
+                lr=params.learning_rate,
+                betas=(params.beta1, params.beta2),
+                eps=params.eps,
+                weight_decay=params.weight_decay,
+            )
+        max_norm = params.grad_clip_norm if params.grad_clip_norm > 0 else float("inf")
+        with_grad = [p for p in self._params if p.grad is not None]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(with_grad, max_norm)) if with_grad else 0.0
+        self._optimizer.step()
+        self._optimizer.zero_grad(set_to_none=True)
+        self._steps += 1
+        return types.OptimStepResponse(metrics={"grad_norm": grad_norm, "learning_rate": params.learning_rate})
+
+    def optim_step(
+        self,
+        optim_params: types.OptimParams | None = None,
+        *,
+        adam_params: types.AdamParams | None = None,
+    ) -> APIFuture[types.OptimStepResponse]:
+        """One AdamW step with ``AdamParams``; an ``APIFuture`` of ``OptimStepResponse``
+        (``metrics``: ``grad_norm`` before clipping, ``learning_rate``). Raises ``ValueError`` if
+        both or neither parameter is given, ``TypeError`` for a non-Adam optimizer."""
+        if optim_params is not None and adam_params is not None:
+            raise ValueError("Specify optim_params or legacy adam_params, not both.")
+        params = optim_params if optim_params is not None else adam_params
+        if params is None:
+            raise ValueError("optim_step needs AdamParams (for example tinker.AdamParams(learning_rate=1e-4)).")
+        if not isinstance(params, types.AdamParams):
+            raise TypeError("The embedded backend supports only Adam: pass tinker.AdamParams.")
+        return self._backend.worker.submit(lambda: self._run_optim(params))
+
+    async def optim_step_async(
+        self,
+        optim_params: types.OptimParams | None = None,
+        *,
+        adam_params: types.AdamParams | None = None,
+    ) -> APIFuture[types.OptimStepResponse]:
+        return self.optim_step(optim_params, adam_params=adam_params)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_adapter(self, directory: str) -> None:
+        self._model.save_pretrained(directory, save_embedding_layers=False)
+        readme = os.path.join(directory, "README.md")
+        if os.path.exists(readme):
+            os.remove(readme)
+        self._spec.write(directory)
+
+    def _run_save(
+        self, kind: str, name: str, ttl_seconds: int | None, overwrite: bool, user_metadata: dict | None
+    ) -> str:
+        path = LocalPath(self.model_id, kind, name)
+        store = self._backend.store
+        directory = store.prepare(path, overwrite)
+        self._save_adapter(directory)
+        if kind == "weights":
+            torch.save(self._optimizer.state_dict(), os.path.join(directory, OPTIMIZER_FILE))
+            with open(os.path.join(directory, TRAINING_STATE_FILE), "w") as f:
+                json.dump({"optimizer_steps": self._steps, "lora": self._lora.model_dump()}, f, indent=2)
+        store.write_meta(path, ttl_seconds, user_metadata)
+        return str(path)
+
+    def save_state(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsResponse]:
+        """Save adapter + optimizer state to ``local://<run>/weights/<name>``.
+
+        Raises ``ValueError`` for a bad name; the future fails with ``ValueError`` if the name is
+        taken and ``overwrite`` is False.
+        """
+        check_name(name)
+        return self._backend.worker.submit(
+            lambda: types.SaveWeightsResponse(
+                path=self._run_save("weights", name, ttl_seconds, overwrite, user_metadata)
+            )
+        )
+
+    async def save_state_async(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsResponse]:
+        return self.save_state(name, ttl_seconds=ttl_seconds, overwrite=overwrite, user_metadata=user_metadata)
+
+    def save_weights_for_sampler(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
+        """Save the adapter (PEFT format) to ``local://<run>/sampler_weights/<name>``."""
+        check_name(name)
+        return self._backend.worker.submit(
+            lambda: types.SaveWeightsForSamplerResponse(
+                path=self._run_save("sampler_weights", name, ttl_seconds, False, user_metadata)
+            )
+        )
+
+    async def save_weights_for_sampler_async(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
+        return self.save_weights_for_sampler(name, ttl_seconds=ttl_seconds, user_metadata=user_metadata)
+
+    def _run_load(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
+        from safetensors.torch import load_file
+
+        directory = self._backend.store.existing(path)
+        if BaseModelSpec.read(directory) != self._spec:
+            raise ValueError(f"The checkpoint {path} was trained on a different base model than this client.")
+        state = load_file(os.path.join(directory, "adapter_model.safetensors"))
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(self._model, state)
+        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        if unexpected:
+            raise ValueError(f"The checkpoint {path} does not match this client's LoRA layout: {unexpected[:3]}")
+        self._optimizer = torch.optim.AdamW(self._params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+        self._steps = 0
+        if with_optimizer:
+            opt_file = os.path.join(directory, OPTIMIZER_FILE)
+            if not os.path.exists(opt_file):
+                raise ValueError(
+                    f"{path} holds no optimizer state (sampler weights only); resume from a "
+                    "local://<run>/weights/<name> checkpoint written by save_state."
+                )
+            self._optimizer.load_state_dict(torch.load(opt_file, weights_only=True))
+            with open(os.path.join(directory, TRAINING_STATE_FILE)) as f:
+                self._steps = int(json.load(f)["optimizer_steps"])
+        return types.LoadWeightsResponse(path=path, model_id=self.model_id)
+
+    def load_state(self, path: str, weights_access_token: str | None = None) -> APIFuture[types.LoadWeightsResponse]:
+        """Load adapter weights from ``path``; the optimizer restarts fresh."""
+        return self._backend.worker.submit(lambda: self._run_load(path, False))
+
+    async def load_state_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        return self.load_state(path, weights_access_token)
+
+    def load_state_with_optimizer(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        """Load adapter weights and AdamW state (a ``weights/`` checkpoint from ``save_state``)."""
+        return self._backend.worker.submit(lambda: self._run_load(path, True))
+
+    async def load_state_with_optimizer_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        return self.load_state_with_optimizer(path, weights_access_token)
+
+    # ------------------------------------------------------------------ sampling clients
+    def _snapshot_sampler(self) -> LocalSamplingClient:
+        config = {"r": self._lora.rank, "lora_alpha": self._model.peft_config["default"].lora_alpha}
+        merged = self._backend.merged_model(self._spec, adapter_state(self._model), config)
+        self._snapshots += 1
+        return self._backend.sampling_client(merged, self._spec, None)
+
+    def save_weights_and_get_sampling_client(
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: types.SamplingClientKind = "snapshot",
+    ) -> ClientFuture[LocalSamplingClient]:
+        """A sampler over a snapshot of the current weights (in memory; ``name`` is ignored, as in
+        the SDK). Raises ``ValueError`` for ``kind="inflight"``."""
+        if kind != "snapshot":
+            raise ValueError("The embedded backend supports only kind='snapshot' sampling clients.")
+        return ClientFuture(self._backend.worker.submit(self._snapshot_sampler))
+
+    async def save_weights_and_get_sampling_client_async(
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: types.SamplingClientKind = "snapshot",
+    ) -> LocalSamplingClient:
+        return await self.save_weights_and_get_sampling_client(
+            name, retry_config=retry_config, record_stability_info=record_stability_info, kind=kind
+        )
+
+    def create_sampling_client(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> ClientFuture[LocalSamplingClient]:
+        """A sampler over saved weights at ``model_path`` (``local://...``)."""
+        return ClientFuture(self._backend.worker.submit(lambda: self._backend.sampling_client_from_path(model_path)))
+
+    async def create_sampling_client_async(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> LocalSamplingClient:
+        return await self.create_sampling_client(model_path)
+
+    # ------------------------------------------------------------------ info
+    def get_info(self) -> types.GetInfoResponse:
+        """Base model name, LoRA rank and this run's id (``model_id``)."""
+        return self._info
+
+    async def get_info_async(self) -> types.GetInfoResponse:
+        return self._info
+
+    def get_tokenizer(self) -> Any:
+        """The base model's tokenizer (``runtime.models.get_tokenizer``)."""
+        return self._backend.bases.tokenizer(self._spec)
+
+    @property
+    def peft_model(self) -> Any:
+        """The underlying ``peft.PeftModel`` (for tests and inspection; do not train it directly)."""
+        return self._model

@@ -1,0 +1,202 @@
+"""Each loss's value and gradient equal a hand computation of the Tinker doc formula; AdamW step."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import tinker
+import torch
+from tinker import types
+
+from sailrl.runtime.local import LocalServiceClient
+from sailrl.runtime.local.losses import LossInputError
+
+SEQS = [[72, 101, 108, 108, 111, 35, 50, 43], [35, 51, 45, 52, 61, 63]]
+
+
+@pytest.fixture(scope="module")
+def tc(tmp_path_factory):
+    # float64, so batched (padded) and one-by-one computations agree to ~1e-12, not float32's ~1e-6
+    svc = LocalServiceClient(base_dir=tmp_path_factory.mktemp("ckpt"), seed=0, dtype=torch.float64)
+    client = svc.create_lora_training_client("sailrl/tiny", rank=4, seed=7).result()
+    with torch.no_grad():  # make the adapters non-trivial so every LoRA matrix gets a gradient
+        gen = torch.Generator().manual_seed(0)
+        for name, p in client.peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.05)
+    return client
+
+
+def _hand_logprobs(model, seq: list[int]) -> torch.Tensor:
+    """Learner logprobs of seq[1:] given seq[:-1], computed alone (no batching, no padding)."""
+    logits = model(input_ids=torch.tensor([seq[:-1]])).logits[0]
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(seq[1:])[:, None]).squeeze(-1)
+
+
+def _hand_loss(loss_fn: str, lp: torch.Tensor, inp: dict, cfg: dict) -> torch.Tensor:
+    # formulas copied from the Tinker doc "Basic loss functions"
+    if loss_fn == "cross_entropy":
+        return (-lp * inp["weights"]).sum()
+    ratio = torch.exp(lp - inp["logprobs"])
+    adv = inp["advantages"]
+    if loss_fn == "importance_sampling":
+        return -(ratio * adv).sum()
+    low, high = cfg.get("clip_low_threshold", 0.8), cfg.get("clip_high_threshold", 1.2)
+    clipped = torch.clamp(ratio, low, high)
+    if loss_fn == "ppo":
+        return -torch.min(ratio * adv, clipped * adv).sum()
+    if loss_fn == "cispo":
+        return -(clipped.detach() * lp * adv).sum()
+    beta = cfg.get("beta", 0.05)
+    return -(lp * adv - 0.5 * beta * (lp - inp["logprobs"]) ** 2).sum()
+
+
+def _inputs(model, loss_fn: str) -> list[dict[str, torch.Tensor]]:
+    """Per-datum inputs; sampling logprobs are offset from the learner's so ratios straddle the clip
+    range (ratio e^{+-0.5} = 1.65 / 0.61 on alternate tokens) and advantages alternate in sign."""
+    out = []
+    for seq in SEQS:
+        n = len(seq) - 1
+        with torch.no_grad():
+            lp = _hand_logprobs(model, seq)
+        offsets = torch.tensor([0.5 if i % 2 else -0.5 for i in range(n)])
+        adv = torch.tensor([1.0 if i % 3 else -0.7 for i in range(n)])
+        inp = {"target_tokens": torch.tensor(seq[1:])}
+        if loss_fn == "cross_entropy":
+            inp["weights"] = torch.tensor([0.0] + [1.0] * (n - 1))
+        else:
+            inp["logprobs"] = lp - offsets
+            inp["advantages"] = adv
+        out.append(inp)
+    return out
+
+
+def _grads(model) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+CASES = [
+    ("cross_entropy", {}),
+    ("importance_sampling", {}),
+    ("ppo", {}),
+    ("ppo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}),
+    ("cispo", {}),
+    ("dro", {}),
+    ("dro", {"beta": 0.5}),
+]
+
+
+@pytest.mark.parametrize(("loss_fn", "cfg"), CASES)
+def test_loss_and_gradient_match_hand_computation(tc, loss_fn, cfg):
+    model = tc.peft_model
+    inputs = _inputs(model, loss_fn)
+    data = [
+        types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs=dict(inp))
+        for seq, inp in zip(SEQS, inputs, strict=True)
+    ]
+    model.zero_grad(set_to_none=True)
+    out = tc.forward_backward(data, loss_fn, cfg or None).result()
+    got_grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+
+    # the hand computation reads the inputs back from the Datums (float32 on the wire, as Tinker's)
+    sent = [{k: v.to_torch().double() for k, v in d.loss_fn_inputs.items()} for d in data]
+    hand = sum(
+        _hand_loss(loss_fn, _hand_logprobs(model, seq), inp, cfg) for seq, inp in zip(SEQS, sent, strict=True)
+    )
+    hand.backward()
+    want_grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+
+    assert out.metrics["loss:sum"] == pytest.approx(float(hand.detach()), rel=1e-10, abs=1e-10)
+    assert [o["logprobs"].to_torch().shape[0] for o in out.loss_fn_outputs] == [len(s) - 1 for s in SEQS]
+    assert set(got_grads) == set(want_grads) and len(got_grads) > 0
+    for name in want_grads:
+        assert float((got_grads[name] - want_grads[name]).abs().max()) < 1e-9, name
+    assert any(float(g.abs().max()) > 0 for g in got_grads.values())
+
+
+def test_ppo_clipping_engages(tc):
+    """Every ratio above clip_high with A > 0: the clipped objective is constant, gradient exactly 0;
+    cispo keeps a gradient there (its clipped ratio is only a detached weight)."""
+    model = tc.peft_model
+    seq = SEQS[0]
+    with torch.no_grad():
+        lp = _hand_logprobs(model, seq)
+    inp = {"target_tokens": seq[1:], "logprobs": (lp - 0.5).tolist(), "advantages": [1.0] * (len(seq) - 1)}
+    datum = types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs=inp)
+    model.zero_grad(set_to_none=True)
+    out = tc.forward_backward([datum], "ppo").result()
+    grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
+    assert all(float(g.abs().max()) == 0.0 for g in grads)
+    assert out.metrics["loss:sum"] == pytest.approx(-1.2 * (len(seq) - 1), rel=1e-6)
+    model.zero_grad(set_to_none=True)
+    tc.forward_backward([datum], "cispo").result()
+    grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
+    assert any(float(g.abs().max()) > 0 for g in grads)
+    model.zero_grad(set_to_none=True)
+
+
+def test_gradients_accumulate_until_optim_step(tc):
+    model = tc.peft_model
+    data = [
+        types.Datum(model_input=types.ModelInput.from_ints(s[:-1]), loss_fn_inputs={"target_tokens": s[1:]})
+        for s in SEQS
+    ]
+    model.zero_grad(set_to_none=True)
+    tc.forward_backward(data, "cross_entropy").result()
+    both = _grads(model)
+    model.zero_grad(set_to_none=True)
+    tc.forward_backward(data[:1], "cross_entropy").result()
+    tc.forward_backward(data[1:], "cross_entropy").result()
+    split = _grads(model)
+    model.zero_grad(set_to_none=True)
+    for name in both:
+        assert torch.allclose(both[name], split[name], rtol=1e-5, atol=1e-7), name
+
+
+def test_optim_step_is_adamw_with_the_given_params(tmp_path):
+    svc = LocalServiceClient(base_dir=tmp_path, seed=0)
+    client = svc.create_lora_training_client("sailrl/tiny", rank=2, seed=1).result()
+    model = client.peft_model
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(SEQS[1][:-1]), loss_fn_inputs={"target_tokens": SEQS[1][1:]}
+    )
+    params = types.AdamParams(learning_rate=0.01, beta1=0.8, beta2=0.9, eps=1e-6, weight_decay=0.1)
+    shadow = copy.deepcopy(model)
+    ref_params = [p for p in shadow.parameters() if p.requires_grad]
+    ref_opt = torch.optim.AdamW(ref_params, lr=0.01, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1)
+    for _ in range(2):
+        client.forward_backward([datum], "cross_entropy").result()
+        for p_ref, p in zip(ref_params, [p for p in model.parameters() if p.requires_grad], strict=True):
+            p_ref.grad = p.grad.detach().clone()
+        response = client.optim_step(params).result()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        assert response.metrics["learning_rate"] == 0.01
+    for p_ref, p in zip(ref_params, [p for p in model.parameters() if p.requires_grad], strict=True):
+        assert torch.equal(p_ref, p)
+        assert p.grad is None
+
+
+def test_bad_inputs_are_explained(tc):
+    seq = SEQS[1]
+    with_mask = types.Datum(
+        model_input=types.ModelInput.from_ints(seq[:-1]),
+        loss_fn_inputs={"target_tokens": seq[1:], "logprobs": [0.0] * 5, "advantages": [1.0] * 5, "mask": [1.0] * 5},
+    )
+    with pytest.raises(LossInputError, match="unexpected mask"):
+        tc.forward_backward([with_mask], "importance_sampling").result()
+    plain = types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs={"target_tokens": seq[1:]})
+    with pytest.raises(LossInputError, match="missing advantages, logprobs"):
+        tc.forward([plain], "ppo").result()
+    with pytest.raises(LossInputError, match="no loss function 'reinforce'"):
+        tc.forward([plain], "reinforce").result()
+    with pytest.raises(LossInputError, match="not used by 'cross_entropy'"):
+        tc.forward([plain], "cross_entropy", {"beta": 0.1}).result()
+    short = types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs={"target_tokens": seq[2:]})
+    with pytest.raises(ValueError, match="one value per token"):
+        tc.forward([short], "cross_entropy").result()
+    with pytest.raises(TypeError, match="only Adam"):
+        tc.optim_step(tinker.types.DimuonParams(learning_rate=0.1))
