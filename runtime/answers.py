@@ -431,10 +431,6 @@ def math_equal(gold: list[Any], pred: list[Any], timeout_s: float) -> bool:
 # --------------------------------------------------------------------------------------------- comparison
 
 
-class ReferenceProblem(ValueError):
-    """The reference answer cannot be used with this comparison (message in plain words)."""
-
-
 class Comparator:
     """One comparison kind.
 

@@ -149,16 +149,18 @@ def _json_rows(text: str, path: Path, *, lines: bool) -> list[dict]:
                     raise DatasetError(f"{path}: item {i} of the array is a {type(item).__name__}, not an object "
                                        f"with named fields", path=str(path))
             return data
-        if stripped.startswith("{") and "\n" not in stripped.strip():
+        if stripped.startswith("{"):
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError:
-                obj = None
-            if isinstance(obj, dict) and any(isinstance(v, list) for v in obj.values()):
-                keys = [k for k, v in obj.items() if isinstance(v, list)]
-                raise DatasetError(f"{path}: the file is one JSON object whose rows are under {keys[0]!r}; "
-                                   f"write the rows as a JSON array or as JSON Lines (one object per line)",
-                                   path=str(path))
+                obj = None  # several objects: JSON Lines in a .json file, parsed line by line below
+            if isinstance(obj, dict):
+                keys = [k for k, v in obj.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
+                if keys:
+                    raise DatasetError(f"{path}: the file is one JSON object whose rows are under {keys[0]!r}; "
+                                       f"write the rows as a JSON array or as JSON Lines (one object per line)",
+                                       path=str(path))
+                return [obj]
     rows: list[dict] = []
     for lineno, line in enumerate(io.StringIO(text), start=1):
         if not line.strip():
@@ -346,14 +348,16 @@ def field_mapping(spec: Any, columns: Sequence[str]) -> dict[str, str]:
         mapping = {f: f for f in fields}
     else:
         mapping = dict(fields)
-    missing = [(name, col) for name, col in mapping.items() if col not in columns]
+    missing = [(i, name, col) for i, (name, col) in enumerate(mapping.items()) if col not in columns]
     if missing:
-        name, col = missing[0]
+        i, name, col = missing[0]
         which = f"field {name!r} maps to column {col!r}" if name != col else f"column {col!r}"
+        key = ("dataset.source" if fields is None else
+               f"dataset.fields.{i}" if isinstance(fields, list) else f"dataset.fields.{name}")
         raise DatasetError(
             f"{which}, but the dataset has no such column{_dym(col, columns)}. The dataset's columns are: "
             f"{', '.join(columns) or '(none)'}",
-            key="dataset.fields" if fields is not None else "dataset.source",
+            key=key,
         )
     return mapping
 

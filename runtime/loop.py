@@ -245,20 +245,18 @@ class RLRun:
 
         Logs ``warmup.jsonl`` (step, loss per token). Uses the same data order function as RL.
         """
-        from tinker_cookbook.supervised.common import datum_from_model_input_weights
-
-        from sailrl.runtime.data import rows_for_step
+        from sailrl.runtime.data import rows_for_step, shuffle_seed
 
         w = self.spec.training.warmup
+        completion = w.completion or "{{ " + self.spec.prompt.reference_field + " }}"
         adam = tinker.AdamParams(learning_rate=w.learning_rate, beta1=self.adam.beta1, beta2=self.adam.beta2,
                                  eps=self.adam.eps)
-        seed = self.spec.model.seed + 7919
+        seed = shuffle_seed(self.spec) + 7919  # its own order, independent of the RL steps'
         for i in range(w.steps):
-            rows = rows_for_step(self.train_rows, i, w.batch_size, seed)
+            rows = rows_for_step(self.train_rows, i, w.batch_size, seed, reshuffle=self.spec.dataset.shuffle)
             data = []
             for row in rows:
-                model_input, weights = self.prompts.supervised_example(row, w.completion)
-                data.append(datum_from_model_input_weights(model_input, weights))
+                data.append(self.prompts.supervised_datum(row, completion))
             fb = await self.training_client.forward_backward_async(data, loss_fn="cross_entropy")
             opt = await self.training_client.optim_step_async(adam)
             out = await fb.result_async()
@@ -275,9 +273,10 @@ class RLRun:
 
     def batch(self, step: int) -> list[dict[str, Any]]:
         """The rows of ``step``: a deterministic function of (seed, step), the same after a resume."""
-        from sailrl.runtime.data import rows_for_step
+        from sailrl.runtime.data import rows_for_step, shuffle_seed
 
-        return rows_for_step(self.train_rows, step, self.spec.training.groups_per_step, self.spec.model.seed)
+        return rows_for_step(self.train_rows, step, self.spec.training.groups_per_step, shuffle_seed(self.spec),
+                             reshuffle=self.spec.dataset.shuffle)
 
     async def save_sampler_checkpoint(self, step: int, timings: dict[str, float]) -> str:
         """Move 1: snapshot the LoRA weights as a sampler checkpoint that expires after ``checkpoint_ttl_s``."""

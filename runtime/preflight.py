@@ -516,11 +516,7 @@ def render_report(report: dict[str, Any], console: Any) -> None:
     console.print(f"[bold]preflight[/bold] {escape(str(report.get('spec') or report['name']))}  "
                   f"(model {escape(report['model'])})")
     data = report.get("data") or {}
-    if "error" in data:
-        loc = data.get("location")
-        where = f" (spec line {loc[0]})" if loc else ""
-        console.print(f"[red bold]data:[/red bold] {escape(data['error'])}{where}")
-    elif data:
+    if data and "error" not in data:  # a data error is listed with the problems below
         t = Table(title="data", show_header=False, title_justify="left")
         t.add_row("source", escape(data["source"]))
         t.add_row("columns", escape(", ".join(data["columns"])))

@@ -32,13 +32,13 @@ from sail.errors import InferenceError, InferenceHTTPError, InvalidArgumentError
 from tinker_cookbook.completers import TokensWithLogprobs
 
 __all__ = [
+    "TINKER_DEFAULT_LORA_ALPHA",
     "AdaptiveSailCompleter",
     "PollPolicy",
     "SailCheckpointError",
     "SailRequestRejected",
     "SailRolloutError",
     "SailStats",
-    "TINKER_DEFAULT_LORA_ALPHA",
     "adapter_config_for",
     "completion_window_problem",
     "lora_family",

@@ -95,9 +95,12 @@ class WarmupSpec(SpecModel):
     steps: int = Field(0, ge=0, description="Supervised steps before RL (0 = no warm-up).")
     batch_size: int = Field(32, gt=0, description="Examples per supervised step.")
     learning_rate: float = Field(1e-4, gt=0, description="Adam learning rate for the warm-up.")
-    completion: Text = Field(
-        "{{ answer }}",
-        description="Jinja2 template of the target assistant message for a row (default: the reference answer).",
+    completion: Text | None = Field(
+        None,
+        description=(
+            "Jinja2 template of the target assistant message for a row. Default: the reference answer, "
+            "i.e. '{{ <prompt.reference_field> }}'."
+        ),
     )
 
 

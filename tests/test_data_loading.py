@@ -28,10 +28,6 @@ def make_spec(source: str, **dataset) -> Spec:
     })
 
 
-def plain(rows):
-    return [{k: v for k, v in r.items()} for r in rows]
-
-
 def expected(rows=ROWS):
     return [{**r, "_index": i} for i, r in enumerate(rows)]
 
@@ -199,3 +195,11 @@ def test_generator_is_deterministic(tmp_path):
     mod.main(["--out", str(tmp_path / "a.jsonl")])
     assert (tmp_path / "a.jsonl").read_bytes() == (REPO / "spec/examples/data/addition.jsonl").read_bytes()
     assert len(mod.make_rows(max_operand=2, seed=5)) == 9
+
+
+def test_json_object_wrapping_rows_is_explained(tmp_path):
+    (tmp_path / "rows.json").write_text(json.dumps({"version": 1, "data": ROWS}, indent=2))
+    with pytest.raises(DatasetError) as err:
+        load_rows(make_spec("rows.json"), tmp_path)
+    assert str(err.value) == (f"{tmp_path / 'rows.json'}: the file is one JSON object whose rows are under 'data'; "
+                              f"write the rows as a JSON array or as JSON Lines (one object per line)")

@@ -54,7 +54,7 @@ def test_missing_column_names_columns_and_did_you_mean(tmp_path):
         load_rows(spec, tmp_path)
     assert str(err.value) == ("field 'question' maps to column 'problme', but the dataset has no such column "
                               "(did you mean 'problem'?). The dataset's columns are: problem, solution, extra")
-    assert err.value.key == "dataset.fields"
+    assert err.value.key == "dataset.fields.question"
 
 
 def test_template_field_not_in_columns_without_mapping(tmp_path):

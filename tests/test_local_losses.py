@@ -184,7 +184,7 @@ def test_bad_inputs_are_explained(tc):
     seq = SEQS[1]
     with_mask = types.Datum(
         model_input=types.ModelInput.from_ints(seq[:-1]),
-        loss_fn_inputs={"target_tokens": seq[1:], "logprobs": [0.0] * 5, "advantages": [1.0] * 5, "mask": [1.0] * 5},
+        loss_fn_inputs={"target_tokens": seq[1:], "logprobs": [0.0] * 5, "advantages": [1.0] * 5, "mask": torch.ones(5)},
     )
     with pytest.raises(LossInputError, match="unexpected mask"):
         tc.forward_backward([with_mask], "importance_sampling").result()

@@ -10,16 +10,18 @@ import inspect
 import math
 import random
 import time
+from types import SimpleNamespace
 from typing import Any
 
+import fakes.sail_server
 import pytest
 import sail
 import sail.tinker as sail_tinker
 import tinker
-from fakes.sail_server import FakeSailServer, Sample, fake_sail_server  # noqa: F401 (fixture)
+from fakes.sail_server import FakeSailServer, Sample
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sail.errors import InferenceHTTPError, InvalidArgumentError
-from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
-
 from sailrl.runtime.sail_adapter import (
     AdaptiveSailCompleter,
     PollPolicy,
@@ -29,6 +31,10 @@ from sailrl.runtime.sail_adapter import (
     completion_window_problem,
     make_sail_policy,
 )
+from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
+
+# The fixture, until tests/conftest.py provides it for every test file.
+fake_sail_server = fakes.sail_server.fake_sail_server
 
 ADAPTER = adapter_config_for("moonshotai/Kimi-K2.6", 32, train_attn=True, train_mlp=True, train_unembed=True)
 SIGNED_URL = "https://storage.example/tinker/run-1/sampler_weights/step-3/archive.tar?X-Sig=abc%2Fdef"
@@ -353,3 +359,43 @@ def test_make_sail_policy(fake_sail_server: FakeSailServer) -> None:
             model="m", signed_url=SIGNED_URL, adapter_config=ADAPTER, lora_name="x", max_tokens=4,
             temperature=1.0, top_p=1.0, completion_window="priority",
         )
+
+
+class _Captured(Exception):
+    pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 200_000), min_size=1, max_size=20),
+    stop=st.one_of(st.none(), st.integers(0, 1000), st.lists(st.text(min_size=1, max_size=5), max_size=3),
+                   st.lists(st.integers(0, 1000), max_size=3)),
+    max_tokens=st.integers(1, 4096),
+    temperature=st.floats(0, 2),
+    top_p=st.floats(0.01, 1),
+    window=st.sampled_from(["balanced", "flex"]),
+    name=st.one_of(st.none(), st.text(max_size=12)),
+    logprobs=st.booleans(),
+)
+def test_build_payload_equals_what_the_sdk_sends(tokens: list[int], stop: Any, max_tokens: int,
+                                                  temperature: float, top_p: float, window: str,
+                                                  name: str | None, logprobs: bool) -> None:
+    """Property: for any inputs, build_payload == the kwargs the SDK's __call__ hands to responses.create."""
+    seen: dict[str, Any] = {}
+
+    async def fake_create(**kwargs: Any) -> Any:
+        seen.update(kwargs)
+        raise _Captured
+
+    fake_inference = SimpleNamespace(responses=SimpleNamespace(create=SimpleNamespace(aio=fake_create)))
+    settings_ = {**KWARGS, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p,
+                 "completion_window": window, "tinker_lora_name": name, "request_logprobs": logprobs}
+    original = sail_tinker.inference
+    sail_tinker.inference = fake_inference  # the module global the SDK's __call__ uses
+    try:
+        with pytest.raises(_Captured):
+            asyncio.run(sail.SailTokenCompleter(**settings_)(prompt(tokens), stop=stop))
+    finally:
+        sail_tinker.inference = original
+    sdk_body = {k: v for k, v in seen.items() if k not in {"voyage", "timeout"}}
+    assert ours(**settings_).build_payload(prompt(tokens), stop) == sdk_body

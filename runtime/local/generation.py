@@ -63,6 +63,8 @@ def _stops_for(params: types.SamplingParams, eos_token_id: int | None) -> _Stops
     if isinstance(stop, str):
         stop = [stop]
     stop = list(stop)
+    if not stop:
+        return _Stops(frozenset(), ())
     if all(isinstance(s, str) for s in stop):
         strings = tuple(s for s in stop if s)
         return _Stops(

@@ -240,7 +240,7 @@ class LocalServiceClient:
     async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
         return await self._backend.worker.submit(self._capabilities)
 
-    def close(self, status: str = "success", detail: str | None = None) -> APIFuture[None]:
+    def close(self, status: str, detail: str | None = None) -> APIFuture[None]:
         """Stop the worker thread once queued work is done (``status`` / ``detail`` are ignored)."""
         self._backend.worker.close()
         return completed(None)

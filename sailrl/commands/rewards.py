@@ -101,14 +101,16 @@ def _dataset_row(spec: Any, spec_path: str, n: int) -> dict[str, Any]:
         rows = load_rows(spec, Path(spec_path).resolve().parent)
     except DatasetError as exc:
         raise LookupError(f"cannot load the dataset: {exc}") from None
-    for row in [*rows.train, *rows.eval]:
+    ev = spec.dataset.eval
+    carved = rows.eval if ev is not None and ev.split is None else []  # eval rows of the same split
+    for row in [*rows.train, *carved]:
         if row.get("_index") == n:
             return {k: v for k, v in row.items() if k != "_index"}
     for skipped in rows.skipped:
         if skipped.index == n and skipped.split == spec.dataset.split:
             print(f"note: row {n} is skipped in training: {skipped.reason}", file=sys.stderr)
             return {k: v for k, v in skipped.row.items() if k != "_index"}
-    have = sorted(r["_index"] for r in rows.train)
+    have = sorted(r["_index"] for r in [*rows.train, *carved])
     span = f"{have[0]}..{have[-1]}" if have else "none"
     raise LookupError(f"row {n} is not among the selected rows of split '{spec.dataset.split}' "
                       f"(rows {span}; dataset.range / dataset.limit select them)")

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -133,7 +133,7 @@ class FakeSailServer:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> FakeSailServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -251,13 +251,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(encoded)
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+    def do_POST(self) -> None:  # http.server's naming
         self._serve("POST")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._serve("GET")
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence the default stderr log
+    def log_message(self, format: str, *args: Any) -> None:  # silence the default stderr log
         return
 
 
