@@ -8,7 +8,7 @@ forced to T tokens (``stop=[]`` / ``min_new_tokens=T``). Three ways:
 2. HF ``generate`` once per sample (the per-rollout baseline);
 3. HF ``generate`` once per group with ``num_return_sequences=S`` (a stronger baseline).
 
-Run: ``python benchmarks/bench_local_sampling.py [--groups 16 --samples 8 --tokens 64 --threads 2]``
+Run: ``python benchmarks/bench_local_sampling.py [--groups 16 --samples 8 --tokens 64 --threads 1]``
 Prints tokens/s for each and the ratios ours / baseline.
 """
 
@@ -20,9 +20,8 @@ import tempfile
 import time
 
 import torch
-from tinker import types
-
 from sailrl.runtime.local import LocalServiceClient
+from tinker import types
 
 
 def main() -> None:
@@ -30,12 +29,12 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=16)
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2, help="timed repeats of ours (best is reported)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-
-    svc = LocalServiceClient(base_dir=tempfile.mkdtemp(prefix="bench-local-"), seed=0)
+    svc = LocalServiceClient(
+        base_dir=tempfile.mkdtemp(prefix="bench-local-"), seed=0, num_threads=args.threads
+    )
     tc = svc.create_lora_training_client("sailrl/tiny", rank=16, seed=1).result()
     sampler = tc.save_weights_and_get_sampling_client().result()
     tok = sampler.get_tokenizer()
@@ -65,14 +64,14 @@ def main() -> None:
     ours_tps = total_tokens / best
 
     model = sampler._batcher._model  # the same merged weights the sampler decodes with
-    gen_kwargs = dict(
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        max_new_tokens=args.tokens,
-        min_new_tokens=args.tokens,
-        pad_token_id=0,
-    )
+    gen_kwargs = {
+        "do_sample": True,
+        "temperature": 1.0,
+        "top_k": 0,
+        "max_new_tokens": args.tokens,
+        "min_new_tokens": args.tokens,
+        "pad_token_id": 0,
+    }
     with torch.no_grad():
         model.generate(torch.tensor([prompts[0]]), **gen_kwargs)  # warm-up
         t0 = time.perf_counter()

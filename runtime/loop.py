@@ -318,11 +318,14 @@ class RLRun:
         """Move 3: every rollout of every group, concurrently. Failed groups are dropped and counted."""
         gs = group_size or self.spec.training.group_size
         with phase(step, "rollout", timings):
-            return await rollout_groups(policy, [self._builder(r, gs) for r in rows])
+            batch = await rollout_groups(policy, [self._builder(r, gs) for r in rows])
+        stats = getattr(policy, "stats", None)  # the Sail completer counts polls, retries and failures
+        batch.extra_metrics = stats.as_metrics() if stats is not None else {}
+        return batch
 
     def assemble(self, batch: RolloutBatch, step: int) -> tuple[list[tinker.Datum], dict[str, float]]:
         """Move 4: score -> drop degenerate groups -> group-centred advantages -> training data."""
-        metrics = rollout_metrics(batch, self.reward_fn.rule_names)
+        metrics = {**rollout_metrics(batch, self.reward_fn.rule_names), **batch.extra_metrics}
         kept, degenerate = split_degenerate(batch.groups)
         metrics["degenerate_frac"] = len(degenerate) / len(batch.groups) if batch.groups else float("nan")
         if not kept:

@@ -121,13 +121,21 @@ class RolloutBatch:
     groups: list[TrajectoryGroup]
     rows: list[dict[str, Any]]
     failed: list[tuple[int, str]]
+    extra_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _is_fatal(exc: BaseException) -> bool:
+    from sailrl.runtime.sail_adapter import SailCheckpointError, SailRequestRejected
+
+    return isinstance(exc, (SailRequestRejected, SailCheckpointError))
 
 
 async def rollout_groups(policy: TokenCompleter, builders: list[RuleGroupBuilder]) -> RolloutBatch:
     """Run every group of a step concurrently with tinker_cookbook's ``do_group_rollout``.
 
     A group whose rollout raises (a Sail response that still failed after its retries, a sampler error) is
-    dropped and recorded in ``failed``; the other groups go on. Every group's samples share one prompt
+    dropped and recorded in ``failed``; the other groups go on. A request Sail refused outright (HTTP 4xx: a
+    bad key, an unknown model) would fail every group of every step, so it is raised, not dropped. Every group's samples share one prompt
     (asserted): group-centred advantages are only meaningful within one prompt.
     """
     results = await asyncio.gather(*(do_group_rollout(b, policy) for b in builders), return_exceptions=True)
@@ -136,7 +144,7 @@ async def rollout_groups(policy: TokenCompleter, builders: list[RuleGroupBuilder
     failed: list[tuple[int, str]] = []
     for builder, result in zip(builders, results, strict=True):
         if isinstance(result, BaseException):
-            if isinstance(result, (KeyboardInterrupt, asyncio.CancelledError)):
+            if isinstance(result, (KeyboardInterrupt, asyncio.CancelledError)) or _is_fatal(result):
                 raise result
             failed.append((int(builder.row.get("_index", -1)), f"{type(result).__name__}: {result}"))
             continue

@@ -558,6 +558,16 @@ def completion_window_problem(completion_window: str) -> str | None:
 _ARCHIVE_URL_METHOD = "get_checkpoint_archive_url_from_tinker_path_async"
 
 
+def tinker_rest_client_class() -> type:
+    """The SDK's RestClient class: ``tinker.RestClient`` where exported (0.36+), else its defining module."""
+    import tinker
+
+    cls = getattr(tinker, "RestClient", None)
+    if cls is None:
+        from tinker.lib.public_interfaces.rest_client import RestClient as cls
+    return cls
+
+
 def signed_url_problem(rest_client_cls: type | None = None) -> str | None:
     """Why ``sail.get_tinker_checkpoint_signed_url_async`` cannot work with the installed tinker, or None.
 
@@ -565,9 +575,7 @@ def signed_url_problem(rest_client_cls: type | None = None) -> str | None:
     and later no longer have it (0.35.0 does). ``rest_client_cls`` defaults to ``tinker.RestClient``.
     """
     if rest_client_cls is None:
-        import tinker
-
-        rest_client_cls = tinker.RestClient
+        rest_client_cls = tinker_rest_client_class()
     if callable(getattr(rest_client_cls, _ARCHIVE_URL_METHOD, None)):
         return None
     import importlib.metadata as md

@@ -44,3 +44,7 @@ def write_spec(tmp_path: Path):
         return path
 
     return _write
+
+
+# The loopback Sail server fixture (tests/fakes/sail_server.py), available to every test module.
+from tests.fakes.sail_server import fake_sail_server  # noqa: E402,F401

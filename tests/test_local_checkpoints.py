@@ -10,13 +10,14 @@ import urllib.parse
 
 import pytest
 import torch
-from tinker import types
-
 from sailrl.runtime.local import CheckpointPathError, LocalServiceClient
 from sailrl.runtime.local.tiny import TINY_CONFIG, build_tiny_model
+from tinker import types
 
 SEQ = [72, 101, 108, 108, 111, 35, 50, 43, 51, 61]
-DATUM = types.Datum(model_input=types.ModelInput.from_ints(SEQ[:-1]), loss_fn_inputs={"target_tokens": SEQ[1:]})
+DATUM = types.Datum(
+    model_input=types.ModelInput.from_ints(SEQ[:-1]), loss_fn_inputs={"target_tokens": SEQ[1:]}
+)
 ADAM = types.AdamParams(learning_rate=0.02)
 
 
@@ -40,8 +41,11 @@ def test_sampler_weights_are_a_peft_adapter_on_the_reproducible_base(svc):
     path = tc.save_weights_for_sampler("step-3").result().path
     assert path == f"local://{tc.get_info().model_id}/sampler_weights/step-3"
     directory = os.path.join(svc.base_dir, tc.get_info().model_id, "sampler_weights", "step-3")
-    assert {"adapter_config.json", "adapter_model.safetensors", "base_model.json"} <= set(os.listdir(directory))
-    base_info = json.load(open(os.path.join(directory, "base_model.json")))
+    assert {"adapter_config.json", "adapter_model.safetensors", "base_model.json"} <= set(
+        os.listdir(directory)
+    )
+    with open(os.path.join(directory, "base_model.json")) as f:
+        base_info = json.load(f)
     assert base_info == {"model_name": "sailrl/tiny", "seed": 0, "config": TINY_CONFIG}
 
     loaded = PeftModel.from_pretrained(build_tiny_model(base_info["seed"]), directory).eval()
@@ -137,7 +141,9 @@ def test_local_hugging_face_directory_as_base_model(tmp_path):
     assert losses[2] < losses[0]
     path = tc.save_weights_for_sampler("s").result().path
     sampler = svc.create_sampling_client(model_path=path).result()
-    out = sampler.sample(types.ModelInput.from_ints(SEQ), 2, types.SamplingParams(max_tokens=4, stop=[])).result()
+    out = sampler.sample(
+        types.ModelInput.from_ints(SEQ), 2, types.SamplingParams(max_tokens=4, stop=[])
+    ).result()
     assert [len(s.tokens) for s in out.sequences] == [4, 4]
     caps = svc.get_server_capabilities()
     assert caps.supported_models[0].model_name == str(model_dir)

@@ -8,14 +8,13 @@ import math
 import pytest
 import tinker
 import torch
+from sailrl.runtime.local import LocalServiceClient
+from sailrl.runtime.models import get_renderer
 from tinker_cookbook.completers import TinkerTokenCompleter
 from tinker_cookbook.rl.data_processing import assemble_training_data, compute_advantages
 from tinker_cookbook.rl.rollouts import do_group_rollout
 from tinker_cookbook.rl.train import train_step
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, StepResult
-
-from sailrl.runtime.local import LocalServiceClient
-from sailrl.runtime.models import get_renderer
 
 GROUP_SIZE = 4
 NUM_GROUPS = 3
@@ -79,7 +78,7 @@ def rl_step(tmp_path_factory):
         builders = [DigitsGroupBuilder(a, a + 1, renderer) for a in range(NUM_GROUPS)]
         groups = await asyncio.gather(*[do_group_rollout(b, policy) for b in builders])
         advantages = compute_advantages(groups)
-        data, metadata = assemble_training_data(groups, advantages)
+        data, _metadata = assemble_training_data(groups, advantages)
         clean = [_without_mask(d) for d in data]
         before_fwd = await (await tc.forward_async(clean, "importance_sampling")).result_async()
         before = _trainable(tc)
@@ -150,8 +149,6 @@ def test_train_step_changes_weights_and_improves_the_surrogate(rl_step):
     loss_after = rl_step["after_fwd"].metrics["loss:sum"]
     assert math.isfinite(loss_before) and math.isfinite(loss_after)
     # on-policy the IS loss is -sum(A) over action tokens; two Adam steps along its gradient lower it
-    expected_before = -sum(
-        float((d.loss_fn_inputs["advantages"].to_torch()).sum()) for d in rl_step["data"]
-    )
+    expected_before = -sum(float((d.loss_fn_inputs["advantages"].to_torch()).sum()) for d in rl_step["data"])
     assert loss_before == pytest.approx(expected_before, abs=1e-3)
     assert loss_after < loss_before

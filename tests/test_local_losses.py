@@ -7,10 +7,9 @@ import copy
 import pytest
 import tinker
 import torch
-from tinker import types
-
 from sailrl.runtime.local import LocalServiceClient
 from sailrl.runtime.local.losses import LossInputError
+from tinker import types
 
 SEQS = [[72, 101, 108, 108, 111, 35, 50, 43], [35, 51, 45, 52, 61, 63]]
 
@@ -184,18 +183,27 @@ def test_bad_inputs_are_explained(tc):
     seq = SEQS[1]
     with_mask = types.Datum(
         model_input=types.ModelInput.from_ints(seq[:-1]),
-        loss_fn_inputs={"target_tokens": seq[1:], "logprobs": [0.0] * 5, "advantages": [1.0] * 5, "mask": torch.ones(5)},
+        loss_fn_inputs={
+            "target_tokens": seq[1:],
+            "logprobs": [0.0] * 5,
+            "advantages": [1.0] * 5,
+            "mask": torch.ones(5),
+        },
     )
     with pytest.raises(LossInputError, match="unexpected mask"):
         tc.forward_backward([with_mask], "importance_sampling").result()
-    plain = types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs={"target_tokens": seq[1:]})
+    plain = types.Datum(
+        model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs={"target_tokens": seq[1:]}
+    )
     with pytest.raises(LossInputError, match="missing advantages, logprobs"):
         tc.forward([plain], "ppo").result()
     with pytest.raises(LossInputError, match="no loss function 'reinforce'"):
         tc.forward([plain], "reinforce").result()
     with pytest.raises(LossInputError, match="not used by 'cross_entropy'"):
         tc.forward([plain], "cross_entropy", {"beta": 0.1}).result()
-    short = types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs={"target_tokens": seq[2:]})
+    short = types.Datum(
+        model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs={"target_tokens": seq[2:]}
+    )
     with pytest.raises(ValueError, match="one value per token"):
         tc.forward([short], "cross_entropy").result()
     with pytest.raises(TypeError, match="only Adam"):

@@ -6,9 +6,8 @@ import asyncio
 
 import pytest
 import torch
-from tinker import types
-
 from sailrl.runtime.local import LocalServiceClient
+from tinker import types
 
 PROMPT = "User: 2+3=?\n\nAssistant:"
 
@@ -69,7 +68,9 @@ def test_stop_token_ids_and_max_tokens(sampler, prompt):
     target = greedy[2]
     cut = greedy.index(target) + 1
     response = sampler.sample(
-        types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=5, temperature=0.0, stop=[target])
+        types.ModelInput.from_ints(prompt),
+        1,
+        types.SamplingParams(max_tokens=5, temperature=0.0, stop=[target]),
     ).result()
     assert response.sequences[0].tokens == greedy[:cut]
     assert response.sequences[0].stop_reason == "stop"
@@ -159,4 +160,6 @@ def test_sampling_errors_are_plain(sampler):
     with pytest.raises(ValueError, match="empty prompt"):
         sampler.sample(types.ModelInput.from_ints([]), 1, types.SamplingParams(max_tokens=1)).result()
     with pytest.raises(ValueError, match="does not support topk_sample_logprobs"):
-        sampler.sample(types.ModelInput.from_ints([5]), 1, types.SamplingParams(max_tokens=1), topk_sample_logprobs=2)
+        sampler.sample(
+            types.ModelInput.from_ints([5]), 1, types.SamplingParams(max_tokens=1), topk_sample_logprobs=2
+        )

@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 import tinker
-from sailrl.runtime.sail_adapter import SailCheckpointError, signed_checkpoint_url, signed_url_problem
+from sailrl.runtime.sail_adapter import (
+    SailCheckpointError,
+    signed_checkpoint_url,
+    signed_url_problem,
+    tinker_rest_client_class,
+)
 
 PATH = "tinker://run-1:train:0/sampler_weights/step-3"
 URL = "https://storage.example/archive.tar?X-Sig=abc"
@@ -91,15 +96,15 @@ def test_rest_client_without_archive_url_explains_the_version_problem() -> None:
 def test_signed_url_problem_matches_the_installed_tinker() -> None:
     assert signed_url_problem(FakeRest) is None
     assert "tinker 0.35.0 does" in (signed_url_problem(RestWithoutArchiveUrl) or "")
-    has_method = callable(getattr(tinker.RestClient, "get_checkpoint_archive_url_from_tinker_path_async", None))
+    has_method = callable(getattr(tinker_rest_client_class(), "get_checkpoint_archive_url_from_tinker_path_async", None))
     assert (signed_url_problem() is None) == has_method
 
 
 @pytest.mark.skipif(
-    callable(getattr(tinker.RestClient, "get_checkpoint_archive_url_from_tinker_path_async", None)),
+    callable(getattr(tinker_rest_client_class(), "get_checkpoint_archive_url_from_tinker_path_async", None)),
     reason="the installed tinker still has the archive-URL method sail needs",
 )
 def test_the_real_tinker_rest_client_class_is_reported_plainly() -> None:
-    rest = object.__new__(tinker.RestClient)  # the real class, never connected (ttl None: no request is made)
+    rest = object.__new__(tinker_rest_client_class())  # the real class, never connected (ttl None: no request is made)
     with pytest.raises(SailCheckpointError, match="The installed tinker .* has no RestClient"):
         asyncio.run(signed_checkpoint_url(FakeService(rest), PATH, None))

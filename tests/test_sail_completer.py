@@ -13,12 +13,10 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-import fakes.sail_server
 import pytest
 import sail
 import sail.tinker as sail_tinker
 import tinker
-from fakes.sail_server import FakeSailServer, Sample
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sail.errors import InferenceHTTPError, InvalidArgumentError
@@ -33,8 +31,7 @@ from sailrl.runtime.sail_adapter import (
 )
 from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
 
-# The fixture, until tests/conftest.py provides it for every test file.
-fake_sail_server = fakes.sail_server.fake_sail_server
+from tests.fakes.sail_server import FakeSailServer, Sample  # the fixture itself comes from tests/conftest.py
 
 ADAPTER = adapter_config_for("moonshotai/Kimi-K2.6", 32, train_attn=True, train_mlp=True, train_unembed=True)
 SIGNED_URL = "https://storage.example/tinker/run-1/sampler_weights/step-3/archive.tar?X-Sig=abc%2Fdef"

@@ -102,7 +102,9 @@ class CheckpointStore:
         directory = self.directory(path)
         if os.path.exists(directory):
             if not overwrite:
-                raise ValueError(f"A checkpoint named {path.name!r} already exists at {path}; pick a new name.")
+                raise ValueError(
+                    f"A checkpoint named {path.name!r} already exists at {path}; pick a new name."
+                )
             shutil.rmtree(directory)
         os.makedirs(directory)
         return directory
@@ -119,7 +121,9 @@ class CheckpointStore:
             "checkpoint_type": "training" if path.kind == "weights" else "sampler",
             "time": now.isoformat(),
             "ttl_seconds": ttl_seconds,
-            "expires_at": None if ttl_seconds is None else (now + _dt.timedelta(seconds=ttl_seconds)).isoformat(),
+            "expires_at": None
+            if ttl_seconds is None
+            else (now + _dt.timedelta(seconds=ttl_seconds)).isoformat(),
             "user_metadata": user_metadata,
         }
         with open(os.path.join(self.directory(path), META_FILE), "w") as f:
@@ -134,7 +138,9 @@ class CheckpointStore:
         meta = self.read_meta(path)
         now = _dt.datetime.now(_dt.UTC)
         meta["ttl_seconds"] = ttl_seconds
-        meta["expires_at"] = None if ttl_seconds is None else (now + _dt.timedelta(seconds=ttl_seconds)).isoformat()
+        meta["expires_at"] = (
+            None if ttl_seconds is None else (now + _dt.timedelta(seconds=ttl_seconds)).isoformat()
+        )
         with open(os.path.join(self.existing(path), META_FILE), "w") as f:
             json.dump(meta, f, indent=2)
 
@@ -166,7 +172,8 @@ class CheckpointStore:
                     continue
                 meta = self.read_meta(path)
                 size = sum(
-                    os.path.getsize(os.path.join(kind_dir, name, f)) for f in os.listdir(os.path.join(kind_dir, name))
+                    os.path.getsize(os.path.join(kind_dir, name, f))
+                    for f in os.listdir(os.path.join(kind_dir, name))
                 )
                 out.append(
                     types.Checkpoint(
@@ -176,7 +183,9 @@ class CheckpointStore:
                         tinker_path=path,
                         size_bytes=size,
                         user_metadata=meta.get("user_metadata"),
-                        expires_at=_dt.datetime.fromisoformat(meta["expires_at"]) if meta.get("expires_at") else None,
+                        expires_at=_dt.datetime.fromisoformat(meta["expires_at"])
+                        if meta.get("expires_at")
+                        else None,
                     )
                 )
         return sorted(out, key=lambda c: c.time)

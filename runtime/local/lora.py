@@ -38,7 +38,12 @@ def lora_target_modules(model: Any, *, train_mlp: bool, train_attn: bool, train_
                 targets.add(parts[-1])
             continue
         path = [p.lower() for p in parts[:-1]]
-        if train_attn and any(w in p for p in path for w in _ATTN_WORDS) or train_mlp and any(w in p for p in path for w in _MLP_WORDS):
+        if (
+            train_attn
+            and any(w in p for p in path for w in _ATTN_WORDS)
+            or train_mlp
+            and any(w in p for p in path for w in _MLP_WORDS)
+        ):
             targets.add(parts[-1])
     if not targets:
         raise ValueError("The model has no linear layers of the chosen kinds to put LoRA adapters on.")
@@ -72,7 +77,10 @@ def adapter_state(peft_model: Any) -> dict[str, torch.Tensor]:
     """The adapter's tensors, keyed as in ``adapter_model.safetensors`` (detached copies)."""
     from peft import get_peft_model_state_dict
 
-    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(peft_model, save_embedding_layers=False).items()}
+    return {
+        k: v.detach().clone()
+        for k, v in get_peft_model_state_dict(peft_model, save_embedding_layers=False).items()
+    }
 
 
 def merge_adapter(base: Any, state: dict[str, torch.Tensor], adapter_config: dict[str, Any]) -> Any:

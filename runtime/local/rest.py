@@ -33,12 +33,18 @@ class LocalRestClient:
         self._worker = worker
         self._store = store
 
-    def set_checkpoint_ttl_from_tinker_path(self, tinker_path: str, ttl_seconds: int | None) -> APIFuture[None]:
+    def set_checkpoint_ttl_from_tinker_path(
+        self, tinker_path: str, ttl_seconds: int | None
+    ) -> APIFuture[None]:
         """Record a TTL for the checkpoint (metadata only; nothing is deleted automatically)."""
         return self._worker.submit(lambda: self._store.set_ttl(tinker_path, ttl_seconds))
 
-    async def set_checkpoint_ttl_from_tinker_path_async(self, tinker_path: str, ttl_seconds: int | None) -> None:
-        return await self.set_checkpoint_ttl_from_tinker_path(tinker_path=tinker_path, ttl_seconds=ttl_seconds)
+    async def set_checkpoint_ttl_from_tinker_path_async(
+        self, tinker_path: str, ttl_seconds: int | None
+    ) -> None:
+        return await self.set_checkpoint_ttl_from_tinker_path(
+            tinker_path=tinker_path, ttl_seconds=ttl_seconds
+        )
 
     def _archive(self, tinker_path: str) -> CheckpointArchiveUrlResponse:
         archive = self._store.archive(tinker_path)

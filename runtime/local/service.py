@@ -40,7 +40,10 @@ class LocalServiceClient:
       fresh temporary directory.
     - ``seed``: seeds the ``sailrl/tiny`` base weights, LoRA inits given no seed, and sampling
       without ``SamplingParams.seed``.
-    - ``num_threads``: if given, ``torch.set_num_threads(num_threads)`` (process-wide).
+    - ``num_threads``: ``torch.set_num_threads`` value (process-wide). Default: 1 for
+      ``sailrl/tiny`` -- its matrices are too small to split, and on a 2-core machine that is also
+      running anything else, 2 intra-op threads measured 5-10x SLOWER than 1 (thread contention;
+      ``benchmarks/bench_local_sampling.py --threads``) -- and torch's own default otherwise.
     """
 
     def __init__(
@@ -54,10 +57,14 @@ class LocalServiceClient:
         num_threads: int | None = None,
         coalesce_window_s: float = 0.003,
     ):
+        if num_threads is None and model_name == TINY_MODEL_NAME:
+            num_threads = 1
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.model_name = model_name
-        self.base_dir = os.fspath(base_dir) if base_dir is not None else tempfile.mkdtemp(prefix="sailrl-local-")
+        self.base_dir = (
+            os.fspath(base_dir) if base_dir is not None else tempfile.mkdtemp(prefix="sailrl-local-")
+        )
         os.makedirs(self.base_dir, exist_ok=True)
         self._backend = LocalBackend(
             self.base_dir, device or "cpu", dtype, seed, coalesce_window_s=coalesce_window_s
@@ -65,7 +72,13 @@ class LocalServiceClient:
 
     # ------------------------------------------------------------------ training clients
     def _new_lora_client(
-        self, base_model: str, rank: int, seed: int | None, train_mlp: bool, train_attn: bool, train_unembed: bool
+        self,
+        base_model: str,
+        rank: int,
+        seed: int | None,
+        train_mlp: bool,
+        train_attn: bool,
+        train_unembed: bool,
     ) -> LocalTrainingClient:
         spec = resolve_base_model(base_model, self._backend.seed)
         lora_seed = self._backend.next_lora_seed() if seed is None else seed
@@ -160,7 +173,9 @@ class LocalServiceClient:
         weights_access_token: str | None = None,
         optimizer: types.OptimizerConfig | None = None,
     ) -> LocalTrainingClient:
-        return await self.create_training_client_from_state(path, base_model, user_metadata, weights_access_token)
+        return await self.create_training_client_from_state(
+            path, base_model, user_metadata, weights_access_token
+        )
 
     def create_training_client_from_state_with_optimizer(
         self,

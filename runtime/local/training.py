@@ -72,7 +72,9 @@ class LocalTrainingClient:
         self._lora = lora
         self.model_id = run_id or new_run_id(spec.model_name)
         self._params = [p for p in model.parameters() if p.requires_grad]
-        self._optimizer = torch.optim.AdamW(self._params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+        self._optimizer = torch.optim.AdamW(
+            self._params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0
+        )
         self._steps = 0
         self._snapshots = 0
         self._info = types.GetInfoResponse(
@@ -123,7 +125,9 @@ class LocalTrainingClient:
             outputs = []
             for i, (tokens, inputs) in enumerate(prepared):
                 lp = logprobs[i, : len(tokens)]
-                total = total + datum_loss(loss_fn, lp, {k: v.to(device) for k, v in inputs.items()}, loss_fn_config)
+                total = total + datum_loss(
+                    loss_fn, lp, {k: v.to(device) for k, v in inputs.items()}, loss_fn_config
+                )
                 outputs.append({"logprobs": types.TensorData.from_torch(lp.detach().cpu())})
             if backward:
                 total.backward()
@@ -188,7 +192,9 @@ class LocalTrainingClient:
         self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
         self._steps += 1
-        return types.OptimStepResponse(metrics={"grad_norm": grad_norm, "learning_rate": params.learning_rate})
+        return types.OptimStepResponse(
+            metrics={"grad_norm": grad_norm, "learning_rate": params.learning_rate}
+        )
 
     def optim_step(
         self,
@@ -203,7 +209,9 @@ class LocalTrainingClient:
             raise ValueError("Specify optim_params or legacy adam_params, not both.")
         params = optim_params if optim_params is not None else adam_params
         if params is None:
-            raise ValueError("optim_step needs AdamParams (for example tinker.AdamParams(learning_rate=1e-4)).")
+            raise ValueError(
+                "optim_step needs AdamParams (for example tinker.AdamParams(learning_rate=1e-4))."
+            )
         if not isinstance(params, types.AdamParams):
             raise TypeError("The embedded backend supports only Adam: pass tinker.AdamParams.")
         return self._backend.worker.submit(lambda: self._run_optim(params))
@@ -264,7 +272,9 @@ class LocalTrainingClient:
         overwrite: bool = False,
         user_metadata: dict[str, str] | None = None,
     ) -> APIFuture[types.SaveWeightsResponse]:
-        return self.save_state(name, ttl_seconds=ttl_seconds, overwrite=overwrite, user_metadata=user_metadata)
+        return self.save_state(
+            name, ttl_seconds=ttl_seconds, overwrite=overwrite, user_metadata=user_metadata
+        )
 
     def save_weights_for_sampler(
         self,
@@ -300,8 +310,12 @@ class LocalTrainingClient:
         result = set_peft_model_state_dict(self._model, state)
         unexpected = list(getattr(result, "unexpected_keys", []) or [])
         if unexpected:
-            raise ValueError(f"The checkpoint {path} does not match this client's LoRA layout: {unexpected[:3]}")
-        self._optimizer = torch.optim.AdamW(self._params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+            raise ValueError(
+                f"The checkpoint {path} does not match this client's LoRA layout: {unexpected[:3]}"
+            )
+        self._optimizer = torch.optim.AdamW(
+            self._params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0
+        )
         self._steps = 0
         if with_optimizer:
             opt_file = os.path.join(directory, OPTIMIZER_FILE)
@@ -315,7 +329,9 @@ class LocalTrainingClient:
                 self._steps = int(json.load(f)["optimizer_steps"])
         return types.LoadWeightsResponse(path=path, model_id=self.model_id)
 
-    def load_state(self, path: str, weights_access_token: str | None = None) -> APIFuture[types.LoadWeightsResponse]:
+    def load_state(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
         """Load adapter weights from ``path``; the optimizer restarts fresh."""
         return self._backend.worker.submit(lambda: self._run_load(path, False))
 
@@ -370,7 +386,9 @@ class LocalTrainingClient:
         self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
     ) -> ClientFuture[LocalSamplingClient]:
         """A sampler over saved weights at ``model_path`` (``local://...``)."""
-        return ClientFuture(self._backend.worker.submit(lambda: self._backend.sampling_client_from_path(model_path)))
+        return ClientFuture(
+            self._backend.worker.submit(lambda: self._backend.sampling_client_from_path(model_path))
+        )
 
     async def create_sampling_client_async(
         self, model_path: str, retry_config: Any = None, record_stability_info: bool = False

@@ -218,6 +218,8 @@ class FakeSailServer:
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 drops SYNs under concurrent rollouts (a 1 s TCP retransmit each).
+    request_queue_size = 256
     fake: FakeSailServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
