@@ -328,6 +328,7 @@ class RLRun:
         metrics = {**rollout_metrics(batch, self.reward_fn.rule_names), **batch.extra_metrics}
         kept, degenerate = split_degenerate(batch.groups)
         metrics["degenerate_frac"] = len(degenerate) / len(batch.groups) if batch.groups else float("nan")
+        metrics["datums"] = 0.0
         if not kept:
             return [], metrics
         advantages = compute_advantages(kept)
@@ -377,6 +378,7 @@ class RLRun:
                           "shorter answers in the prompt", stacklevel=2)
 
     def handle_all_degenerate(self, step: int, metrics: dict[str, float]) -> None:
+        metrics["skipped"] = 1.0
         if self.spec.training.on_all_degenerate == "stop":
             raise AllDegenerateError(
                 f"step {step}: every group scored the same reward ({metrics.get('reward/total')}); nothing to learn "

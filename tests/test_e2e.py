@@ -47,8 +47,11 @@ def test_quickstart_script_runs_a_few_steps_and_logs_everything(tmp_path):
     assert _steps(run_dir) == [0, 1, 2]
     line = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     for key in ("reward/total", "reward/correct", "reward/format", "degenerate_frac", "frac_truncated",
-                "tokens_sampled", "learning_rate", "time/rollout", "time/train", "time/snapshot"):
+                "tokens_sampled", "learning_rate", "time/rollout", "time/snapshot", "datums"):
         assert key in line, key
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for m in lines:  # a step trains unless every group was degenerate, in which case it says it skipped
+        assert ("time/train" in m and m["datums"] > 0) or (m["degenerate_frac"] == 1.0 and m["skipped"] == 1.0)
     config = json.loads((run_dir / "config.json").read_text())
     assert config["spec"]["name"] == "quickstart" and len(config["spec_sha256"]) == 64
     records = [json.loads(x) for x in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
@@ -155,7 +158,7 @@ def test_sail_path_runs_against_loopback_sail_with_local_tinker_stand_in(tmp_pat
     assert json.loads(meta["tinker_adapter_config"])["r"] == 16
     assert meta["tinker_lora_name"] == "quickstart-step-000000"
     assert posts[-1]["metadata"]["tinker_lora_name"] == "quickstart-step-000001"
-    assert posts[0]["max_output_tokens"] == 8 and posts[0]["stop"] == ["\n\nUser:"]
+    assert posts[0]["max_output_tokens"] == 12 and posts[0]["stop"] == ["\n\nUser:"]
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [0, 1]
     for m in lines:

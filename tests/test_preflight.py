@@ -267,7 +267,7 @@ def test_quickstart_preflight_samples_the_embedded_base_policy(capsys):
     assert s["sampler"] == "local" and s["groups"] == 2 and s["group_size"] == 8 and s["failed_groups"] == []
     assert set(s["rules"]) == {"correct", "format"}
     assert 0.0 <= s["degenerate_fraction"] <= 1.0
-    assert s["completion_tokens"]["max"] <= 8  # sampling.max_tokens
+    assert s["completion_tokens"]["max"] <= 12  # sampling.max_tokens
     assert len(s["examples"]) == 2 and all(isinstance(e["completion"], str) for e in s["examples"])
     assert report["blocking"] is False  # the quickstart's warm-up runs before RL
 
