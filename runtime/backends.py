@@ -54,15 +54,30 @@ class Backend:
         return self.sampler == "local"
 
 
-def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path, spec_path: str | None = None) -> Backend:
-    """Open the backend for ``sampler``. Raises :class:`BackendError` on a missing key."""
+def local_checkpoint_dir() -> Path:
+    """Where the embedded backend keeps ``local://`` checkpoints: ``$SAILRL_HOME/checkpoints``.
+
+    One store for every run (``SAILRL_HOME`` defaults to ``~/.cache/sailrl``), as Tinker keeps one store for
+    ``tinker://`` paths: a path printed by one run can be given to another as ``training.init_from``.
+    """
+    home = os.environ.get("SAILRL_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "sailrl")
+    return Path(home) / "checkpoints"
+
+
+def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None,
+                 spec_path: str | None = None) -> Backend:
+    """Open the backend for ``sampler``. Raises :class:`BackendError` on a missing key.
+
+    checkpoint_dir: the local backend's checkpoint store (default :func:`local_checkpoint_dir`).
+    """
     if sampler not in SAMPLERS:
         raise BackendError(f"unknown sampler {sampler!r}: use one of {', '.join(SAMPLERS)}")
     check_keys(sampler, spec_path)
     if sampler == "local":
         from sailrl.runtime.local import LocalServiceClient
 
-        return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=checkpoint_dir, seed=spec.model.seed))
+        store = checkpoint_dir or local_checkpoint_dir()
+        return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed))
     import tinker
 
     return Backend(sampler, tinker.ServiceClient())

@@ -142,6 +142,19 @@ async def train_on(training_client: Any, data: list[tinker.Datum], *, adam: tink
     return {"loss:sum": loss, "datums": float(len(data))}
 
 
+def _open_wandb(spec: Spec, resolved: dict[str, Any], console: Any) -> Any:
+    """A wandb run when ``output.wandb_project`` is set and wandb is installed; never required."""
+    if not spec.output.wandb_project:
+        return None
+    try:
+        import wandb
+    except ImportError:
+        console.print("[yellow]output.wandb_project is set but wandb is not installed (pip install wandb); "
+                      "logging to metrics.jsonl only[/yellow]")
+        return None
+    return wandb.init(project=spec.output.wandb_project, name=spec.name, config=resolved)
+
+
 @dataclass
 class RLRun:
     """State shared by the steps of one run. Build it with :meth:`start`."""
@@ -162,6 +175,8 @@ class RLRun:
     loss_fn_config: dict[str, float] | None
     console: Any
     history: list[dict[str, Any]] = field(default_factory=list)
+    wandb_run: Any = None
+    _progress: Any = None
     _model_inputs: dict[int, tuple[Any, list]] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- setup
@@ -195,8 +210,7 @@ class RLRun:
                                                      "overrides": list(overrides or [])})
 
         sampler = spec.sampling.sampler
-        backend = open_backend(spec, sampler=sampler, checkpoint_dir=run_dir.path / "checkpoints",
-                               spec_path=spec_path)
+        backend = open_backend(spec, sampler=sampler, spec_path=spec_path)
         service = backend.service_client
 
         # Training client: resume (state + optimizer) > spec resume_from > init_from (weights only) > fresh LoRA.
@@ -235,6 +249,7 @@ class RLRun:
                   train_rows=rows.train, eval_rows=rows.eval, start_step=start_step, adam=adam,
                   loss_fn_config=loss_cfg, console=console)
         run.history = run_dir.read_metrics()
+        run.wandb_run = _open_wandb(spec, resolved, console)
         if start_step == 0 and not resume_path and t.warmup and t.warmup.steps > 0:
             await run.warmup()
         return run
@@ -268,8 +283,23 @@ class RLRun:
                 self.console.print(f"warm-up {i + 1:4d}/{w.steps} | cross_entropy/token {loss:.3f}")
 
     # ---------------------------------------------------------------- the five moves
-    def steps(self) -> range:
-        return range(self.start_step, self.spec.training.steps)
+    def steps(self):
+        """The steps still to run, with a rich progress bar (reward of the last step in its description)."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        total = self.spec.training.steps
+        columns = (TextColumn("[bold]RL[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=self.console, transient=True) as progress:
+            task = progress.add_task("", total=total, completed=self.start_step)
+            self._progress = (progress, task)
+            try:
+                for step in range(self.start_step, total):
+                    yield step
+                    last = self.history[-1].get("reward/total") if self.history else None
+                    progress.update(task, advance=1, description=f"reward {last:+.3f}" if last is not None else "")
+            finally:
+                self._progress = None
 
     def batch(self, step: int) -> list[dict[str, Any]]:
         """The rows of ``step``: a deterministic function of (seed, step), the same after a resume."""
@@ -366,6 +396,8 @@ class RLRun:
         line = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in line.items()}
         self.run_dir.append_metrics(line)
         self.history.append(line)
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in line.items() if v is not None}, step=step)
         rules = "  ".join(f"{n} {metrics.get(f'reward/{n}', float('nan')):+.3f}" for n in self.reward_fn.rule_names)
         self.console.print(
             f"step {step + 1:4d}/{self.spec.training.steps} | reward {metrics.get('reward/total', float('nan')):+.3f}"
@@ -402,6 +434,14 @@ class RLRun:
             lines.append(f"final state: {final_state}")
         if sampler:
             lines.append(f"final adapter: {sampler}")
+            if self.backend.is_local:
+                from sailrl.runtime.backends import local_checkpoint_dir
+                from sailrl.runtime.local.checkpoints import LocalPath
+
+                p = LocalPath.parse(sampler)
+                lines.append(f"  (a PEFT adapter directory: {local_checkpoint_dir() / p.run_id / p.kind / p.name})")
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
         return "\n".join(lines)
 
     async def save_final_adapter(self) -> str:

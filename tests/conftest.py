@@ -48,3 +48,9 @@ def write_spec(tmp_path: Path):
 
 # The loopback Sail server fixture (tests/fakes/sail_server.py), available to every test module.
 from tests.fakes.sail_server import fake_sail_server  # noqa: E402,F401
+
+
+@pytest.fixture(autouse=True)
+def _isolated_sailrl_home(tmp_path_factory, monkeypatch):
+    """Local checkpoints go to a per-test store, never the user's ~/.cache/sailrl."""
+    monkeypatch.setenv("SAILRL_HOME", str(tmp_path_factory.mktemp("sailrl-home")))
