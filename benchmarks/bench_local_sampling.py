@@ -20,8 +20,9 @@ import tempfile
 import time
 
 import torch
-from sailrl.runtime.local import LocalServiceClient
 from tinker import types
+
+from sailrl.runtime.local import LocalServiceClient
 
 
 def main() -> None:

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sail
 import tinker
-from sailrl.runtime.sail_adapter import AdaptiveSailCompleter, PollPolicy, adapter_config_for
 
+from sailrl.runtime.sail_adapter import AdaptiveSailCompleter, PollPolicy, adapter_config_for
 from tests.fakes.sail_server import FakeSailServer
 
 ADAPTER = adapter_config_for("moonshotai/Kimi-K2.6", 32, train_attn=True, train_mlp=True, train_unembed=True)

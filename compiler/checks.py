@@ -19,10 +19,11 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from yaml.nodes import ScalarNode
+
 from sailrl.spec.errors import SpecError
 from sailrl.spec.loader import KeyPath, LoadedSpec, resolve_plain
 from sailrl.spec.messages import did_you_mean
-from yaml.nodes import ScalarNode
 
 TEMPLATE_FIELDS: tuple[KeyPath, ...] = (("prompt", "system"), ("prompt", "user"), ("training", "warmup", "completion"))
 RETIRED_WINDOWS = {"priority": "retired", "15m": "retired", "asap": "not supported by sail.SailTokenCompleter"}
@@ -224,7 +225,7 @@ class _Checker:
             if not isinstance(rule, dict):
                 continue
             path = ("reward", "rules", i)
-            for sub_path, owner in _walk_dicts(rule, path):
+            for sub_path, _owner in _walk_dicts(rule, path):
                 if sub_path[-1] == "reference" and declared is not None:
                     ref_field = self.text((*sub_path, "field"))
                     if ref_field is not None and ref_field not in declared:

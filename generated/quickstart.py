@@ -11,6 +11,7 @@ optimizer step (the embedded local backend trains and samples on this machine).
 Run:
     python generated/quickstart.py
     python generated/quickstart.py --resume                 # continue from the last saved state
+    python generated/quickstart.py --overwrite              # start over in the same run directory
     python generated/quickstart.py --set training.steps=2   # override a spec value for this run
 Runs on the embedded local backend: no API keys needed.
 Regenerate after editing the spec:
@@ -127,10 +128,10 @@ CONFIG = {
 }
 
 
-async def main(resume: bool = False, overrides: list[str] | None = None) -> None:
+async def main(resume: bool = False, overwrite: bool = False, overrides: list[str] | None = None) -> None:
     spec = script.build_spec(CONFIG, overrides or [])
     run = await RLRun.start(spec, spec_path=SPEC_PATH, spec_dir=SPEC_DIR, spec_sha256=SPEC_SHA256,
-                            resume=resume, overrides=overrides)
+                            resume=resume, overwrite=overwrite, overrides=overrides)
     completed = run.start_step
     try:
         for step in run.steps():
@@ -157,7 +158,7 @@ async def main(resume: bool = False, overrides: list[str] | None = None) -> None
     except (KeyboardInterrupt, asyncio.CancelledError):
         await run.save_state(completed, name=f"{spec.name}-interrupted-{completed:06d}")
         run.console.print(f"interrupted after {completed} steps; state saved. Resume with:\n"
-                          f"    python {__file__} --resume")
+                          f"    {script.resume_command()}")
         raise
     final_state = await run.save_final_adapter()
     run.console.print(run.summary(final_state))
@@ -165,4 +166,4 @@ async def main(resume: bool = False, overrides: list[str] | None = None) -> None
 
 if __name__ == "__main__":
     args = script.parse_args(None, __doc__)
-    raise SystemExit(script.run(main, resume=args.resume, overrides=args.overrides))
+    raise SystemExit(script.run(main, resume=args.resume, overwrite=args.overwrite, overrides=args.overrides))

@@ -11,6 +11,7 @@ optimizer step (Tinker trains, Sail samples every rollout).
 Run:
     python generated/sail_guide.py
     python generated/sail_guide.py --resume                 # continue from the last saved state
+    python generated/sail_guide.py --overwrite              # start over in the same run directory
     python generated/sail_guide.py --set training.steps=2   # override a spec value for this run
 API keys are read from the environment at run time: TINKER_API_KEY and SAIL_API_KEY.
 Without them, run on the embedded local backend: --sampler local --set model.name=sailrl/tiny
@@ -129,10 +130,10 @@ CONFIG = {
 }
 
 
-async def main(resume: bool = False, overrides: list[str] | None = None) -> None:
+async def main(resume: bool = False, overwrite: bool = False, overrides: list[str] | None = None) -> None:
     spec = script.build_spec(CONFIG, overrides or [])
     run = await RLRun.start(spec, spec_path=SPEC_PATH, spec_dir=SPEC_DIR, spec_sha256=SPEC_SHA256,
-                            resume=resume, overrides=overrides)
+                            resume=resume, overwrite=overwrite, overrides=overrides)
     completed = run.start_step
     try:
         for step in run.steps():
@@ -159,7 +160,7 @@ async def main(resume: bool = False, overrides: list[str] | None = None) -> None
     except (KeyboardInterrupt, asyncio.CancelledError):
         await run.save_state(completed, name=f"{spec.name}-interrupted-{completed:06d}")
         run.console.print(f"interrupted after {completed} steps; state saved. Resume with:\n"
-                          f"    python {__file__} --resume")
+                          f"    {script.resume_command()}")
         raise
     final_state = await run.save_final_adapter()
     run.console.print(run.summary(final_state))
@@ -167,4 +168,4 @@ async def main(resume: bool = False, overrides: list[str] | None = None) -> None
 
 if __name__ == "__main__":
     args = script.parse_args(None, __doc__)
-    raise SystemExit(script.run(main, resume=args.resume, overrides=args.overrides))
+    raise SystemExit(script.run(main, resume=args.resume, overwrite=args.overwrite, overrides=args.overrides))

@@ -35,6 +35,7 @@ from fractions import Fraction
 from typing import Any
 
 import regex
+
 from sailrl.spec.rewards import Extractor
 
 __all__ = [

@@ -182,10 +182,11 @@ class RLRun:
     # ---------------------------------------------------------------- setup
     @classmethod
     async def start(cls, spec: Spec, *, spec_path: str, spec_dir: Path, spec_sha256: str, resume: bool = False,
-                    overrides: list[str] | None = None) -> "RLRun":
+                    overrides: list[str] | None = None, overwrite: bool = False) -> RLRun:
         """Open the run directory, the backend, the data and the training client.
 
-        Raises ``FileExistsError`` when the run directory already has metrics and ``resume`` is False,
+        Raises ``FileExistsError`` when the run directory already has metrics and neither ``resume`` nor
+        ``overwrite`` is set (``overwrite`` clears the old run's records first),
         :class:`~sailrl.runtime.backends.BackendError` on a missing API key, ``DatasetError`` on unusable data.
         """
         from rich.console import Console
@@ -196,15 +197,17 @@ class RLRun:
         from sailrl.runtime.rewards import RewardFunction
         from sailrl.spec.renderers import default_renderer
 
-        console = Console(stderr=True)
+        console = Console(stderr=True, soft_wrap=True)
         run_dir = RunDirectory(spec.output.run_dir.replace("{name}", spec.name))
         resolved = spec.resolved()
         if resume:
             run_dir.check_resume_config(resolved, spec_sha256)
+        elif run_dir.has_metrics() and overwrite:
+            run_dir.clear_records()
         elif run_dir.has_metrics():
             raise FileExistsError(
-                f"{run_dir.path} already holds a run. Resume it with --resume, or set output.run_dir to a new "
-                "directory (or delete the old one)."
+                f"{run_dir.path} already holds a run ({len(run_dir.read_metrics())} steps logged). Continue it "
+                "with --resume, start it over with --overwrite, or set output.run_dir to a new directory."
             )
         run_dir.write_config(resolved, spec_sha256, {"sailrl_version": __version__, "spec_path": spec_path,
                                                      "overrides": list(overrides or [])})
@@ -320,7 +323,11 @@ class RLRun:
         s = self.spec.sampling
         with phase(step, "resolve", timings):
             if self.backend.sampler == "sail":
-                from sailrl.runtime.sail_adapter import adapter_config_for, make_sail_policy, signed_checkpoint_url
+                from sailrl.runtime.sail_adapter import (
+                    adapter_config_for,
+                    make_sail_policy,
+                    signed_checkpoint_url,
+                )
 
                 url = await signed_checkpoint_url(self.backend.service_client, sampler_path,
                                                   ttl_seconds=self.spec.training.checkpoint_ttl_s)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import regex
+
 from sailrl.runtime.answers import Comparator, CompiledExtractor, MathTimeout
 from sailrl.spec.rewards import (
     AllOfRule,
@@ -366,7 +367,7 @@ class RewardFunction:
         passed: dict[str, bool] = {}
         errors: dict[str, str] = {}
         reasons: list[str] = []
-        for name, check, (on_pass, on_fail) in zip(self.rule_names, self._checks, self._scores):
+        for name, check, (on_pass, on_fail) in zip(self.rule_names, self._checks, self._scores, strict=False):
             ctx.error = None
             if ctx.why is not None:
                 ctx.why = []
@@ -406,7 +407,7 @@ class RewardFunction:
         score, reasons = self._run(_Ctx(completion, fields, truncated, num_tokens, explain=True))
         traces = [
             RuleTrace(name, score.passed[name], score.contributions[name], why)
-            for name, why in zip(self.rule_names, reasons)
+            for name, why in zip(self.rule_names, reasons, strict=False)
         ]
         return score, traces
 
@@ -418,7 +419,7 @@ class RewardFunction:
         skips (and counts) rows for which this is not None.
         """
         problems = []
-        for name, check in zip(self.rule_names, self._checks):
+        for name, check in zip(self.rule_names, self._checks, strict=False):
             answers = [check] if isinstance(check, _Answer) else []
             for a in answers:
                 try:
@@ -434,7 +435,7 @@ class RewardFunction:
 
     def reference_answer(self, fields: dict[str, Any], rule: str | None = None) -> str | None:
         """The reference answer text an answer rule reads from ``fields`` (first answer rule by default)."""
-        for name, check in zip(self.rule_names, self._checks):
+        for name, check in zip(self.rule_names, self._checks, strict=False):
             if isinstance(check, _Answer) and (rule is None or rule == name):
                 return check.reference(fields)[1]
         return None
@@ -456,7 +457,7 @@ class RewardFunction:
     def explain(self) -> list[str]:
         """The reward formula in plain words: one line per rule, then the total and what 'correct' means."""
         lines = []
-        for name, check, (on_pass, on_fail) in zip(self.rule_names, self._checks, self._scores):
+        for name, check, (on_pass, on_fail) in zip(self.rule_names, self._checks, self._scores, strict=False):
             cond = check.describe()
             if on_pass == 0 and on_fail != 0:
                 lines.append(f"{name}: {_signed(on_fail)} unless {cond}; otherwise 0.")

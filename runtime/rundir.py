@@ -85,6 +85,11 @@ class RunDirectory:
     def has_metrics(self) -> bool:
         return bool(_read_jsonl_tolerant(self.metrics_path))
 
+    def clear_records(self) -> None:
+        """Remove a previous run's records (config, metrics, checkpoint index, warm-up log, plot)."""
+        for name in (CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, "warmup.jsonl", "reward.png"):
+            (self.path / name).unlink(missing_ok=True)
+
     def write_config(self, resolved_spec: dict[str, Any], spec_sha256: str, extra: dict[str, Any]) -> None:
         config = {"spec_sha256": spec_sha256, "spec": resolved_spec, **extra}
         tmp = self.path / (CONFIG_FILE + ".tmp")

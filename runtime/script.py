@@ -4,6 +4,7 @@ A generated script calls :func:`parse_args`, :func:`build_spec` and :func:`run` 
 config block plus the loop. Flags every script takes:
 
 - ``--resume``: continue the run in the spec's run directory from its last saved state.
+- ``--overwrite``: start over in a run directory that already holds a run.
 - ``--set KEY=VALUE`` (repeatable): override one spec value by its dotted key, e.g. ``--set training.steps=2``
   ``--set sampling.sampler=local``. VALUE is read as YAML. The run's config.json records the overrides.
 - ``--sampler {sail,tinker,local}``: shorthand for ``--set sampling.sampler=...``.
@@ -24,6 +25,8 @@ import yaml
 def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's last saved state")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start over in a run directory that already holds a run (its records are cleared)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a spec value by dotted key (VALUE is YAML), e.g. training.steps=2")
     parser.add_argument("--sampler", choices=("sail", "tinker", "local"),
@@ -70,6 +73,15 @@ def build_spec(config: dict[str, Any], overrides: list[str]):
     except (ValidationError, ValueError) as exc:
         print(f"error: invalid --set override: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def resume_command(argv: list[str] | None = None) -> str:
+    """The command that resumes this run: the same script and overrides, ``--resume`` instead of ``--overwrite``."""
+    import shlex
+
+    argv = list(sys.argv if argv is None else argv)
+    args = [a for a in argv[1:] if a not in ("--resume", "--overwrite")]
+    return shlex.join(["python", argv[0], *args, "--resume"])
 
 
 def run(main: Callable[..., Awaitable[Any]], **kwargs: Any) -> int:

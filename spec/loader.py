@@ -23,14 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from sailrl.spec.base import Plain
-from sailrl.spec.errors import Related, SpecError, SpecErrors
 from yaml.composer import Composer
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.parser import Parser
 from yaml.reader import Reader
 from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
+
+from sailrl.spec.base import Plain
+from sailrl.spec.errors import Related, SpecError, SpecErrors
 
 if TYPE_CHECKING:
     from sailrl.spec.schema import Spec

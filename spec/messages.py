@@ -14,6 +14,7 @@ import typing
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ValidationError
+
 from sailrl.spec.base import Plain
 
 if typing.TYPE_CHECKING:

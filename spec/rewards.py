@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
+
 from sailrl.spec.base import SpecModel, Text
 
 RegexFlag = Literal["DOTALL", "IGNORECASE", "MULTILINE", "VERBOSE", "ASCII"]

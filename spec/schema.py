@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field
+
 from sailrl.spec.base import SpecModel, Text
 from sailrl.spec.rewards import RewardExample, RewardSpec
 

@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sailrl.spec.loader import load_spec, parse_yaml
-
 from sailrl.cli import main
+from sailrl.spec.loader import load_spec, parse_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 

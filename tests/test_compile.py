@@ -221,10 +221,10 @@ def test_cli_check_reports_stale_and_regenerate_command(tmp_path):
     r = _sailrl("compile", str(spec), "-o", str(out))
     assert r.returncode == 0 and out.exists()
     assert _sailrl("compile", str(spec), "-o", str(out), "--check").returncode == 0
-    spec.write_text(spec.read_text().replace("steps: 60", "steps: 61"))
+    spec.write_text(spec.read_text().replace("steps: 40\n  group_size", "steps: 41\n  group_size"))
     r = _sailrl("compile", str(spec), "-o", str(out), "--check")
     assert r.returncode == 1
-    assert '-    "steps": 60,  # training.steps' in r.stderr and '+    "steps": 61,  # training.steps' in r.stderr
+    assert "-    \"steps\": 40,  # training.steps" in r.stderr and "+    \"steps\": 41,  # training.steps" in r.stderr
     assert "Regenerate it with" in r.stderr
 
 

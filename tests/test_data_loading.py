@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from sailrl.runtime.data import DatasetError, load_rows
 from sailrl.spec.schema import Spec
 

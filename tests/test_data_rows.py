@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from sailrl.runtime.data import DatasetError, batches, load_rows, rows_for_step
 from sailrl.spec.schema import Spec
 

@@ -8,13 +8,14 @@ import math
 import pytest
 import tinker
 import torch
-from sailrl.runtime.local import LocalServiceClient
-from sailrl.runtime.models import get_renderer
 from tinker_cookbook.completers import TinkerTokenCompleter
 from tinker_cookbook.rl.data_processing import assemble_training_data, compute_advantages
 from tinker_cookbook.rl.rollouts import do_group_rollout
 from tinker_cookbook.rl.train import train_step
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, StepResult
+
+from sailrl.runtime.local import LocalServiceClient
+from sailrl.runtime.models import get_renderer
 
 GROUP_SIZE = 4
 NUM_GROUPS = 3

@@ -10,11 +10,12 @@ import inspect
 
 import pytest
 import tinker
+from tinker.lib.public_interfaces.rest_client import RestClient
+
 from sailrl.runtime.local.rest import LocalRestClient
 from sailrl.runtime.local.sampling import LocalSamplingClient
 from sailrl.runtime.local.service import LocalServiceClient
 from sailrl.runtime.local.training import LocalTrainingClient
-from tinker.lib.public_interfaces.rest_client import RestClient
 
 PAIRS = [
     (LocalServiceClient, tinker.ServiceClient),

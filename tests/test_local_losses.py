@@ -7,9 +7,10 @@ import copy
 import pytest
 import tinker
 import torch
+from tinker import types
+
 from sailrl.runtime.local import LocalServiceClient
 from sailrl.runtime.local.losses import LossInputError
-from tinker import types
 
 SEQS = [[72, 101, 108, 108, 111, 35, 50, 43], [35, 51, 45, 52, 61, 63]]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from sailrl.runtime.local.tiny import BaseModelError, build_tiny_model, resolve_base_model
 from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
 

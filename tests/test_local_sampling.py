@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 import torch
-from sailrl.runtime.local import LocalServiceClient
 from tinker import types
+
+from sailrl.runtime.local import LocalServiceClient
 
 PROMPT = "User: 2+3=?\n\nAssistant:"
 

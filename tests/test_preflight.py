@@ -10,13 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
+from tinker_cookbook.completers import TokensWithLogprobs
+
+from sailrl.cli import main
 from sailrl.runtime import preflight
 from sailrl.runtime.models import get_tokenizer
 from sailrl.runtime.preflight import build_report, constant_reward, context_window
 from sailrl.spec.schema import Spec
-from tinker_cookbook.completers import TokensWithLogprobs
-
-from sailrl.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "spec" / "examples"

@@ -7,10 +7,11 @@ renderer, the pair the embedded backend uses for ``sailrl/tiny`` (shared/NOTES.m
 from __future__ import annotations
 
 import pytest
-from sailrl.runtime.prompts import PromptBuilder, PromptError, render_template, template_variables
-from sailrl.spec.schema import PromptSpec
 from tinker_cookbook.renderers import get_renderer
 from transformers import ByT5Tokenizer
+
+from sailrl.runtime.prompts import PromptBuilder, PromptError, render_template, template_variables
+from sailrl.spec.schema import PromptSpec
 
 
 @pytest.fixture(scope="module")

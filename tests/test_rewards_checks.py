@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+
 from sailrl.compiler.reward_checks import check_reward_examples, is_example_error
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.loader import load_spec_text

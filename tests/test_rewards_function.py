@@ -10,6 +10,7 @@ import re
 import time
 
 import pytest
+
 from sailrl.runtime import answers
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.spec.rewards import RewardSpec

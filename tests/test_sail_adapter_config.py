@@ -8,6 +8,7 @@ import peft
 import pytest
 import torch
 import transformers
+
 from sailrl.runtime.sail_adapter import TINKER_DEFAULT_LORA_ALPHA, adapter_config_for, lora_family
 
 ALL_ON = {"train_attn": True, "train_mlp": True, "train_unembed": True}

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import tinker
+
 from sailrl.runtime.sail_adapter import (
     SailCheckpointError,
     signed_checkpoint_url,

@@ -20,6 +20,8 @@ import tinker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sail.errors import InferenceHTTPError, InvalidArgumentError
+from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
+
 from sailrl.runtime.sail_adapter import (
     AdaptiveSailCompleter,
     PollPolicy,
@@ -29,8 +31,6 @@ from sailrl.runtime.sail_adapter import (
     completion_window_problem,
     make_sail_policy,
 )
-from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
-
 from tests.fakes.sail_server import FakeSailServer, Sample  # the fixture itself comes from tests/conftest.py
 
 ADAPTER = adapter_config_for("moonshotai/Kimi-K2.6", 32, train_attn=True, train_mlp=True, train_unembed=True)

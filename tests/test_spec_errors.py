@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import MINIMAL_SPEC
+
 from sailrl.spec.errors import SpecError, SpecErrors
 from sailrl.spec.loader import load_spec, load_spec_text
 from sailrl.spec.renderers import KNOWN_RENDERERS, UnknownModelError, default_renderer

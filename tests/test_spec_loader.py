@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from sailrl.spec.base import Plain
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.loader import load_spec, load_spec_text, parse_yaml, resolve_plain

@@ -8,6 +8,7 @@ from collections import OrderedDict
 from typing import Any
 
 import torch
+
 from sailrl.runtime.local.checkpoints import CheckpointStore
 from sailrl.runtime.local.futures import Worker
 from sailrl.runtime.local.lora import merge_adapter

@@ -139,7 +139,7 @@ def _prompt_logprob_outputs(
         if n > 1:
             top_v, top_i = lp.topk(k, dim=-1)
             for pos in range(max(first, 1), n):
-                out_topk[pos] = list(zip(top_i[pos - 1].tolist(), top_v[pos - 1].tolist()))
+                out_topk[pos] = list(zip(top_i[pos - 1].tolist(), top_v[pos - 1].tolist(), strict=False))
     return out_lp, out_topk
 
 

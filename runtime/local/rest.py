@@ -13,9 +13,10 @@ import datetime as _dt
 import pathlib
 from dataclasses import dataclass
 
-from sailrl.runtime.local.futures import Worker
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
+
+from sailrl.runtime.local.futures import Worker
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from concurrent.futures import Future
 from typing import Any
 
 import torch
-from sailrl.runtime.local.futures import Worker
-from sailrl.runtime.local.generation import SampleRequest, generate
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
+
+from sailrl.runtime.local.futures import Worker
+from sailrl.runtime.local.generation import SampleRequest, generate
 
 _REQUEST_IDS = itertools.count()
 

@@ -15,6 +15,9 @@ import tempfile
 from typing import Any
 
 import torch
+from tinker import types
+from tinker.lib.public_interfaces.api_future import APIFuture
+
 from sailrl.runtime.local.backend import LocalBackend, max_context_of
 from sailrl.runtime.local.checkpoints import TRAINING_STATE_FILE
 from sailrl.runtime.local.futures import ClientFuture, completed
@@ -24,8 +27,6 @@ from sailrl.runtime.local.sampling import LocalSamplingClient
 from sailrl.runtime.local.tiny import BaseModelSpec, resolve_base_model
 from sailrl.runtime.local.training import LocalTrainingClient
 from sailrl.runtime.models import TINY_MODEL_NAME
-from tinker import types
-from tinker.lib.public_interfaces.api_future import APIFuture
 
 
 class LocalServiceClient:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from sailrl.runtime.models import TINY_MODEL_NAME, get_tokenizer, is_local_model_dir, is_tiny
 
 BASE_MODEL_FILE = "base_model.json"

@@ -18,6 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from tinker import types
+from tinker.lib.public_interfaces.api_future import APIFuture
+
 from sailrl.runtime.local.backend import LocalBackend
 from sailrl.runtime.local.checkpoints import (
     OPTIMIZER_FILE,
@@ -30,8 +33,6 @@ from sailrl.runtime.local.lora import adapter_state
 from sailrl.runtime.local.losses import check_loss_request, datum_loss
 from sailrl.runtime.local.sampling import LocalSamplingClient
 from sailrl.runtime.local.tiny import BaseModelSpec
-from tinker import types
-from tinker.lib.public_interfaces.api_future import APIFuture
 
 
 def new_run_id(model_name: str) -> str:

@@ -14,6 +14,8 @@ import sys
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec YAML file")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's last saved state")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over in a run directory that already holds a run (its records are cleared)")
     p.add_argument("--sampler", choices=("sail", "tinker", "local"), help="override sampling.sampler")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec value by dotted key (VALUE is YAML), e.g. training.steps=2")
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                          output_path=script_path.as_posix())
     run_dir.mkdir(parents=True, exist_ok=True)
     script_path.write_text(text, encoding="utf-8")
-    argv = [str(script_path)] + (["--resume"] if args.resume else [])
+    argv = [str(script_path)] + (["--resume"] if args.resume else []) + (["--overwrite"] if args.overwrite else [])
     for o in overrides:
         argv += ["--set", o]
     old_argv = sys.argv

@@ -206,7 +206,7 @@ class FakeSailServer:
                                  "stop_reason": sample.stop_reason}
         wants_logprobs = "message.output_text.logprobs" in (record.payload.get("include") or [])
         if sample.logprobs is not None and wants_logprobs:
-            block["logprobs"] = [{"token_id": t, "logprob": lp} for t, lp in zip(sample.tokens, sample.logprobs)]
+            block["logprobs"] = [{"token_id": t, "logprob": lp} for t, lp in zip(sample.tokens, sample.logprobs, strict=False)]
         out = {**base, "status": record.final_status,
                "output": [{"type": "message", "role": "assistant", "content": [block]}],
                "usage": {"input_tokens": len(record.payload["raw_prompt_tokens"]),
