@@ -93,7 +93,8 @@ def main() -> int:
     for service, ours, stock, p_ours, p_stock in rows:
         ratio = statistics.mean(stock) / statistics.mean(ours)
         print(f"{service:>9g} | {statistics.mean(ours):>11.2f} {max(ours):>10.2f} | {statistics.mean(stock):>12.2f} "
-              f"{max(stock):>11.2f} | {ratio:>9.1f}x | {statistics.mean(p_ours):>15.1f} {statistics.mean(p_stock):>16.1f}")
+              f"{max(stock):>11.2f} | {ratio:>9.1f}x | {statistics.mean(p_ours):>15.1f} "
+              f"{statistics.mean(p_stock):>16.1f}")
     return 0
 
 

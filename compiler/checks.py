@@ -9,8 +9,8 @@ characters from double-quoted escapes; Jinja2 templates parse and use only decla
 renderer name and LoRA rank; group_size >= 2; num_substeps divides groups_per_step; the Sail completion
 window; resume_from is a save_state checkpoint; reference fields are declared dataset fields; local dataset
 files exist. (Rule-level checks -- unique names, extractor needs, weights vs scores, clip order -- are model
-validators in ``sailrl.spec.rewards`` and reach the user through the schema errors.) Then the spec's worked reward ``examples`` are scored
-(``sailrl.compiler.reward_checks``) when the rest is valid.
+validators in ``sailrl.spec.rewards`` and reach the user through the schema errors.) Then the spec's worked reward
+``examples`` are scored (``sailrl.compiler.reward_checks``) when the rest is valid.
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def find_number(text: str, occurrence: str = "last") -> str | None:
         m = _NUMBER_IN_TEXT.search(text)
         return m.group(0).replace("\u2212", "-") if m else None
     last = None
-    for last in _NUMBER_IN_TEXT.finditer(text):
+    for last in _NUMBER_IN_TEXT.finditer(text):  # noqa: B007 - keep the final match
         pass
     return last.group(0).replace("\u2212", "-") if last else None
 

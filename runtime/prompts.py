@@ -172,7 +172,8 @@ class PromptBuilder:
         """
         from tinker_cookbook.renderers import TrainOnWhat
 
-        conversation = [*self.messages(row), {"role": "assistant", "content": self.completion(row, completion_template)}]
+        answer = {"role": "assistant", "content": self.completion(row, completion_template)}
+        conversation = [*self.messages(row), answer]
         return self._need_renderer().build_supervised_example(
             conversation, train_on_what=TrainOnWhat.LAST_ASSISTANT_MESSAGE
         )

@@ -469,5 +469,7 @@ class RewardFunction:
         low, high = self.bounds()
         lines.append(f"{total} (from {_num(low)} to {_num(high)}).")
         if self.correct_rule is not None:
-            lines.append(f"'correct' (logged each step) is the fraction of completions that pass '{self.correct_rule}'.")
+            lines.append(
+                f"'correct' (logged each step) is the fraction of completions that pass '{self.correct_rule}'."
+            )
         return lines

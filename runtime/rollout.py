@@ -135,8 +135,8 @@ async def rollout_groups(policy: TokenCompleter, builders: list[RuleGroupBuilder
 
     A group whose rollout raises (a Sail response that still failed after its retries, a sampler error) is
     dropped and recorded in ``failed``; the other groups go on. A request Sail refused outright (HTTP 4xx: a
-    bad key, an unknown model) would fail every group of every step, so it is raised, not dropped. Every group's samples share one prompt
-    (asserted): group-centred advantages are only meaningful within one prompt.
+    bad key, an unknown model) would fail every group of every step, so it is raised, not dropped.
+    Every group's samples share one prompt (asserted): group-centred advantages are only meaningful within one prompt.
     """
     results = await asyncio.gather(*(do_group_rollout(b, policy) for b in builders), return_exceptions=True)
     groups: list[TrajectoryGroup] = []

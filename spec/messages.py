@@ -105,7 +105,8 @@ def _data_path(loc: tuple, data: Any) -> tuple[KeyPath, Any]:
     path: list[str | int] = []
     cur = data
     for elem in loc:
-        if isinstance(cur, dict) and elem in cur or isinstance(cur, list) and isinstance(elem, int) and 0 <= elem < len(cur):
+        in_dict = isinstance(cur, dict) and elem in cur
+        if in_dict or isinstance(cur, list) and isinstance(elem, int) and 0 <= elem < len(cur):
             path.append(elem)
             cur = cur[elem]
         elif isinstance(cur, dict) and isinstance(elem, str) and elem not in cur and elem == loc[-1]:

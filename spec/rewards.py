@@ -298,7 +298,9 @@ class RewardExample(SpecModel):
 class RewardSpec(SpecModel):
     """The reward: a weighted sum of rules, optionally clipped."""
 
-    rules: list[RewardRule] = Field(min_length=1, description="The reward rules; the total is the sum of contributions.")
+    rules: list[RewardRule] = Field(
+        min_length=1, description="The reward rules; the total is the sum of contributions."
+    )
     clip: tuple[float, float] | None = Field(None, description="Clip the total to [low, high].")
     correct_rule: Text | None = Field(
         None, description="Name of the rule whose pass rate is logged as 'correct' (default: the first answer rule)."

@@ -85,7 +85,9 @@ class PromptSpec(SpecModel):
 
     system: Text | None = Field(None, description="Optional system message (a Jinja2 template over dataset fields).")
     user: Text = Field(
-        description="The user message: a Jinja2 template over dataset fields, e.g. '{{ question }} Answer in \\boxed{}.'",
+        description=(
+            "The user message: a Jinja2 template over dataset fields, e.g. '{{ question }} Answer in \\boxed{}.'"
+        ),
     )
     reference_field: Text = Field("answer", description="The dataset field holding the reference answer.")
 
@@ -126,7 +128,9 @@ class TrainingSpec(SpecModel):
         ),
     )
     num_substeps: int = Field(1, gt=0, description="Optimizer updates per step; must divide groups_per_step.")
-    save_every: int = Field(0, ge=0, description="Save resumable state (save_state) every N steps; 0 = only at the end.")
+    save_every: int = Field(
+        0, ge=0, description="Save resumable state (save_state) every N steps; 0 = only at the end."
+    )
     eval_every: int = Field(0, ge=0, description="Evaluate on the held-out split every N steps; 0 = never.")
     on_all_degenerate: Literal["skip", "stop"] = Field(
         "skip",

@@ -288,7 +288,7 @@ def generate(
     responses: list[types.SampleResponse] = []
     row = 0
     pad_of = {p_i: width - lens[p_i] for p_i in range(len(prompts))}
-    for r_i, req in enumerate(requests):
+    for req in requests:
         seqs = []
         for s in range(req.num_samples):
             seqs.append(
