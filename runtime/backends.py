@@ -64,6 +64,20 @@ def local_checkpoint_dir() -> Path:
     return Path(home) / "checkpoints"
 
 
+def local_device(model_name: str) -> str:
+    """``$SAILRL_DEVICE`` if set; else CUDA for a local Hugging Face model when a GPU is present; else CPU.
+
+    The built-in ``sailrl/tiny`` stays on the CPU by default: at its size a GPU only adds transfer overhead.
+    """
+    if os.environ.get("SAILRL_DEVICE"):
+        return os.environ["SAILRL_DEVICE"]
+    if model_name == "sailrl/tiny":
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None,
                  spec_path: str | None = None) -> Backend:
     """Open the backend for ``sampler``. Raises :class:`BackendError` on a missing key.
@@ -77,7 +91,8 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
         from sailrl.runtime.local import LocalServiceClient
 
         store = checkpoint_dir or local_checkpoint_dir()
-        return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed))
+        return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed,
+                                                   device=local_device(spec.model.name)))
     import tinker
 
     return Backend(sampler, tinker.ServiceClient())
