@@ -145,9 +145,10 @@ class _Checker:
 
     def templates(self) -> None:
         from jinja2 import TemplateSyntaxError, meta
-        from jinja2.sandbox import SandboxedEnvironment
 
-        env = SandboxedEnvironment()
+        from sailrl.runtime.prompts import make_environment
+
+        env = make_environment()  # the same environment the runtime renders with
         declared = self.declared_fields()
         for path in TEMPLATE_FIELDS:
             source = self.text(path)
