@@ -144,7 +144,7 @@ class _Checker:
             )
 
     def templates(self) -> None:
-        from jinja2 import TemplateSyntaxError, meta
+        from jinja2 import TemplateSyntaxError, meta, nodes
 
         from sailrl.runtime.prompts import make_environment
 
@@ -166,9 +166,22 @@ class _Checker:
                     "Check that every {{ has a matching }} and every {% block %} is closed.",
                 )
                 continue
+            lookups = [n for n in ast.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends))]
+            if lookups:
+                self.at_offset(
+                    path, 0, "a prompt template cannot include, import or extend other templates",
+                    "Write the whole text in the template; use {{ field }} for dataset values.",
+                )
+                continue
+            try:
+                undeclared = meta.find_undeclared_variables(ast)
+            except TemplateSyntaxError as exc:  # e.g. an unknown filter: found when the template is compiled
+                self.at_offset(path, 0, f"this Jinja template cannot be used: {exc.message}",
+                               "Filters that exist include upper, lower, trim, replace, default and round.")
+                continue
             if declared is None:
                 continue
-            for name in sorted(meta.find_undeclared_variables(ast)):
+            for name in sorted(undeclared):
                 if name in declared or name in env.globals:
                     continue
                 guess = did_you_mean(name, declared)

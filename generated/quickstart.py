@@ -129,7 +129,7 @@ CONFIG = {
 
 
 async def main(resume: bool = False, overwrite: bool = False, overrides: list[str] | None = None) -> None:
-    spec = script.build_spec(CONFIG, overrides or [])
+    spec = script.build_spec(CONFIG, overrides or [], SPEC_DIR)
     run = await RLRun.start(spec, spec_path=SPEC_PATH, spec_dir=SPEC_DIR, spec_sha256=SPEC_SHA256,
                             resume=resume, overwrite=overwrite, overrides=overrides)
     completed = run.start_step

@@ -35,7 +35,7 @@ def check_keys(sampler: str, spec_path: str | None = None) -> None:
             where = spec_path or "SPEC"
             raise BackendError(
                 f"{var} is not set: the '{sampler}' sampler needs it. Export it, or run on the embedded local "
-                f"backend instead: sailrl run {where} --sampler local"
+                f"backend instead: sailrl run {where} --sampler local --set model.name=sailrl/tiny"
             )
 
 
@@ -90,9 +90,19 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
     if sampler == "local":
         from sailrl.runtime.local import LocalServiceClient
 
+        name = spec.model.name
+        if name != "sailrl/tiny" and not Path(name).is_dir():
+            raise BackendError(
+                f"the local backend runs 'sailrl/tiny' or a local Hugging Face model directory, not {name!r} "
+                f"(a hub/Tinker model): add --set model.name=sailrl/tiny, or point model.name at a downloaded model"
+            )
+
         store = checkpoint_dir or local_checkpoint_dir()
         return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed,
                                                    device=local_device(spec.model.name)))
     import tinker
 
-    return Backend(sampler, tinker.ServiceClient())
+    try:
+        return Backend(sampler, tinker.ServiceClient())
+    except Exception as exc:  # e.g. a malformed key: "The api_key must start with the 'tml-' prefix"
+        raise BackendError(f"Tinker could not start a client: {exc} (check TINKER_API_KEY / TINKER_BASE_URL)") from exc

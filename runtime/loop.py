@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -201,7 +202,14 @@ class RLRun:
         run_dir = RunDirectory(spec.output.run_dir.replace("{name}", spec.name))
         resolved = spec.resolved()
         if resume:
-            run_dir.check_resume_config(resolved, spec_sha256)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                changes = run_dir.check_resume_config(resolved, spec_sha256)
+            if changes:
+                console.print("[yellow]warning: resuming with a spec that differs from the one this run started "
+                              "with:[/yellow]\n  " + "\n  ".join(changes))
+            if not run_dir.has_metrics() and run_dir.last_state() is None:
+                console.print(f"[yellow]nothing to resume in {run_dir.path}: starting a new run[/yellow]")
         elif run_dir.has_metrics() and overwrite:
             run_dir.clear_records()
         elif run_dir.has_metrics():
@@ -209,19 +217,20 @@ class RLRun:
                 f"{run_dir.path} already holds a run ({len(run_dir.read_metrics())} steps logged). Continue it "
                 "with --resume, start it over with --overwrite, or set output.run_dir to a new directory."
             )
-        run_dir.write_config(resolved, spec_sha256, {"sailrl_version": __version__, "spec_path": spec_path,
-                                                     "overrides": list(overrides or [])})
-
         sampler = spec.sampling.sampler
+        if sampler != "local":
+            console.print(f"connecting to Tinker ({os.environ.get('TINKER_BASE_URL') or 'default endpoint'}) ...")
         backend = open_backend(spec, sampler=sampler, spec_path=spec_path)
         service = backend.service_client
+        run_dir.write_config(resolved, spec_sha256, {"sailrl_version": __version__, "spec_path": spec_path,
+                                                     "overrides": list(overrides or [])})
 
         # Training client: resume (state + optimizer) > spec resume_from > init_from (weights only) > fresh LoRA.
         start_step = 0
         state = run_dir.last_state() if resume else None
         resume_path = (state or {}).get("state_path") or spec.training.resume_from
-        if resume and state is None and spec.training.resume_from is None:
-            console.print(f"[yellow]no saved state in {run_dir.path}; starting from step 0[/yellow]")
+        if resume and state is None and spec.training.resume_from is None and run_dir.has_metrics():
+            console.print(f"[yellow]no saved state in {run_dir.path} yet; starting again from step 0[/yellow]")
         m = spec.model
         if resume_path:
             training_client = await service.create_training_client_from_state_with_optimizer_async(resume_path)
@@ -339,7 +348,10 @@ class RLRun:
                     lora_name=f"{self.spec.name}-step-{step:06d}", max_tokens=s.max_tokens,
                     temperature=s.temperature, top_p=s.top_p, completion_window=s.completion_window)
             client = await self.backend.service_client.create_sampling_client_async(model_path=sampler_path)
-            return SamplingPolicy(client, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p)
+            # Seeded per step (model.seed): the local backend then samples the same rollouts on every run.
+            seed = (self.spec.model.seed * 1_000_003 + step * 100_003) % (2**31) if self.backend.is_local else None
+            return SamplingPolicy(client, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p,
+                                  seed=seed)
 
     def _builder(self, row: dict[str, Any], group_size: int) -> RuleGroupBuilder:
         key = int(row.get("_index", id(row)))
@@ -412,9 +424,10 @@ class RLRun:
             f" | truncated {100 * (metrics.get('frac_truncated') or 0):3.0f}%"
             f" | {sum(timings.values()):.1f}s")
         if (metrics.get("frac_truncated") or 0) > 0.5:
-            warnings.warn(f"step {step}: {100 * metrics['frac_truncated']:.0f}% of completions were cut at "
-                          f"max_tokens={self.spec.sampling.max_tokens}; raise sampling.max_tokens or ask for "
-                          "shorter answers in the prompt", stacklevel=2)
+            self.console.print(
+                f"[yellow]warning: step {step + 1}: {100 * metrics['frac_truncated']:.0f}% of completions were cut "
+                f"at max_tokens={self.spec.sampling.max_tokens}; raise sampling.max_tokens or ask for shorter "
+                "answers in the prompt[/yellow]")
 
     def handle_all_degenerate(self, step: int, metrics: dict[str, float]) -> None:
         metrics["skipped"] = 1.0

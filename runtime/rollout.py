@@ -97,8 +97,14 @@ class SamplingPolicy(TokenCompleter):
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    seed: int | None = None
+    _calls: int = field(default=0, repr=False)
 
     async def __call__(self, model_input: tinker.ModelInput, stop, *, max_tokens: int | None = None):
+        # With a seed, call k samples with seed + k: the event loop issues calls in a fixed order, so a run is
+        # reproducible however the sampler batches concurrent calls.
+        seed = None if self.seed is None else self.seed + self._calls
+        self._calls += 1
         result = await self.sampling_client.sample_async(
             prompt=model_input,
             num_samples=1,
@@ -107,6 +113,7 @@ class SamplingPolicy(TokenCompleter):
                 max_tokens=min(self.max_tokens, max_tokens or self.max_tokens),
                 temperature=self.temperature,
                 top_p=self.top_p,
+                seed=seed,
             ),
         )
         seq = result.sequences[0]

@@ -103,16 +103,20 @@ class RunDirectory:
         return json.loads(p.read_text(encoding="utf-8"))
 
     def check_resume_config(self, resolved_spec: dict[str, Any], spec_sha256: str) -> list[str]:
-        """Compare with the saved config; warn and return the changed keys when the spec hash differs."""
+        """Compare with the saved config (values after overrides, and the spec file's hash).
+
+        Warns (``UserWarning``) and returns the changed dotted keys when the resolved values differ; a spec file
+        whose hash changed while every value stayed the same (comments, formatting) is not a change.
+        """
         old = self.read_config()
-        if old is None or old.get("spec_sha256") == spec_sha256:
+        if old is None:
             return []
         changes = spec_changes(old.get("spec", {}), resolved_spec)
-        detail = "; ".join(changes) if changes else "only comments or formatting changed"
-        warnings.warn(
-            f"resuming with a spec that differs from the one this run started with ({detail})",
-            stacklevel=2,
-        )
+        if changes:
+            warnings.warn(
+                "resuming with a spec that differs from the one this run started with: " + "; ".join(changes),
+                stacklevel=2,
+            )
         return changes
 
     def last_state(self) -> dict[str, Any] | None:

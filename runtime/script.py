@@ -37,41 +37,88 @@ def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
     return args
 
 
+def _override_value(raw: str) -> Any:
+    """VALUE of ``--set KEY=VALUE``: YAML, except that a Jinja template (``{{ ... }}``) stays text."""
+    text = raw.strip()
+    if not text:
+        return None
+    if text.startswith(("{{", "{%", "{#")):
+        return raw
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"VALUE {raw!r} is not valid YAML ({problem}); quote it, e.g. --set \"key='...'\"") from None
+
+
 def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Return a copy of ``config`` with each ``dotted.key=yaml`` override applied.
 
-    Changing ``model.name`` without also setting ``model.renderer`` clears a renderer the spec did not choose
-    explicitly, so the new model's default renderer is used. Raises ``ValueError`` on a malformed override.
+    A number in the key indexes a list (``reward.rules.0.weight=1``). Changing ``model.name`` without also setting
+    ``model.renderer`` clears the renderer, so the new model's default renderer is used. Raises ``ValueError``
+    (plain words) on a malformed override.
     """
     out = copy.deepcopy(config)
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        value = yaml.safe_load(raw) if raw.strip() else None
-        node = out
+        value = _override_value(raw)
+        node: Any = out
         parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"--set {key}: {p} is not a section")
-        node[parts[-1]] = value
+        for i, p in enumerate(parts):
+            last = i == len(parts) - 1
+            where = ".".join(parts[: i + 1])
+            if isinstance(node, list):
+                if not p.isdigit() or int(p) >= len(node):
+                    raise ValueError(f"--set {key}: {'.'.join(parts[:i])} is a list of {len(node)}; "
+                                     f"use an index 0..{len(node) - 1}")
+                if last:
+                    node[int(p)] = value
+                else:
+                    node = node[int(p)]
+            elif isinstance(node, dict):
+                if last:
+                    node[p] = value
+                else:
+                    if node.get(p) is None:
+                        node[p] = {}
+                    node = node[p]
+            else:
+                raise ValueError(f"--set {key}: {where.rsplit('.', 1)[0]} is a value, not a section")
     keys = {o.partition("=")[0] for o in overrides}
     if "model.name" in keys and "model.renderer" not in keys and isinstance(out.get("model"), dict):
         out["model"]["renderer"] = None  # the new model's default renderer, not the old model's
     return out
 
 
-def build_spec(config: dict[str, Any], overrides: list[str]):
-    """Validate the script's config (plus overrides) into a :class:`~sailrl.spec.schema.Spec`."""
-    from pydantic import ValidationError
+def build_spec(config: dict[str, Any], overrides: list[str], spec_dir: Any = None):
+    """Validate the script's config (plus overrides) into a :class:`~sailrl.spec.schema.Spec`.
+
+    With overrides, the result goes through every check ``sailrl validate`` makes (located in a YAML rendering
+    of the overridden spec); a problem prints plain words and exits with status 2.
+    """
+    from pathlib import Path
 
     from sailrl.spec.schema import Spec
 
+    if not overrides:
+        return Spec.model_validate(config)
+    from sailrl.spec.errors import SpecErrors
+    from sailrl.spec.loader import load_spec_text
+
     try:
-        return Spec.model_validate(apply_overrides(config, overrides))
-    except (ValidationError, ValueError) as exc:
-        print(f"error: invalid --set override: {exc}", file=sys.stderr)
+        merged = apply_overrides(config, overrides)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    text = yaml.safe_dump(merged, sort_keys=False, allow_unicode=True)
+    where = Path(spec_dir).resolve() / "spec-with-overrides.yaml" if spec_dir is not None else None
+    try:
+        return load_spec_text(text, filename="<spec with --set overrides>", path=where).spec
+    except SpecErrors as exc:
+        print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
+        print("(these come from the --set overrides: " + " ".join(overrides) + ")", file=sys.stderr)
         raise SystemExit(2) from None
 
 
@@ -90,12 +137,10 @@ def run(main: Callable[..., Awaitable[Any]], **kwargs: Any) -> int:
     from sailrl.runtime.loop import RunError
 
     user_errors: tuple[type[BaseException], ...] = (BackendError, RunError, FileExistsError)
-    try:
-        from sailrl.runtime.data import DatasetError
+    from sailrl.runtime.data import DatasetError
+    from sailrl.runtime.local import BaseModelError, CheckpointPathError
 
-        user_errors += (DatasetError,)
-    except ImportError:  # pragma: no cover - data module always present in a release
-        pass
+    user_errors += (DatasetError, BaseModelError, CheckpointPathError)
     try:
         asyncio.run(main(**kwargs))
     except KeyboardInterrupt:

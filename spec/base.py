@@ -121,7 +121,7 @@ def _key(k: Any) -> Any:
 class SpecModel(BaseModel):
     """Base of every spec section: unknown keys are errors, Plain scalars are unwrapped per field."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=False, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -12,14 +12,16 @@ Only shapes, types and per-field bounds live here. Checks that need several fiel
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from sailrl.spec.base import SpecModel, Text
 from sailrl.spec.rewards import RewardExample, RewardSpec
 
 SPEC_VERSION = 1
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 class ModelSpec(SpecModel):
@@ -110,9 +112,11 @@ class WarmupSpec(SpecModel):
 class TrainingSpec(SpecModel):
     """The RL loop: steps, batch shape, optimiser and loss."""
 
-    steps: int = Field(7, gt=0, description="Number of RL steps (optimizer updates).")
-    group_size: int = Field(4, description="Rollouts sampled per prompt; advantages are centred within a group. >= 2.")
-    groups_per_step: int = Field(16, gt=0, description="Prompts (groups) per step: the batch.")
+    steps: int = Field(7, gt=0, le=1_000_000, description="Number of RL steps (optimizer updates).")
+    group_size: int = Field(
+        4, le=1024, description="Rollouts sampled per prompt; advantages are centred within a group. >= 2."
+    )
+    groups_per_step: int = Field(16, gt=0, le=65_536, description="Prompts (groups) per step: the batch.")
     learning_rate: float = Field(1e-5, gt=0, description="Adam learning rate (Tinker AdamParams).")
     beta1: float = Field(0.9, ge=0, lt=1, description="Adam beta1.")
     beta2: float = Field(0.95, ge=0, lt=1, description="Adam beta2.")
@@ -158,7 +162,7 @@ class SamplingSpec(SpecModel):
             "client. local: the embedded backend (no keys; also trains locally)."
         ),
     )
-    max_tokens: int = Field(1024, gt=0, description="Maximum completion tokens per rollout.")
+    max_tokens: int = Field(1024, gt=0, le=1_048_576, description="Maximum completion tokens per rollout.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
     stop: list[Text] | None = Field(
@@ -180,7 +184,22 @@ class Spec(SpecModel):
     """An RL fine-tuning run."""
 
     version: Literal[1] = Field(SPEC_VERSION, description="Spec language version.")
-    name: Text = Field(description="Run name: used for the run directory and checkpoint names.")
+    name: Text = Field(
+        description=(
+            "Run name: used for the run directory and checkpoint names. Letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit (e.g. gsm8k-qwen3-8b)."
+        ),
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        if not RUN_NAME.fullmatch(v):
+            raise ValueError(
+                f"the run name {v!r} cannot name checkpoints: use letters, digits, '.', '_' and '-', starting "
+                "with a letter or digit, at most 100 characters (e.g. my-first-run)"
+            )
+        return v
     description: Text | None = Field(None, description="Free text.")
     model: ModelSpec = Field(default_factory=ModelSpec, description="Base model and LoRA.")
     dataset: DatasetSpec = Field(description="Training data.")

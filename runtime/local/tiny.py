@@ -6,7 +6,7 @@ embeddings, 0.46 M parameters), randomly initialised under ``torch.manual_seed(s
 reproducible from ``(TINY_CONFIG, seed)`` on the same torch version, so a checkpoint stores only
 its LoRA adapter plus ``base_model.json`` (name, seed, config) and the base is rebuilt on load.
 Untied embeddings matter: with LoRA on ``lm_head`` a random base can learn an output format,
-with a frozen tied unembedding it cannot (measured, shared/NOTES.md).
+with a frozen tied unembedding it cannot (measured: supervised loss stalls near 3.3 in 300 steps).
 """
 
 from __future__ import annotations

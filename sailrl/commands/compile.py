@@ -32,13 +32,14 @@ def stale_diff(path: str, fresh: str, spec_path: str) -> str | None:
     from pathlib import Path
 
     p = Path(path)
-    old = p.read_text(encoding="utf-8") if p.exists() else ""
+    if not p.exists():
+        return f"{path} is missing. Generate it with:\n    sailrl compile {spec_path} -o {path}\n"
+    old = p.read_text(encoding="utf-8")
     if old == fresh:
         return None
     diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), fresh.splitlines(keepends=True),
                                         fromfile=f"{path} (committed)", tofile=f"{path} (fresh compile)"))
-    what = "is missing" if not p.exists() else "is stale"
-    return f"{diff}\n{path} {what}. Regenerate it with:\n    sailrl compile {spec_path} -o {path}\n"
+    return f"{diff}\n{path} is stale. Regenerate it with:\n    sailrl compile {spec_path} -o {path}\n"
 
 
 def run(args: argparse.Namespace) -> int:

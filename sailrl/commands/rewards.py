@@ -173,6 +173,9 @@ def run(args: argparse.Namespace) -> int:
             }))
     else:
         _print_tables(fn, results)
+    if problems and args.row is None and not fields:
+        print(f"note: the reward needs the reference answer: pass it with --field "
+              f"{spec.prompt.reference_field}=VALUE, or take a dataset row with --row N", file=sys.stderr)
     return 1 if problems else 0
 
 

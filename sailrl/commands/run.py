@@ -49,6 +49,14 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(str((resolved.get("output") or {}).get("run_dir", "runs/{name}")).replace("{name}",
                    str(resolved.get("name"))))
     script_path = run_dir / "train.py"
+    if not args.resume and not args.overwrite:
+        from sailrl.runtime.rundir import RunDirectory
+
+        if run_dir.exists() and RunDirectory(run_dir).has_metrics():
+            steps = len(RunDirectory(run_dir).read_metrics())
+            print(f"error: {run_dir} already holds a run ({steps} steps logged). Continue it with --resume, start "
+                  "it over with --overwrite, or set output.run_dir to a new directory.", file=sys.stderr)
+            return 1
     text = render_script(loaded.spec, spec_path=Path(args.spec).as_posix(), spec_bytes=loaded.text.encode("utf-8"),
                          output_path=script_path.as_posix())
     run_dir.mkdir(parents=True, exist_ok=True)
