@@ -124,8 +124,11 @@ def build_spec(config: dict[str, Any], overrides: list[str], spec_dir: Any = Non
 
 def resume_command(argv: list[str] | None = None) -> str:
     """The command that resumes this run: the same script and overrides, ``--resume`` instead of ``--overwrite``."""
+    import os
     import shlex
 
+    if argv is None and os.environ.get("SAILRL_RESUME_COMMAND"):  # set by `sailrl run`
+        return os.environ["SAILRL_RESUME_COMMAND"]
     argv = list(sys.argv if argv is None else argv)
     args = [a for a in argv[1:] if a not in ("--resume", "--overwrite")]
     return shlex.join(["python", argv[0], *args, "--resume"])

@@ -64,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
     argv = [str(script_path)] + (["--resume"] if args.resume else []) + (["--overwrite"] if args.overwrite else [])
     for o in overrides:
         argv += ["--set", o]
+    import os
+    import shlex
+
+    resume = ["sailrl", "run", args.spec, *sum((["--set", o] for o in args.overrides), [])]
+    if args.sampler:
+        resume += ["--sampler", args.sampler]
+    os.environ["SAILRL_RESUME_COMMAND"] = shlex.join([*resume, "--resume"])
     old_argv = sys.argv
     sys.argv = argv
     try:
