@@ -35,7 +35,7 @@ from tinker_cookbook.rl.data_processing import assemble_training_data, compute_a
 from tinker_cookbook.rl.types import TrajectoryGroup
 
 from sailrl import __version__
-from sailrl.runtime.backends import Backend, open_backend
+from sailrl.runtime.backends import Backend, check_keys, open_backend
 from sailrl.runtime.rollout import RolloutBatch, RuleGroupBuilder, SamplingPolicy, rollout_groups
 from sailrl.runtime.rundir import RunDirectory
 from sailrl.spec.schema import Spec
@@ -219,6 +219,7 @@ class RLRun:
             )
         sampler = spec.sampling.sampler
         if sampler != "local":
+            check_keys(sampler, spec_path)  # a missing key is one line, before anything else happens
             console.print(f"connecting to Tinker ({os.environ.get('TINKER_BASE_URL') or 'default endpoint'}) ...")
         backend = open_backend(spec, sampler=sampler, spec_path=spec_path)
         service = backend.service_client

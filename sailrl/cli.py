@@ -16,7 +16,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("validate", "check one or more specs and report every problem, located"),
     "compile": ("compile", "render a spec into a standalone Python training script"),
-    "run": ("run", "compile a spec and train it now (embedded local backend unless keys are set)"),
+    "run": ("run", "compile a spec and train it now (on the spec's sampler; --sampler local trains here)"),
     "schema": ("schema", "print the JSON Schema of the spec (for editor completion)"),
     "init": ("init", "write a commented starter spec that validates"),
     "rewards": ("rewards", "score completions with a spec's reward rules and print a per-rule table"),
