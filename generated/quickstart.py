@@ -79,6 +79,7 @@ REWARD = {
         },
     ],
     "clip": None,  # reward.clip
+    "text": "visible",  # reward.text
     "correct_rule": None,  # reward.correct_rule
     "regex_timeout_s": 0.1,  # reward.regex_timeout_s
     "math_timeout_s": 2.0,  # reward.math_timeout_s
@@ -132,7 +133,6 @@ async def main(resume: bool = False, overwrite: bool = False, overrides: list[st
     spec = script.build_spec(CONFIG, overrides or [], SPEC_DIR)
     run = await RLRun.start(spec, spec_path=SPEC_PATH, spec_dir=SPEC_DIR, spec_sha256=SPEC_SHA256,
                             resume=resume, overwrite=overwrite, overrides=overrides)
-    completed = run.start_step
     try:
         for step in run.steps():
             timings: dict[str, float] = {}
@@ -144,21 +144,21 @@ async def main(resume: bool = False, overwrite: bool = False, overrides: list[st
             batch = await run.rollout(policy, run.batch(step), step, timings)
             # 4. Score: reward rules -> drop degenerate groups -> group-centred advantages -> training data.
             data, metrics = run.assemble(batch, step)
+            if run.due(spec.training.eval_every, step):  # held-out rows, sampled from the same checkpoint
+                metrics.update(await run.evaluate(policy, step, timings))
             # 5. Train: forward_backward + optim_step, submitted together so they share a clock cycle.
             if data:
-                metrics.update(await run.train(data, step, timings))
+                await run.train(data, step, timings, metrics)
             else:
                 run.handle_all_degenerate(step, metrics)
-            if run.due(spec.training.eval_every, step):
-                metrics.update(await run.evaluate(policy, step, timings))
             run.log_step(step, metrics, timings)
-            completed = step + 1
             if run.due(spec.training.save_every, step):
-                await run.save_state(completed)
+                await run.save_state(run.completed)
     except (KeyboardInterrupt, asyncio.CancelledError):
-        await run.save_state(completed, name=f"{spec.name}-interrupted-{completed:06d}")
-        run.console.print(f"interrupted after {completed} steps; state saved. Resume with:\n"
-                          f"    {script.resume_command()}")
+        await run.save_on_interrupt()
+        raise
+    except Exception as exc:
+        await run.save_after_failure(exc)
         raise
     final_state = await run.save_final_adapter()
     run.console.print(run.summary(final_state))

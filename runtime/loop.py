@@ -24,6 +24,7 @@ import contextlib
 import math
 import os
 import time
+import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,24 +124,34 @@ async def train_on(training_client: Any, data: list[tinker.Datum], *, adam: tink
     """forward_backward + optim_step per sub-batch, each pair submitted before either result is awaited.
 
     Mirrors tinker_cookbook ``rl.train.train_step`` (same clock-cycle pipelining) but takes the spec's full
-    ``AdamParams`` (that helper hard-codes beta/eps). Returns ``{"loss:sum": ..., "datums": ...}``.
+    ``AdamParams`` (that helper hard-codes beta/eps). Returns ``loss:sum``, ``datums``, the last optimizer
+    step's metrics under ``optim/`` and tinker_cookbook's sampler-vs-learner KL (``optim/kl_sample_train_v1``,
+    ``_v2``, ``optim/entropy``): near 0 when the sampler (Sail) serves the weights Tinker trains.
     """
-    data = [tinker.Datum(model_input=d.model_input,
+    from tinker_cookbook.rl.metrics import compute_kl_sample_train
+    from tinker_cookbook.utils.misc_utils import split_list
+
+    sent = [tinker.Datum(model_input=d.model_input,
                          loss_fn_inputs={k: v for k, v in d.loss_fn_inputs.items() if k != "mask"}) for d in data]
-    n = max(1, min(num_substeps, len(data)))
-    size = math.ceil(len(data) / n)
-    batches = [data[i:i + size] for i in range(0, len(data), size)]
+    batches = split_list(sent, max(1, min(num_substeps, len(sent))))
     pending = []
     for b in batches:
         fb = await training_client.forward_backward_async(b, loss_fn=loss_fn, loss_fn_config=loss_fn_config)
         opt = await training_client.optim_step_async(adam)
         pending.append((fb, opt))
     loss = 0.0
+    train_logprobs = []
+    optim_metrics: dict[str, float] = {}
     for fb, opt in pending:
         out = await fb.result_async()
-        await opt.result_async()
+        result = await opt.result_async()
         loss += float((out.metrics or {}).get("loss:sum", 0.0))
-    return {"loss:sum": loss, "datums": float(len(data))}
+        train_logprobs += [o["logprobs"].to_torch() for o in out.loss_fn_outputs]
+        optim_metrics = {f"optim/{k}": float(v) for k, v in (getattr(result, "metrics", None) or {}).items()}
+    metrics = {"loss:sum": loss, "datums": float(len(sent)), **optim_metrics}
+    if all("mask" in d.loss_fn_inputs for d in data) and len(train_logprobs) == len(data):
+        metrics.update(compute_kl_sample_train(data, train_logprobs))
+    return metrics
 
 
 def _open_wandb(spec: Spec, resolved: dict[str, Any], console: Any) -> Any:
@@ -177,6 +188,9 @@ class RLRun:
     console: Any
     history: list[dict[str, Any]] = field(default_factory=list)
     wandb_run: Any = None
+    completed: int = 0
+    run_id: str = ""
+    _pending_train: Any = None
     _progress: Any = None
     _model_inputs: dict[int, tuple[Any, list]] = field(default_factory=dict)
 
@@ -223,7 +237,10 @@ class RLRun:
             console.print(f"connecting to Tinker ({os.environ.get('TINKER_BASE_URL') or 'default endpoint'}) ...")
         backend = open_backend(spec, sampler=sampler, spec_path=spec_path)
         service = backend.service_client
+        old_config = run_dir.read_config() if resume else None
+        run_id = (old_config or {}).get("run_id") or uuid.uuid4().hex[:8]  # names this run's Sail adapters
         run_dir.write_config(resolved, spec_sha256, {"sailrl_version": __version__, "spec_path": spec_path,
+                                                     "run_id": run_id,
                                                      "overrides": list(overrides or [])})
 
         # Training client: resume (state + optimizer) > spec resume_from > init_from (weights only) > fresh LoRA.
@@ -236,6 +253,9 @@ class RLRun:
         if resume_path:
             training_client = await service.create_training_client_from_state_with_optimizer_async(resume_path)
             start_step = int((state or {}).get("batch", 0))
+            if start_step >= spec.training.steps:
+                raise RunError(f"this run already completed {start_step} steps (training.steps is "
+                               f"{spec.training.steps}); raise training.steps to train further")
             console.print(f"resuming from {resume_path} at step {start_step}")
         else:
             training_client = await service.create_lora_training_client_async(
@@ -262,6 +282,13 @@ class RLRun:
                   train_rows=rows.train, eval_rows=rows.eval, start_step=start_step, adam=adam,
                   loss_fn_config=loss_cfg, console=console)
         run.history = run_dir.read_metrics()
+        run.completed = start_step
+        run.run_id = run_id
+        if t.loss_fn == "dro":
+            console.print("[yellow]note: loss_fn dro applies its quadratic penalty to every position the data "
+                          "carries, prompt tokens included, and uses the group-centred advantages; the Tinker "
+                          "loss doc asks for DRO's own soft advantage estimate, which sailrl does not compute "
+                          "yet. importance_sampling, ppo and cispo have no such caveat.[/yellow]")
         run.wandb_run = _open_wandb(spec, resolved, console)
         if start_step == 0 and not resume_path and t.warmup and t.warmup.steps > 0:
             await run.warmup()
@@ -346,7 +373,7 @@ class RLRun:
                     model=m.name, signed_url=url,
                     adapter_config=adapter_config_for(m.name, m.lora_rank, train_attn=m.train_attn,
                                                       train_mlp=m.train_mlp, train_unembed=m.train_unembed),
-                    lora_name=f"{self.spec.name}-step-{step:06d}", max_tokens=s.max_tokens,
+                    lora_name=f"{self.spec.name}-{self.run_id}-step-{step:06d}", max_tokens=s.max_tokens,
                     temperature=s.temperature, top_p=s.top_p, completion_window=s.completion_window)
             client = await self.backend.service_client.create_sampling_client_async(model_path=sampler_path)
             # Seeded per step (model.seed): the local backend then samples the same rollouts on every run.
@@ -374,7 +401,23 @@ class RLRun:
         return batch
 
     def assemble(self, batch: RolloutBatch, step: int) -> tuple[list[tinker.Datum], dict[str, float]]:
-        """Move 4: score -> drop degenerate groups -> group-centred advantages -> training data."""
+        """Move 4: score -> drop degenerate groups -> group-centred advantages -> training data.
+
+        Raises :class:`RunError` when every group of the step failed (nothing was sampled: a service fault, not a
+        degenerate batch), quoting the first failures.
+        """
+        if batch.failed:
+            first = batch.failed[0]
+            self.console.print(f"[yellow]step {step + 1}: {len(batch.failed)} group(s) failed and were dropped "
+                               f"(row {first[0]}: {first[1]})[/yellow]")
+        if not batch.groups and batch.failed:
+            reasons = "; ".join(f"row {i}: {why}" for i, why in batch.failed[:3])
+            raise RunError(f"step {step}, phase 'rollout': every group failed ({len(batch.failed)}): {reasons}")
+        timings: dict[str, float] = {}
+        with phase(step, "assemble", timings):
+            return self._assemble(batch)
+
+    def _assemble(self, batch: RolloutBatch) -> tuple[list[tinker.Datum], dict[str, float]]:
         metrics = {**rollout_metrics(batch, self.reward_fn.rule_names), **batch.extra_metrics}
         kept, degenerate = split_degenerate(batch.groups)
         metrics["degenerate_frac"] = len(degenerate) / len(batch.groups) if batch.groups else float("nan")
@@ -385,20 +428,29 @@ class RLRun:
         data, _ = assemble_training_data(kept, advantages)
         return data, metrics
 
-    async def train(self, data: list[tinker.Datum], step: int, timings: dict[str, float]) -> dict[str, float]:
-        """Move 5: one optimizer update per sub-step on the backend."""
+    async def train(self, data: list[tinker.Datum], step: int, timings: dict[str, float],
+                    metrics: dict[str, float]) -> None:
+        """Move 5: one optimizer update per sub-step on the backend; its metrics are added to ``metrics``.
+
+        Once submitted, an update lands on the backend even if the run is interrupted; the await is shielded and
+        :meth:`save_on_interrupt` waits for it and logs the step, so a resumed run never applies it twice.
+        """
         t = self.spec.training
+        task = asyncio.ensure_future(train_on(self.training_client, data, adam=self.adam, loss_fn=t.loss_fn,
+                                              loss_fn_config=self.loss_fn_config, num_substeps=t.num_substeps))
+        self._pending_train = (step, task, metrics, timings)
         with phase(step, "train", timings):
-            return await train_on(self.training_client, data, adam=self.adam, loss_fn=t.loss_fn,
-                                  loss_fn_config=self.loss_fn_config, num_substeps=t.num_substeps)
+            metrics.update(await asyncio.shield(task))
+        self._pending_train = None
 
     # ---------------------------------------------------------------- bookkeeping
     async def evaluate(self, policy, step: int, timings: dict[str, float]) -> dict[str, float]:
         """Sample the held-out rows once each from the current checkpoint; metrics under ``eval/``."""
         if not self.eval_rows:
             return {}
-        batch = await self.rollout(policy, self.eval_rows, step, timings, group_size=1)
-        timings["time/eval"] = timings.pop("time/rollout", 0.0)
+        eval_timings: dict[str, float] = {}
+        batch = await self.rollout(policy, self.eval_rows, step, eval_timings, group_size=1)
+        timings["time/eval"] = eval_timings.get("time/rollout", 0.0)
         return rollout_metrics(batch, self.reward_fn.rule_names, prefix="eval/")
 
     def due(self, every: int, step: int) -> bool:
@@ -416,6 +468,7 @@ class RLRun:
         line = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in line.items()}
         self.run_dir.append_metrics(line)
         self.history.append(line)
+        self.completed = step + 1
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in line.items() if v is not None}, step=step)
         rules = "  ".join(f"{n} {metrics.get(f'reward/{n}', float('nan')):+.3f}" for n in self.reward_fn.rule_names)
@@ -429,6 +482,33 @@ class RLRun:
                 f"[yellow]warning: step {step + 1}: {100 * metrics['frac_truncated']:.0f}% of completions were cut "
                 f"at max_tokens={self.spec.sampling.max_tokens}; raise sampling.max_tokens or ask for shorter "
                 "answers in the prompt[/yellow]")
+
+    async def save_on_interrupt(self) -> str:
+        """Ctrl-C: let a submitted update land and log its step, then ``save_state`` and print how to resume."""
+        from sailrl.runtime.script import resume_command
+
+        if self._pending_train is not None:
+            step, task, metrics, timings = self._pending_train
+            self._pending_train = None
+            try:
+                metrics.update(await task)
+                self.log_step(step, metrics, timings)
+            except Exception as exc:  # the update failed: its step is simply not completed
+                self.console.print(f"[yellow]the update of step {step + 1} did not finish: {exc}[/yellow]")
+        path = await self.save_state(self.completed, name=f"{self.spec.name}-interrupted-{self.completed:06d}")
+        self.console.print(f"interrupted after {self.completed} steps; state saved. Resume with:\n"
+                           f"    {resume_command()}")
+        return path
+
+    async def save_after_failure(self, exc: BaseException) -> None:
+        """Best effort after a fault: save what the completed steps trained, so ``--resume`` can continue."""
+        if self.completed <= self.start_step:
+            return
+        try:
+            await self.save_state(self.completed, name=f"{self.spec.name}-failed-{self.completed:06d}")
+            self.console.print(f"state after {self.completed} steps saved; fix the cause, then resume with --resume")
+        except Exception as save_exc:  # the backend may be the thing that failed
+            self.console.print(f"[yellow]could not save state after the failure: {save_exc}[/yellow]")
 
     def handle_all_degenerate(self, step: int, metrics: dict[str, float]) -> None:
         metrics["skipped"] = 1.0

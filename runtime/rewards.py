@@ -14,7 +14,7 @@ clipped to ``reward.clip`` when given. The Sail guide's ``correct - 0.1 * (1 - f
 ``Score.errors`` says why, so the reward is never silently a plain 0 or 1.
 
 Metric keys the training loop logs: ``reward/<rule name>`` (mean contribution), ``reward/total``, ``correct``
-(pass rate of :attr:`RewardFunction.correct_rule`), ``reward/regex_timeouts``.
+(pass rate of :attr:`RewardFunction.correct_rule`), ``regex_timeouts``.
 """
 
 from __future__ import annotations
@@ -354,6 +354,7 @@ class RewardFunction:
         self._scores = [r.scores() for r in reward.rules]
         self._answers = [c for c in self._checks if isinstance(c, _Answer)]
         self._clip = reward.clip
+        self.text_mode: str = reward.text  # which text of a rollout the rules read (see RewardSpec.text)
 
     @classmethod
     def from_spec(cls, reward: RewardSpec, reference_field: str) -> RewardFunction:

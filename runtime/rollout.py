@@ -18,6 +18,34 @@ from tinker_cookbook.rl.rollouts import do_group_rollout
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, StepResult, TrajectoryGroup
 
 
+def completion_text(renderer: Any, action: list[int], stop: list, *, mode: str = "visible") -> tuple[str, bool]:
+    """(text the reward rules read, whether the completion ended cleanly) for sampled tokens ``action``.
+
+    ``visible``: ``renderers.get_text_content`` of the parsed reply (thinking removed), as the Sail guide scores.
+    A reply cut off at max_tokens is not parsed into parts by the renderers, so its raw text would still hold
+    the thinking; the text after the last ``</think>`` is kept and an unfinished ``<think>`` block is dropped,
+    so a box written while thinking never counts as the answer. ``full``: the decoded completion, special
+    tokens and thinking included, with a trailing stop sequence removed.
+    """
+    message, termination = renderer.parse_response(action)
+    clean = termination.is_clean
+    if mode == "full":
+        text = renderer.tokenizer.decode(action)
+        for s in stop or []:
+            s_text = renderer.tokenizer.decode([s]) if isinstance(s, int) else s
+            if s_text and text.endswith(s_text):
+                text = text[: -len(s_text)]
+                break
+        return text, clean
+    text = renderers.get_text_content(message)
+    if not clean:
+        if "</think>" in text:
+            text = text.rsplit("</think>", 1)[1]
+        if "<think>" in text:
+            text = text.split("<think>", 1)[0]
+    return text, clean
+
+
 class RuleEnv(Env):
     """A single-turn environment: the prompt of one row; the completion is scored by the reward rules.
 
@@ -39,9 +67,8 @@ class RuleEnv(Env):
 
     async def step(self, action, *, extra=None) -> StepResult:
         stop_reason = (extra or {}).get("stop_reason", "stop")
-        message, termination = self.renderer.parse_response(action)
-        text = renderers.get_text_content(message)
-        truncated = stop_reason == "length" or not termination.is_clean
+        text, clean = completion_text(self.renderer, action, self.stop, mode=self.reward_fn.text_mode)
+        truncated = stop_reason == "length" or not clean
         score = self.reward_fn.score(text, self.row, truncated=truncated, num_tokens=len(action))
         metrics: dict[str, float] = {f"reward/{name}": float(v) for name, v in score.contributions.items()}
         metrics["truncated"] = float(stop_reason == "length")

@@ -302,6 +302,14 @@ class RewardSpec(SpecModel):
         min_length=1, description="The reward rules; the total is the sum of contributions."
     )
     clip: tuple[float, float] | None = Field(None, description="Clip the total to [low, high].")
+    text: Literal["visible", "full"] = Field(
+        "visible",
+        description=(
+            "What the rules read. visible: the reply as the renderer parses it, thinking removed (what the Sail "
+            "guide scores; for a cut-off reply, an unfinished <think> block is dropped too). full: the whole "
+            "sampled completion, thinking and tags included, stop sequence removed (for format rules on <think>)."
+        ),
+    )
     correct_rule: Text | None = Field(
         None, description="Name of the rule whose pass rate is logged as 'correct' (default: the first answer rule)."
     )

@@ -122,7 +122,11 @@ class TrainingSpec(SpecModel):
     beta2: float = Field(0.95, ge=0, lt=1, description="Adam beta2.")
     eps: float = Field(1e-12, gt=0, description="Adam epsilon.")
     loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro"] = Field(
-        "importance_sampling", description="Tinker RL loss (see the Tinker loss documentation)."
+        "importance_sampling",
+        description=(
+            "Tinker RL loss (see the Tinker loss documentation). dro: its quadratic penalty also covers prompt "
+            "tokens, and sailrl feeds it group-centred advantages, not DRO's soft estimate; prefer the others."
+        ),
     )
     loss_fn_config: dict[Text, float] | None = Field(
         None,
@@ -149,7 +153,13 @@ class TrainingSpec(SpecModel):
         None, description="A checkpoint whose weights start the run (fresh optimizer, step 0)."
     )
     warmup: WarmupSpec | None = Field(None, description="Optional supervised warm-up before RL.")
-    checkpoint_ttl_s: int = Field(3600, gt=0, description="Seconds per-step sampler checkpoints live before expiring.")
+    checkpoint_ttl_s: int = Field(
+        3600, ge=3600,
+        description=(
+            "Seconds per-step sampler checkpoints (and their signed URLs) live before expiring; Tinker's minimum "
+            "is 3600. Keep it longer than a step's rollouts and evaluation take."
+        ),
+    )
 
 
 class SamplingSpec(SpecModel):

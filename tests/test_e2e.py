@@ -156,8 +156,10 @@ def test_sail_path_runs_against_loopback_sail_with_local_tinker_stand_in(tmp_pat
     meta = posts[0]["metadata"]
     assert meta["completion_window"] == "balanced" and meta["lora"].startswith("file://")
     assert json.loads(meta["tinker_adapter_config"])["r"] == 16
-    assert meta["tinker_lora_name"] == "quickstart-step-000000"
-    assert posts[-1]["metadata"]["tinker_lora_name"] == "quickstart-step-000001"
+    run_id = json.loads((tmp_path / "run" / "config.json").read_text())["run_id"]
+    assert re.fullmatch(r"[0-9a-f]{8}", run_id)  # adapters of different runs never share a name on Sail
+    assert meta["tinker_lora_name"] == f"quickstart-{run_id}-step-000000"
+    assert posts[-1]["metadata"]["tinker_lora_name"] == f"quickstart-{run_id}-step-000001"
     assert posts[0]["max_output_tokens"] == 12 and posts[0]["stop"] == ["\n\nUser:"]
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [0, 1]

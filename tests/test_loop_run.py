@@ -57,7 +57,7 @@ def test_a_backend_fault_names_its_step_and_phase(tmp_path):
         run.training_client.forward_backward_async = broken
         datum = run.prompts.supervised_datum(run.train_rows[0], "{{ answer }}")
         with pytest.raises(RunError, match=r"^step 2, phase 'train': ConnectionError: service unavailable"):
-            await run.train([datum], 2, {})
+            await run.train([datum], 2, {}, {})
 
     asyncio.run(go())
 
@@ -105,7 +105,7 @@ def test_init_from_starts_at_step_zero_with_those_weights_and_a_fresh_optimizer(
             await fb.result_async()
             await opt.result_async()
         else:
-            await first.train(data, 0, {})
+            await first.train(data, 0, {}, {})
         state = await first.save_state(1)
         second = await _start(tmp_path / "b", "training.steps=1", f"training.init_from={state}")
         assert second.start_step == 0
@@ -133,3 +133,36 @@ def test_plot_writes_a_png_of_reward_and_degenerate_fraction(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "nowhere")]) == 1
     assert "metrics.jsonl not found" in capsys.readouterr().err
     shutil.rmtree(run)
+
+
+def test_a_step_where_every_group_failed_is_a_fault_not_a_degenerate_step(tmp_path):
+    from sailrl.runtime.rollout import RolloutBatch
+
+    async def go():
+        run = await _start(tmp_path, "training.steps=1")
+        batch = RolloutBatch(groups=[], rows=[], failed=[(3, "SailRolloutError: status failed"), (5, "x")])
+        with pytest.raises(RunError, match=r"^step 4, phase 'rollout': every group failed \(2\): row 3: SailRollout"):
+            run.assemble(batch, 4)
+
+    asyncio.run(go())
+
+
+def test_train_metrics_include_the_sampler_learner_kl_and_optimizer_metrics(tmp_path):
+    async def go():
+        run = await _start(tmp_path, "training.steps=1", "training.group_size=8", "training.groups_per_step=4")
+        path = await run.save_sampler_checkpoint(0, {})
+        policy = await run.policy_for(path, 0, {})
+        batch = await run.rollout(policy, run.batch(0), 0, {})
+        # The untrained model's groups are degenerate; give them alternating advantages to get training data.
+        from tinker_cookbook.rl.data_processing import assemble_training_data
+
+        advantages = [torch.tensor([1.0, -1.0] * 4) for _ in batch.groups]
+        data, _ = assemble_training_data(batch.groups, advantages)
+        metrics: dict = {}
+        await run.train(data, 0, {}, metrics)
+        # on-policy: the local sampler serves exactly the weights being trained, so the KL is ~0
+        assert abs(metrics["optim/kl_sample_train_v1"]) < 1e-4 and metrics["optim/entropy"] > 0
+        assert metrics["datums"] == len(data) and "loss:sum" in metrics
+        assert any(k.startswith("optim/") and "kl" not in k and k != "optim/entropy" for k in metrics)
+
+    asyncio.run(go())
