@@ -235,10 +235,19 @@ class _Checker:
         if not isinstance(rules, list):
             return
         declared = self.declared_fields()
+        first_with_name: dict[str, int] = {}
         for i, rule in enumerate(rules):
             if not isinstance(rule, dict):
                 continue
             path = ("reward", "rules", i)
+            name = self.text((*path, "name")) or self.text((*path, "kind"))
+            if name is not None and name in first_with_name:
+                at = ("name",) if self.text((*path, "name")) is not None else ("kind",)
+                line = (self.loaded.locate(("reward", "rules", first_with_name[name])) or (0, 0))[0]
+                self.add((*path, *at), f"two rules are named '{name}' (the first is at line {line}): give each "
+                         "rule its own `name`; it is the metric key reward/<name>")
+            elif name is not None:
+                first_with_name[name] = i
             for sub_path, _owner in _walk_dicts(rule, path):
                 if sub_path[-1] == "reference" and declared is not None:
                     ref_field = self.text((*sub_path, "field"))

@@ -125,3 +125,20 @@ def test_examples_are_copied_with_their_data_by_init(tmp_path):
     assert main(["init", str(tmp_path / "s.yaml")]) == 0
     assert (tmp_path / "data" / "addition.jsonl").exists()
     shutil.rmtree(tmp_path)
+
+
+def test_two_rules_with_one_name_are_reported_at_the_second_rule():
+    text = """\
+name: r
+dataset: {source: x.jsonl, fields: [question, answer]}
+prompt: {user: '{{ question }}'}
+reward:
+  rules:
+    - name: c
+      kind: answer
+    - name: c
+      kind: termination
+"""
+    errs = _errors(text)
+    assert [(e.key_path, e.line, e.column) for e in errs if "two rules" in e.message] == [("reward.rules.1.name", 8, 13)]
+    assert "the first is at line 6" in errs[0].message
