@@ -141,4 +141,4 @@ reward:
 """
     errs = _errors(text)
     assert [(e.key_path, e.line, e.column) for e in errs if "two rules" in e.message] == [("reward.rules.1.name", 8, 13)]
-    assert "the first is at line 6" in errs[0].message
+    assert "the first is at line 6" in next(e for e in errs if "two rules" in e.message).message
