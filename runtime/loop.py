@@ -190,6 +190,7 @@ class RLRun:
     wandb_run: Any = None
     completed: int = 0
     run_id: str = ""
+    lora_rank: int = 0
     _pending_train: Any = None
     _progress: Any = None
     _model_inputs: dict[int, tuple[Any, list]] = field(default_factory=dict)
@@ -265,6 +266,13 @@ class RLRun:
                 await (await training_client.load_state_async(spec.training.init_from)).result_async()
         if resume:
             run_dir.truncate_metrics(start_step)
+        lora_rank = m.lora_rank
+        if resume_path:  # the checkpoint decides the adapter's shape, whatever the spec now says
+            info = await training_client.get_info_async()
+            if getattr(info, "lora_rank", None) and info.lora_rank != m.lora_rank:
+                console.print(f"[yellow]the checkpoint's LoRA rank is {info.lora_rank}, the spec says "
+                              f"{m.lora_rank}: training and sampling use {info.lora_rank}[/yellow]")
+                lora_rank = int(info.lora_rank)
 
         tokenizer = get_tokenizer(m.name) if not backend.is_local else training_client.get_tokenizer()
         renderer = get_renderer(m.renderer or default_renderer(m.name), tokenizer)
@@ -284,6 +292,7 @@ class RLRun:
         run.history = run_dir.read_metrics()
         run.completed = start_step
         run.run_id = run_id
+        run.lora_rank = lora_rank
         if t.loss_fn == "dro":
             console.print("[yellow]note: loss_fn dro applies its quadratic penalty to every position the data "
                           "carries, prompt tokens included, and uses the group-centred advantages; the Tinker "
@@ -371,7 +380,7 @@ class RLRun:
                 m = self.spec.model
                 return make_sail_policy(
                     model=m.name, signed_url=url,
-                    adapter_config=adapter_config_for(m.name, m.lora_rank, train_attn=m.train_attn,
+                    adapter_config=adapter_config_for(m.name, self.lora_rank or m.lora_rank, train_attn=m.train_attn,
                                                       train_mlp=m.train_mlp, train_unembed=m.train_unembed),
                     lora_name=f"{self.spec.name}-{self.run_id}-step-{step:06d}", max_tokens=s.max_tokens,
                     temperature=s.temperature, top_p=s.top_p, completion_window=s.completion_window)
