@@ -97,6 +97,13 @@ TRAINING = {
     "loss_fn": "importance_sampling",  # training.loss_fn
     "loss_fn_config": None,  # training.loss_fn_config
     "num_substeps": 1,  # training.num_substeps
+    "advantage_scale": "none",  # training.advantage_scale
+    "kl_penalty_coef": 0.0,  # training.kl_penalty_coef
+    "kl_discount_factor": 0.0,  # training.kl_discount_factor
+    "lr_schedule": "constant",  # training.lr_schedule
+    "lr_warmup_steps": 0,  # training.lr_warmup_steps
+    "max_steps_off_policy": 0,  # training.max_steps_off_policy
+    "max_cost_usd": None,  # training.max_cost_usd
     "save_every": 0,  # training.save_every
     "eval_every": 0,  # training.eval_every
     "on_all_degenerate": "skip",  # training.on_all_degenerate
@@ -112,10 +119,13 @@ SAMPLING = {
     "top_p": 1.0,  # sampling.top_p
     "stop": None,  # sampling.stop
     "completion_window": "balanced",  # sampling.completion_window
+    "on_policy_mismatch": "warn",  # sampling.on_policy_mismatch
+    "on_policy_kl_threshold": 0.01,  # sampling.on_policy_kl_threshold
 }
 OUTPUT = {
     "run_dir": "runs/{name}",  # output.run_dir
     "wandb_project": None,  # output.wandb_project
+    "log_rollouts": "all",  # output.log_rollouts
 }
 
 CONFIG = {

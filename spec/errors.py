@@ -9,6 +9,12 @@ A formatted error reads like a compiler's (dbt, rustc)::
        = hint: ...
 
 Lines and columns are 1-based; a column of 0 means "the whole line / unknown column".
+
+Every error sailrl raises on purpose derives from :class:`SailrlError` (the pattern of tinker-cookbook's
+``exceptions.py``): a category class below it, plus the stdlib exception it replaces, so existing ``except``
+clauses keep working. :class:`UserError` marks problems the user can fix (a bad spec value, unusable data, a
+missing key, a model that cannot load): the command line prints their message as one line and exits 1, never
+a traceback.
 """
 
 from __future__ import annotations
@@ -84,7 +90,31 @@ def _excerpt(lines: list[str], line: int, column: int, end_column: int | None, n
     return out
 
 
-class SpecErrors(Exception):
+class SailrlError(Exception):
+    """Base of every error sailrl raises on purpose (catch it to handle any of them)."""
+
+
+class UserError(SailrlError):
+    """A problem the user can fix; ``str(exc)`` is one plain line saying what and what to do."""
+
+
+class ConfigError(UserError, ValueError):
+    """A setting (spec value, override, environment variable) cannot be used."""
+
+
+class DataError(UserError, ValueError):
+    """The dataset cannot be read or has no usable rows."""
+
+
+class ModelError(UserError, ValueError):
+    """A model, tokenizer or checkpoint cannot be loaded."""
+
+
+class ServiceError(SailrlError, RuntimeError):
+    """A remote service (Tinker, Sail) or a backend failed while the run was going."""
+
+
+class SpecErrors(UserError):
     """Every problem found in one spec file (YAML syntax, schema and semantic checks), sorted by line.
 
     ``errors``: the :class:`SpecError` list. ``text``: the file's source (for excerpts; may be empty).

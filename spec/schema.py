@@ -136,6 +136,56 @@ class TrainingSpec(SpecModel):
         ),
     )
     num_substeps: int = Field(1, gt=0, description="Optimizer updates per step; must divide groups_per_step.")
+    advantage_scale: Literal["none", "group_std", "batch_std"] = Field(
+        "none",
+        description=(
+            "How the group-centred advantages (reward minus the group's mean) are scaled. none: not scaled "
+            "(tinker_cookbook's default; TRL scale_rewards='none'). group_std: divided by the group's reward "
+            "standard deviation + 1e-6 (GRPO; TRL 'group'). batch_std: divided by the standard deviation of every "
+            "reward of the step + 1e-6 (TRL 'batch'). A group whose rewards are all equal stays degenerate."
+        ),
+    )
+    kl_penalty_coef: float = Field(
+        0.0, ge=0, le=100,
+        description=(
+            "KL penalty to the base model, as part of the reward (tinker_cookbook rl.metrics.incorporate_kl_penalty"
+            "): each sampled token's advantage gets coef * (mean - own) of log p_policy - log p_base. 0 = off. "
+            "Usual range 0.001-0.1."
+        ),
+    )
+    kl_discount_factor: float = Field(
+        0.0, ge=0, le=1,
+        description=(
+            "With kl_penalty_coef > 0: 0 penalises each token for its own KL; gamma in (0, 1] for the discounted "
+            "sum of the KL of the tokens after it (tinker_cookbook's kl_discount_factor)."
+        ),
+    )
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant",
+        description=(
+            "Learning-rate schedule over the RL steps after lr_warmup_steps (tinker_cookbook "
+            "utils.lr_scheduling): constant, linear decay to 0, or cosine decay to 0."
+        ),
+    )
+    lr_warmup_steps: int = Field(
+        0, ge=0,
+        description="Steps of linear learning-rate warm-up from learning_rate / (lr_warmup_steps + 1); fewer than steps.",
+    )
+    max_steps_off_policy: int = Field(
+        0, ge=0, le=16,
+        description=(
+            "0: synchronous (every step samples from the checkpoint it then trains). K > 0: sampling for the next "
+            "K steps runs while earlier steps train (tinker_cookbook AsyncConfig.max_steps_off_policy); a group "
+            "sampled more than K steps before the step that trains on it is dropped and counted."
+        ),
+    )
+    max_cost_usd: float | None = Field(
+        None, gt=0,
+        description=(
+            "Budget: stop at a step boundary before the next step would take the estimated cost above this (state "
+            "saved; resume with a larger budget). Needs prices (pricing:) for the services the run uses."
+        ),
+    )
     save_every: int = Field(
         0, ge=0, description="Save resumable state (save_state) every N steps; 0 = only at the end."
     )
@@ -181,6 +231,22 @@ class SamplingSpec(SpecModel):
     completion_window: Text = Field(
         "balanced", description="Sail completion window: balanced or flex (priority and 15m are retired)."
     )
+    on_policy_mismatch: Literal["warn", "stop"] = Field(
+        "warn",
+        description=(
+            "After each update the sampler's logprobs are compared with the learner's (sampler-vs-learner KL). "
+            "Above on_policy_kl_threshold: warn, or stop the run with state saved. A mismatch means the rollouts "
+            "did not come from the checkpoint just trained (Sail serving the base model, a stale checkpoint, a "
+            "renderer or tokenizer mismatch)."
+        ),
+    )
+    on_policy_kl_threshold: float = Field(
+        0.01, gt=0,
+        description=(
+            "Threshold on the sampler-vs-learner KL estimate optim/kl_sample_train_v2 (nats per sampled token) "
+            "for on_policy_mismatch."
+        ),
+    )
 
 
 class OutputSpec(SpecModel):
@@ -188,6 +254,20 @@ class OutputSpec(SpecModel):
 
     run_dir: Text = Field("runs/{name}", description="Run directory; {name} is the spec's name.")
     wandb_project: Text | None = Field(None, description="Log to Weights & Biases when installed and set.")
+    log_rollouts: Literal["all"] | int = Field(
+        "all",
+        description=(
+            "Rollouts kept in rollouts.jsonl (prompt, completion, each rule's score and why, total, advantage, "
+            "sampler checkpoint): all, the first N groups of each step, or 0 for none. Eval rollouts too."
+        ),
+    )
+
+    @field_validator("log_rollouts")
+    @classmethod
+    def _log_rollouts(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+            raise ValueError("log_rollouts is 'all', 0 (none) or a number of groups per step >= 1")
+        return v
 
 
 class Spec(SpecModel):
