@@ -1,101 +1,238 @@
-"""Sampling throughput of the embedded backend vs Hugging Face ``generate``, same model, one run.
+"""Sampling throughput of the embedded backend against ONE batched Hugging Face ``generate`` over the whole step.
 
-Workload (one RL step of the quickstart shape): G groups x S samples x T new tokens, every sequence
-forced to T tokens (``stop=[]`` / ``min_new_tokens=T``). Three ways:
+Workload per shape ``G x S x T`` (groups x group_size x max_tokens), one RL step of rollouts on the same model
+(``sailrl/tiny`` by default, a fresh LoRA, so the sampler's merged weights equal the base): G prompts rendered
+by the ``role_colon`` renderer (``User: a+b=?\\n\\nAssistant:``, lengths differ so prompts are padded), S samples
+each, temperature 1, top_p 1, at most T new tokens, stopping at the renderer's stop string or EOS.
 
-1. ours: G*S concurrent ``sample_async(num_samples=1)`` calls (what tinker_cookbook's rollouts
-   send), coalesced into one batched generation with one prefill per distinct prompt;
-2. HF ``generate`` once per sample (the per-rollout baseline);
-3. HF ``generate`` once per group with ``num_return_sequences=S`` (a stronger baseline).
+Arms (each gets the same warm-up runs and the same timed repetitions; every repetition runs all arms, in a
+rotating order):
 
-Run: ``python benchmarks/bench_local_sampling.py [--groups 16 --samples 8 --tokens 64 --threads 1]``
-Prints tokens/s for each and the ratios ours / baseline.
+- ``sailrl``: G*S concurrent ``sample_async(num_samples=1)`` calls on ``LocalSamplingClient``, each with its own
+  seed (what the loop's ``SamplingPolicy`` sends), coalesced into one batched generation;
+- ``hf-step`` (the headline baseline): ONE ``model.generate`` call over the whole step: the G prompts
+  left-padded, ``num_return_sequences=S``, ``do_sample=True``, the same temperature and top_p, ``top_k=0``
+  (off, as in sailrl), ``max_new_tokens=T``, ``stop_strings`` + ``tokenizer`` and the EOS id, KV cache on
+  (``use_cache=True``, transformers' default ``DynamicCache``), on the same model object;
+- ``hf-group``: one such call per group (``num_return_sequences=S``); ``hf-sample``: one call per sample
+  (slow; ask for it with ``--arms``).
+
+Both sides run with the same torch intra-op threads (``--threads``; the sampler's worker thread takes the
+count the service sets). Reported per shape and arm: seconds per step (min and median over the repetitions),
+generated tokens (a sequence counts up to its stop string / EOS / T), tokens/s at the min, and the ratio
+``arm seconds / sailrl seconds`` (min and median). ``--profile`` also splits sailrl's sampling time into the
+model forward, the sampling step, the stop-string checks and the rest (bookkeeping), measured by timing wrappers
+around each in one extra run per shape.
+
+    .venv/bin/python benchmarks/bench_local_sampling.py                       # 16x8x12 16x8x64 32x8x128
+    .venv/bin/python benchmarks/bench_local_sampling.py --shapes 16x8x12 --repeats 9 --profile
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 from tinker import types
 
 from sailrl.runtime.local import LocalServiceClient
+from sailrl.runtime.local import generation as gen_mod
+from sailrl.runtime.models import get_renderer
+
+ARMS = ("sailrl", "hf-step", "hf-group", "hf-sample")
+DEFAULT_ARMS = ("sailrl", "hf-step", "hf-group")
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    g, s, t = (int(x) for x in text.lower().split("x"))
+    return g, s, t
+
+
+class Workload:
+    """One step of G x S rollouts of at most T tokens, and the ways to run it."""
+
+    def __init__(self, sampler: Any, renderer: Any, groups: int, samples: int, tokens: int):
+        self.sampler = sampler
+        self.model = sampler._batcher._model  # the merged weights the sampler decodes with
+        self.tok = sampler.get_tokenizer()
+        self.stop = list(renderer.get_stop_sequences())
+        self.groups, self.samples, self.tokens = groups, samples, tokens
+        self.prompts = [
+            renderer.build_generation_prompt([{"role": "user", "content": f"{g % 10}+{(g * 7) % 10}=? (#{g})"}]).to_ints()
+            for g in range(groups)
+        ]
+        self.calls = 0
+
+    # -- sailrl ------------------------------------------------------------------------------------------------
+    def sailrl(self) -> list[list[int]]:
+        base = 1_000 * self.calls
+        self.calls += 1
+
+        async def step() -> list[Any]:
+            calls = [
+                self.sampler.sample_async(
+                    types.ModelInput.from_ints(p),
+                    1,
+                    types.SamplingParams(max_tokens=self.tokens, temperature=1.0, top_p=1.0, stop=self.stop,
+                                         seed=base + g * self.samples + s),
+                )
+                for g, p in enumerate(self.prompts)
+                for s in range(self.samples)
+            ]
+            return await asyncio.gather(*calls)
+
+        return [list(r.sequences[0].tokens) for r in asyncio.run(step())]
+
+    # -- Hugging Face generate -----------------------------------------------------------------------------------
+    def _generate(self, prompts: list[list[int]], n: int) -> list[list[int]]:
+        width = max(len(p) for p in prompts)
+        ids = torch.zeros((len(prompts), width), dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                max_new_tokens=self.tokens, num_return_sequences=n, stop_strings=self.stop, tokenizer=self.tok,
+                eos_token_id=self.tok.eos_token_id, pad_token_id=self.tok.pad_token_id, use_cache=True,
+            )
+        return [row[width:].tolist() for row in out]
+
+    def hf_step(self) -> list[list[int]]:
+        return self._generate(self.prompts, self.samples)
+
+    def hf_group(self) -> list[list[int]]:
+        return [seq for p in self.prompts for seq in self._generate([p], self.samples)]
+
+    def hf_sample(self) -> list[list[int]]:
+        return [seq for p in self.prompts for _ in range(self.samples) for seq in self._generate([p], 1)]
+
+    def generated(self, seqs: list[list[int]]) -> tuple[int, int]:
+        """(tokens up to each sequence's stop string / EOS / T, sequences that stopped before T)."""
+        total = stopped = 0
+        for seq in seqs:
+            n = len(seq[: self.tokens])
+            for i, t in enumerate(seq[: self.tokens]):
+                if t == self.tok.eos_token_id or any(s in self.tok.decode(seq[max(0, i - 40): i + 1]) for s in self.stop):
+                    n = i + 1
+                    break
+            total += n
+            stopped += n < self.tokens
+        return total, stopped
+
+
+def profile_sailrl(work: Workload) -> dict[str, float]:
+    """Seconds of one sailrl step spent in the model forward, sampling, stop-string checks and the rest."""
+    spent = {"model forward": 0.0, "sampling (_sample)": 0.0, "stop strings": 0.0}
+    restore: list[Callable[[], None]] = []
+
+    def timed(owner: Any, name: str, bucket: str) -> None:
+        fn = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[bucket] += time.perf_counter() - t0
+
+        setattr(owner, name, wrapper)
+        restore.append(lambda: setattr(owner, name, fn))
+
+    timed(gen_mod, "_sample", "sampling (_sample)")
+    timed(gen_mod.StopStringMatcher, "candidates", "stop strings")
+    timed(gen_mod.StopStringMatcher, "matches", "stop strings")
+    starts: list[float] = []
+    pre = work.model.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter()))
+    post = work.model.register_forward_hook(
+        lambda *_: spent.__setitem__("model forward", spent["model forward"] + time.perf_counter() - starts.pop()))
+    timed(gen_mod, "generate", "_generate")
+    spent["_generate"] = 0.0
+    batcher = work.sampler._batcher
+    import sailrl.runtime.local.sampling as sampling_mod
+
+    orig = sampling_mod.generate
+    sampling_mod.generate = gen_mod.generate
+    try:
+        work.sailrl()
+    finally:
+        sampling_mod.generate = orig
+        pre.remove()
+        post.remove()
+        for undo in reversed(restore):
+            undo()
+    assert batcher.batch_sizes[-1] == work.groups * work.samples
+    total = spent.pop("_generate")
+    spent["other (bookkeeping)"] = total - sum(spent.values())
+    spent["total generate"] = total
+    return spent
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--groups", type=int, default=16)
-    parser.add_argument("--samples", type=int, default=8)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=2, help="timed repeats of ours (best is reported)")
+    parser.add_argument("--shapes", nargs="+", default=["16x8x12", "16x8x64", "32x8x128"],
+                        help="GROUPSxGROUP_SIZExMAX_TOKENS")
+    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=ARMS)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads for every arm")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs per arm and shape")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per arm and shape")
+    parser.add_argument("--model", default="sailrl/tiny")
+    parser.add_argument("--profile", action="store_true", help="split sailrl's time (one extra run per shape)")
     args = parser.parse_args()
-    svc = LocalServiceClient(
-        base_dir=tempfile.mkdtemp(prefix="bench-local-"), seed=0, num_threads=args.threads
-    )
-    tc = svc.create_lora_training_client("sailrl/tiny", rank=16, seed=1).result()
+    if "sailrl" not in args.arms:
+        parser.error("--arms must include sailrl (the ratios are against it)")
+
+    torch.set_num_threads(args.threads)
+    svc = LocalServiceClient(args.model, base_dir=tempfile.mkdtemp(prefix="bench-local-"), seed=0,
+                             num_threads=args.threads)
+    tc = svc.create_lora_training_client(args.model, rank=16, seed=1).result()
     sampler = tc.save_weights_and_get_sampling_client().result()
-    tok = sampler.get_tokenizer()
-    prompts = [
-        tok.encode(f"User: {g % 10}+{(g * 7) % 10}=? ({g})\n\nAssistant:", add_special_tokens=False)
-        for g in range(args.groups)
-    ]
-    params = types.SamplingParams(max_tokens=args.tokens, temperature=1.0, stop=[])
-    total_tokens = args.groups * args.samples * args.tokens
+    renderer = get_renderer("role_colon", sampler.get_tokenizer())
+    print(f"model {args.model}, torch threads {args.threads}, warm-up {args.warmup}, repetitions {args.repeats}, "
+          f"arms interleaved in rotating order; torch {torch.__version__}")
 
-    async def ours() -> int:
-        calls = [
-            sampler.sample_async(types.ModelInput.from_ints(p), 1, params)
-            for p in prompts
-            for _ in range(args.samples)
-        ]
-        results = await asyncio.gather(*calls)
-        return sum(len(r.sequences[0].tokens) for r in results)
-
-    asyncio.run(ours())  # warm-up
-    best = float("inf")
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        produced = asyncio.run(ours())
-        best = min(best, time.perf_counter() - t0)
-    assert produced == total_tokens, produced
-    ours_tps = total_tokens / best
-
-    model = sampler._batcher._model  # the same merged weights the sampler decodes with
-    gen_kwargs = {
-        "do_sample": True,
-        "temperature": 1.0,
-        "top_k": 0,
-        "max_new_tokens": args.tokens,
-        "min_new_tokens": args.tokens,
-        "pad_token_id": 0,
-    }
-    with torch.no_grad():
-        model.generate(torch.tensor([prompts[0]]), **gen_kwargs)  # warm-up
-        t0 = time.perf_counter()
-        for p in prompts:
-            for _ in range(args.samples):
-                model.generate(torch.tensor([p]), **gen_kwargs)
-        per_sample = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for p in prompts:
-            model.generate(torch.tensor([p]), num_return_sequences=args.samples, **gen_kwargs)
-        per_group = time.perf_counter() - t0
-    per_sample_tps = total_tokens / per_sample
-    per_group_tps = total_tokens / per_group
-
-    print(
-        f"workload: {args.groups} groups x {args.samples} samples x {args.tokens} new tokens = "
-        f"{total_tokens} tokens, torch threads {args.threads}"
-    )
-    print(f"ours (coalesced, shared prefill): {best:7.2f} s  {ours_tps:9.0f} tokens/s")
-    print(f"HF generate per sample:           {per_sample:7.2f} s  {per_sample_tps:9.0f} tokens/s")
-    print(f"HF generate per group (n={args.samples}):     {per_group:7.2f} s  {per_group_tps:9.0f} tokens/s")
-    print(f"ratio ours / HF per sample: {ours_tps / per_sample_tps:.1f}x")
-    print(f"ratio ours / HF per group:  {ours_tps / per_group_tps:.1f}x")
+    for shape in args.shapes:
+        g, s, t = parse_shape(shape)
+        work = Workload(sampler, renderer, g, s, t)
+        runs = {arm: getattr(work, arm.replace("-", "_")) for arm in args.arms}
+        for _ in range(args.warmup):
+            for fn in runs.values():
+                fn()
+        times: dict[str, list[float]] = {arm: [] for arm in args.arms}
+        produced: dict[str, list[tuple[int, int]]] = {arm: [] for arm in args.arms}
+        order = list(args.arms)
+        for rep in range(args.repeats):
+            for arm in order[rep % len(order):] + order[: rep % len(order)]:
+                t0 = time.perf_counter()
+                seqs = runs[arm]()
+                times[arm].append(time.perf_counter() - t0)
+                produced[arm].append(work.generated(seqs))
+        print(f"\n== {g} groups x {s} samples x {t} max tokens ({g * s} rollouts)")
+        print(f"{'arm':<10} {'min s':>8} {'median s':>9} {'tokens':>8} {'stopped':>8} {'tokens/s':>9} "
+              f"{'x sailrl (min)':>15} {'x sailrl (median)':>18}")
+        ours_min, ours_med = min(times["sailrl"]), statistics.median(times["sailrl"])
+        for arm in args.arms:
+            lo, med = min(times[arm]), statistics.median(times[arm])
+            tokens = statistics.mean(p[0] for p in produced[arm])
+            stopped = statistics.mean(p[1] for p in produced[arm])
+            print(f"{arm:<10} {lo:8.3f} {med:9.3f} {tokens:8.0f} {stopped:8.1f} {tokens / lo:9.0f} "
+                  f"{lo / ours_min:15.2f} {med / ours_med:18.2f}")
+        if args.profile:
+            spent = profile_sailrl(work)
+            total = spent.pop("total generate")
+            print(f"sailrl time split (one run, generate() = {total * 1000:.1f} ms): "
+                  + ", ".join(f"{k} {v / total:.0%}" for k, v in spent.items()))
 
 
 if __name__ == "__main__":

@@ -78,6 +78,37 @@ def section_block(section: str, data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: The loop features a script is compiled with; each adds its lines to ``main()`` only when the spec uses it.
+FEATURES: dict[str, str] = {
+    "warmup": "training.warmup (supervised steps before RL)",
+    "off_policy": "training.max_steps_off_policy > 0 (sampling ahead while earlier steps train)",
+    "scale": "training.advantage_scale other than none",
+    "kl": "training.kl_penalty_coef > 0 (KL penalty to the base model)",
+    "schedule": "training.lr_schedule other than constant, or training.lr_warmup_steps > 0",
+    "eval": "dataset.eval (a held-out split)",
+}
+
+
+def features(spec: Spec) -> dict[str, bool]:
+    """Which of :data:`FEATURES` ``spec`` uses (the template renders their lines only when True)."""
+    t = spec.training
+    return {
+        "warmup": bool(t.warmup and t.warmup.steps > 0),
+        "off_policy": t.max_steps_off_policy > 0,
+        "scale": t.advantage_scale != "none",
+        "kl": t.kl_penalty_coef > 0,
+        "schedule": t.lr_schedule != "constant" or t.lr_warmup_steps > 0,
+        "eval": spec.dataset.eval is not None,
+    }
+
+
+def feature_changes(compiled: Spec, run: Spec) -> list[str]:
+    """The features (plain words) ``run`` uses that the spec a script was compiled from did not. (A feature turned
+    off is fine: its lines then do nothing, e.g. no warm-up steps, ``advantage_scale: none``.)"""
+    a, b = features(compiled), features(run)
+    return [FEATURES[k] for k in FEATURES if b[k] and not a[k]]
+
+
 def _template() -> jinja2.Template:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
@@ -100,11 +131,7 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
     spec_path: the spec's path as the user gave it (recorded in the script). output_path: where the script will
     be written; used to make the spec directory relative to the script, so the pair can move together.
     """
-    resolved = spec.resolved()
-    # Rules are shown as written (defaults left out) so a rule reads like the spec; sections show every value.
-    resolved["reward"]["rules"] = [
-        r.model_dump(mode="json", by_alias=True, exclude_defaults=True) for r in spec.reward.rules
-    ]
+    resolved = spec.resolved()  # every value, defaults included, as in every other block
     sha256 = hashlib.sha256(spec_bytes).hexdigest()
     spec_dir = Path(spec_path).parent
     script_dir = Path(output_path).parent
@@ -146,6 +173,8 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
         spec_dir_literal=string_literal(rel),
         blocks=blocks,
         sections=sections,
+        budget=spec.training.max_cost_usd is not None,
+        **features(spec),
     )
     return text
 

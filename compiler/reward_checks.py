@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from sailrl.spec.loader import LoadedSpec
     from sailrl.spec.rewards import RewardExample
 
-__all__ = ["check_reward_examples", "format_table", "is_example_error"]
+__all__ = ["EXAMPLE_CODES", "check_reward_examples", "format_table", "is_example_error"]
+
+#: Codes of the problems :func:`check_reward_examples` reports (sailrl.spec.codes).
+EXAMPLE_CODES = frozenset({"S301", "S302", "S303", "S304", "S305", "W104"})
 
 _TOL = 1e-9
 
@@ -59,6 +62,8 @@ def check_reward_examples(loaded: LoadedSpec) -> list[SpecError]:
     errors: list[SpecError] = []
     has_answer_rules = any(r.kind == "answer" for r in spec.reward.rules)
     for i, ex in enumerate(spec.examples):
+        if ex is None:  # not scored: a rule it depends on has problems (the validation stage says so once)
+            continue
         path: tuple[Any, ...] = ("examples", i)
         unknown = [k for k in ex.expect if k not in fn.rule_names]
         for name in unknown:
@@ -67,12 +72,12 @@ def check_reward_examples(loaded: LoadedSpec) -> list[SpecError]:
                 (*path, "expect", name),
                 f"example {i + 1} expects a score for rule '{name}', but no rule has that name"
                 + (f" -- did you mean '{guess}'?" if guess else ""),
-                f"The rules are: {', '.join(fn.rule_names)}.", at="key",
+                f"The rules are: {', '.join(fn.rule_names)}.", at="key", code="S302",
             ))
         if ex.expect_total is None and not ex.expect:
             errors.append(loaded.error(
                 path, f"example {i + 1} expects nothing, so it checks nothing",
-                "Add expect_total: <total reward> and/or expect: {<rule name>: <contribution>, ...}.",
+                "Add expect_total: <total reward> and/or expect: {<rule name>: <contribution>, ...}.", code="S303",
             ))
             continue
         if has_answer_rules:
@@ -81,7 +86,7 @@ def check_reward_examples(loaded: LoadedSpec) -> list[SpecError]:
                 errors.append(loaded.error(
                     (*path, "fields"), f"example {i + 1}: {problem}",
                     "Give the example the dataset fields its answer rules read, e.g. fields: {answer: '72'}. "
-                    "During training, rows with such a reference are skipped.",
+                    "During training, rows with such a reference are skipped.", code="S304",
                 ))
                 continue
         score, traces = fn.trace(ex.completion, dict(ex.fields), truncated=ex.truncated, num_tokens=ex.num_tokens)
@@ -121,7 +126,7 @@ def _disagreement(loaded: LoadedSpec, i: int, ex: RewardExample, score: Any, tra
         message += "\n" + "\n".join("  " + e for e in extra)
     hint = ("Either the rules do not say what you mean (see `sailrl explain`), or the expectation is off. "
             "Score other texts with `sailrl rewards SPEC --completion TEXT --field answer=...`.")
-    return loaded.error(first_bad, message, hint, at="key")
+    return loaded.error(first_bad, message, hint, at="key", code="S301")
 
 
 def _expects_pass(ex: RewardExample, name: str, on_pass: float, on_fail: float) -> bool:
@@ -140,7 +145,8 @@ def _silent_patterns(loaded: LoadedSpec, fn: Any) -> list[SpecError]:
     errors = []
     for j, rule in enumerate(spec.reward.rules):
         on_pass, on_fail = rule.scores()
-        texts = [ex.completion for ex in spec.examples if _expects_pass(ex, str(rule.name), on_pass, on_fail)]
+        texts = [ex.completion for ex in spec.examples
+                 if ex is not None and _expects_pass(ex, str(rule.name), on_pass, on_fail)]
         if not texts:
             continue
         base = ("reward", "rules", j)
@@ -188,7 +194,7 @@ _SILENT = "example(s) that expect the rule to pass"
 
 def is_example_error(err: SpecError) -> bool:
     """Whether ``err`` came from :func:`check_reward_examples` (the rules themselves are valid)."""
-    return err.key_path.startswith("examples") or _SILENT in err.message
+    return err.code in EXAMPLE_CODES
 
 
 def _would_match(pattern: str, flags: list[str], mode: str, texts: list[str], timeout: float) -> bool:
@@ -229,4 +235,4 @@ def _pattern_error(loaded: LoadedSpec, path: tuple[Any, ...], rule: str, pattern
         hints.append("In a regular expression '\\b' is a word boundary, so '\\boxed' looks for 'oxed': write "
                      "'\\\\boxed' (two backslashes, in single quotes) to match the text \\boxed.")
     hints.append("Try it: `sailrl rewards SPEC --completion TEXT` shows per rule why it passed or failed.")
-    return loaded.error(path, message, "\n".join(hints))
+    return loaded.error(path, message, "\n".join(hints), code="S305")

@@ -4,9 +4,11 @@
 # spec sha256: f77f462c0ce1d2e6b334f6970041ed6e48de0c96e8866c5aac695d2bf0a2f255
 """RL fine-tuning run "sail-guide-orca-math", compiled from its sailrl spec.
 
-Each step runs the five moves of the Sail guide: snapshot the LoRA weights as a sampler checkpoint, resolve
-it to a policy, roll out groups of completions, score them into group-centred advantages, and train one
-optimizer step (Tinker trains, Sail samples every rollout).
+`main()` below is the algorithm this run trains with: each step snapshots the LoRA weights as a sampler
+checkpoint, resolves it to a policy (a signed checkpoint URL served on Sail), rolls out groups of completions scored by the
+reward rules, drops degenerate groups, computes advantages, assembles training data and trains one optimizer
+step (Tinker trains, Sail samples every rollout). `sailrl.runtime` supplies what it calls: the clients, data order, prompts and reward
+rules, the sampler, and the run directory (metrics, rollouts, checkpoints, resume).
 
 Run:
     python generated/sail_guide.py
@@ -21,11 +23,15 @@ Regenerate after editing the spec:
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from sailrl.runtime import script
-from sailrl.runtime.loop import RLRun
+import tinker
+from tinker_cookbook.rl.data_processing import assemble_training_data, compute_advantages
+from tinker_cookbook.utils.misc_utils import split_list
+
+from sailrl import launch
+from sailrl.runtime import rl
+from sailrl.runtime.run import Run
 
 # ---------------------------------------------------------------------------------------------------------------
 # Config: every value comes from the spec; the comment names its key.
@@ -65,18 +71,61 @@ REWARD = {
         {
             "name": "correct",
             "weight": 1.0,
+            "pass_score": None,
+            "fail_score": None,
             "kind": "answer",
-            "reference": {"extract": {"from": "last_number"}},
+            "extract": {
+                "from": "boxed",
+                "pattern": None,
+                "flags": [],
+                "occurrence": "last",
+                "marker": None,
+                "fallback": "none",
+            },
+            "reference": {
+                "field": None,
+                "extract": {
+                    "from": "last_number",
+                    "pattern": None,
+                    "flags": [],
+                    "occurrence": "last",
+                    "marker": None,
+                    "fallback": "none",
+                },
+            },
             "compare": "numeric",
+            "abs_tol": 0.0,
+            "rel_tol": 0.0,
         },
         {
             "name": "format",
+            "weight": None,
             "pass_score": 0.0,
             "fail_score": -0.1,
             "kind": "all_of",
             "checks": [
-                {"name": "has_answer", "kind": "has_answer"},
-                {"name": "termination", "kind": "termination"},
+                {
+                    "name": "has_answer",
+                    "weight": None,
+                    "pass_score": None,
+                    "fail_score": None,
+                    "kind": "has_answer",
+                    "extract": {
+                        "from": "boxed",
+                        "pattern": None,
+                        "flags": [],
+                        "occurrence": "last",
+                        "marker": None,
+                        "fallback": "none",
+                    },
+                },
+                {
+                    "name": "termination",
+                    "weight": None,
+                    "pass_score": None,
+                    "fail_score": None,
+                    "kind": "termination",
+                },
             ],
         },
     ],
@@ -85,6 +134,7 @@ REWARD = {
     "correct_rule": None,  # reward.correct_rule
     "regex_timeout_s": 0.1,  # reward.regex_timeout_s
     "math_timeout_s": 2.0,  # reward.math_timeout_s
+    "step_budget_s": 60.0,  # reward.step_budget_s
 }
 TRAINING = {
     "steps": 7,  # training.steps
@@ -119,6 +169,7 @@ SAMPLING = {
     "top_p": 1.0,  # sampling.top_p
     "stop": None,  # sampling.stop
     "completion_window": "balanced",  # sampling.completion_window
+    "poll_deadline_s": 1200.0,  # sampling.poll_deadline_s
     "on_policy_mismatch": "warn",  # sampling.on_policy_mismatch
     "on_policy_kl_threshold": 0.01,  # sampling.on_policy_kl_threshold
 }
@@ -141,41 +192,50 @@ CONFIG = {
 }
 
 
-async def main(resume: bool = False, overwrite: bool = False, overrides: list[str] | None = None) -> None:
-    spec = script.build_spec(CONFIG, overrides or [], SPEC_DIR)
-    run = await RLRun.start(spec, spec_path=SPEC_PATH, spec_dir=SPEC_DIR, spec_sha256=SPEC_SHA256,
-                            resume=resume, overwrite=overwrite, overrides=overrides)
-    try:
-        for step in run.steps():
-            timings: dict[str, float] = {}
-            # 1. Snapshot: save the current LoRA weights as a sampler checkpoint (expires after its TTL).
-            sampler_path = await run.save_sampler_checkpoint(step, timings)
-            # 2. Resolve: turn that checkpoint into a policy (a signed checkpoint URL served on Sail).
-            policy = await run.policy_for(sampler_path, step, timings)
-            # 3. Roll out: groups_per_step prompts x group_size completions, all concurrently.
-            batch = await run.rollout(policy, run.batch(step), step, timings)
-            # 4. Score: reward rules -> drop degenerate groups -> group-centred advantages -> training data.
-            data, metrics = run.assemble(batch, step)
-            if run.due(spec.training.eval_every, step):  # held-out rows, sampled from the same checkpoint
-                metrics.update(await run.evaluate(policy, step, timings))
-            # 5. Train: forward_backward + optim_step, submitted together so they share a clock cycle.
-            if data:
-                await run.train(data, step, timings, metrics)
-            else:
-                run.handle_all_degenerate(step, metrics)
-            run.log_step(step, metrics, timings)
-            if run.due(spec.training.save_every, step):
-                await run.save_state(run.completed)
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        await run.save_on_interrupt()
-        raise
-    except Exception as exc:
-        await run.save_after_failure(exc)
-        raise
-    final_state = await run.save_final_adapter()
-    run.console.print(run.summary(final_state))
+async def main(run: Run) -> None:
+    """The RL loop: training.steps optimizer steps (numbered from 1; a resumed run starts after its last save)."""
+    t = run.spec.training
+    for step in run.steps():
+        # 1. Snapshot: save the current LoRA weights as a sampler checkpoint (expires after checkpoint_ttl_s).
+        sampler_path = await run.save_sampler_checkpoint(step)
+        # 2. Resolve: turn that checkpoint into a policy (a signed checkpoint URL served on Sail).
+        policy = await run.policy_for(sampler_path, step)
+        # 3. Roll out: groups_per_step rows x group_size completions, all concurrently, scored by the reward rules.
+        batch = await run.rollout(policy, step)
+        # 4. Advantages: drop degenerate groups (every rollout scored the same: no gradient); the rest get their
+        #    reward minus their group's mean.
+        groups, degenerate = rl.split_degenerate(batch.groups)
+        advantages = compute_advantages(groups)
+        run.record_rollouts(step, batch, groups, advantages)
+        # One Datum per rollout: prompt + completion tokens, the advantage on every sampled token.
+        data, _ = assemble_training_data(groups, advantages)
+        # 5. Train: forward_backward + optim_step on the training data (no data: nothing to learn this step).
+        if data:
+            lr = t.learning_rate
+            adam = tinker.AdamParams(learning_rate=lr, beta1=t.beta1, beta2=t.beta2, eps=t.eps)
+            results = await run.apply_update(step, data, train_step(run.training_client, data, adam, t))
+            run.record_update(step, data, results, lr)
+        else:
+            run.skip_degenerate_step(step)
+        run.end_step(step)
+        if run.due(t.save_every, step):
+            await run.save_state(step)
+    await run.save_final()
+
+
+async def train_step(training_client, data: list[tinker.Datum], adam: tinker.AdamParams, t) -> list:
+    """One optimizer update per sub-batch (training.num_substeps): forward_backward with the spec's loss_fn, then
+    optim_step, each pair submitted before either result is awaited so they share a clock cycle (as
+    tinker_cookbook's rl.train.train_step). Returns (forward_backward output, optim_step result) per sub-batch."""
+    pending = []
+    for sub_batch in split_list(rl.without_mask(data), min(t.num_substeps, len(data))):
+        fb = await training_client.forward_backward_async(
+            sub_batch, loss_fn=t.loss_fn, loss_fn_config=rl.loss_fn_config(t.loss_fn, t.loss_fn_config))
+        optim = await training_client.optim_step_async(adam)
+        pending.append((fb, optim))
+    return [(await fb.result_async(), await optim.result_async()) for fb, optim in pending]
 
 
 if __name__ == "__main__":
-    args = script.parse_args(None, __doc__)
-    raise SystemExit(script.run(main, resume=args.resume, overwrite=args.overwrite, overrides=args.overrides))
+    raise SystemExit(launch.main(main, CONFIG, spec_path=SPEC_PATH, spec_dir=SPEC_DIR, spec_sha256=SPEC_SHA256,
+                                 doc=__doc__))

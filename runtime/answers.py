@@ -17,6 +17,13 @@ Extraction takes an answer string out of a text (a completion, or a dataset's re
 Comparison (:class:`Comparator`): ``exact``, ``normalized`` (:func:`normalize`), ``numeric``
 (:func:`parse_number`, exact :class:`fractions.Fraction` values) or ``math`` (math-verify, under a time limit).
 
+Bounds (so that no answer can stall scoring): :func:`normalize` and :func:`parse_number` run in time linear in
+their input. ``numeric`` and ``math`` read answers of at most :data:`MAX_ANSWER_CHARS` characters; a number whose
+written exponent is beyond +-:data:`MAX_EXPONENT` (``1e1001``) is rejected as out of range (within the range
+values are exact, far beyond float's 1e308). ``math`` runs math-verify under ``math_timeout_s`` per step:
+in the main thread with SIGALRM; in any other thread (the training loop scores in worker threads) in a
+worker process (:mod:`sailrl.runtime.workers`) that is killed when it overruns.
+
 Percent policy (``numeric``): a trailing ``%`` / ``\\%`` is dropped, so ``50%`` equals ``50`` and never ``0.5``
 (GSM8K-style references write the number of percent without the sign). Use ``compare: math`` if ``0.5`` must
 equal ``50%``.
@@ -39,17 +46,26 @@ import regex
 from sailrl.spec.rewards import Extractor
 
 __all__ = [
+    "MAX_ANSWER_CHARS",
+    "MAX_EXPONENT",
     "Comparator",
     "CompiledExtractor",
     "MathTimeout",
+    "UnreadableAnswer",
     "after_marker",
     "describe_extractor",
     "find_boxed",
     "find_number",
     "normalize",
+    "number_problem",
     "numbers_close",
     "parse_number",
 ]
+
+#: Longest answer (characters) that ``numeric`` and ``math`` comparisons read; a longer one is unusable.
+MAX_ANSWER_CHARS = 1000
+#: Largest written exponent (``1e1000``) a ``numeric`` answer may have; beyond it the number is out of range.
+MAX_EXPONENT = 1000
 
 
 # --------------------------------------------------------------------------------------------- extraction
@@ -182,13 +198,15 @@ class CompiledExtractor:
         self.key = (ex.from_, ex.pattern, tuple(ex.flags), ex.occurrence, ex.marker, ex.fallback)
         self.kind = ex.from_
         self._fn: Callable[[str], str | None]
+        self._regex: Callable[[str, float], str | None] | None = None
         occ = ex.occurrence
         if ex.from_ == "boxed":
             self._fn = lambda t: find_boxed(t, occ)
         elif ex.from_ == "regex":
             self.pattern = regex.compile(ex.pattern or "", _flags(ex.flags))
             self._group: int | str = "answer" if "answer" in self.pattern.groupindex else 1
-            self._fn = self._regex_first if occ == "first" else self._regex_last
+            self._fn = lambda t: None  # regexes run in __call__, with their time limit
+            self._regex = self._regex_first if occ == "first" else self._regex_last
         elif ex.from_ == "last_number":
             self._fn = lambda t: find_number(t, occ)
         elif ex.from_ == "after_marker":
@@ -198,23 +216,28 @@ class CompiledExtractor:
             self._fn = lambda t: t.strip() or None
         self._fallback = ex.fallback == "whole"
 
-    def _regex_first(self, text: str) -> str | None:
-        for m in self.pattern.finditer(text, timeout=self.timeout_s):
+    def _regex_first(self, text: str, timeout_s: float) -> str | None:
+        for m in self.pattern.finditer(text, timeout=timeout_s):
             value = m.group(self._group)
             if value is not None and value.strip():
                 return value.strip()
         return None
 
-    def _regex_last(self, text: str) -> str | None:
+    def _regex_last(self, text: str, timeout_s: float) -> str | None:
         found = None
-        for m in self.pattern.finditer(text, timeout=self.timeout_s):
+        for m in self.pattern.finditer(text, timeout=timeout_s):
             value = m.group(self._group)
             if value is not None and value.strip():
                 found = value
         return found.strip() if found is not None else None
 
-    def __call__(self, text: str) -> str | None:
-        value = self._fn(text)
+    def __call__(self, text: str, timeout_s: float | None = None) -> str | None:
+        """The answer in ``text`` or None. ``timeout_s``: the regex time limit for this call (default the
+        extractor's ``timeout_s``)."""
+        if self._regex is not None:
+            value = self._regex(text, self.timeout_s if timeout_s is None else timeout_s)
+        else:
+            value = self._fn(text)
         if value is None and self._fallback:
             value = text.strip() or None
         return value
@@ -232,7 +255,9 @@ def _flags(names: list[str] | tuple[str, ...]) -> int:
 
 # --------------------------------------------------------------------------------------------- normalizing
 
-_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
+_WRAPPER_TOKENS = re.compile(
+    r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*\{|[{}]"
+)
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![a-zA-Z])")
 _LATEX_SPACE = re.compile(r"\\[,!;: ]|~")
 _DFRAC = re.compile(r"\\[dt]frac(?![a-zA-Z])")
@@ -241,12 +266,38 @@ _THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
 
 
 def _unwrap_text(s: str, sep: str = "") -> str:
+    """Replace each ``\\text{X}`` (``\\textbf``, ``\\mathrm``, ``\\mbox``, ...) by ``sep + X``, innermost first.
+
+    A wrapper is unwrapped when its content has no other braces once the wrappers inside it are unwrapped
+    (``\\text{\\text{a}}`` -> ``a``; ``\\text{a{b}}`` stays). One pass with a stack: time linear in ``len(s)``
+    however deep the nesting (repeating a regex substitution until nothing changes is quadratic).
+    """
     if "\\" not in s:
         return s
-    prev = None
-    while prev != s:
-        prev, s = s, _TEXT_WRAPPER.sub(sep + r"\1", s)
-    return s
+    out: list[str] = []
+    # Open groups: [index of the opening piece in out, is a wrapper, holds a plain group (so stays)].
+    stack: list[list[Any]] = []
+    pos = 0
+    for m in _WRAPPER_TOKENS.finditer(s):
+        out.append(s[pos:m.start()])
+        pos = m.end()
+        tok = m.group(0)
+        if tok == "}":
+            if not stack:
+                out.append(tok)
+                continue
+            start, wrapper, blocked = stack.pop()
+            if wrapper and not blocked:
+                out[start] = sep
+            else:
+                out.append(tok)
+                if stack:
+                    stack[-1][2] = True
+            continue
+        stack.append([len(out), tok != "{", False])
+        out.append(tok)
+    out.append(s[pos:])
+    return "".join(out)
 
 
 def _ungroup_thousands(s: str) -> str:
@@ -278,11 +329,15 @@ def normalize(s: str) -> str:
 
 # --------------------------------------------------------------------------------------------- numbers
 
-_PLAIN_NUMBER = re.compile(rf"[-+]?(?:{_NUMBER})(?:[eE][-+]?\d+)?")
+_PLAIN_NUMBER = re.compile(rf"([-+]?)((?:{_NUMBER}))(?:[eE]([-+]?\d+))?")
 _LATEX_FRAC = re.compile(r"([-+]?)\\frac\s*(?:\{([^{}]+)\}|(\d))\s*(?:\{([^{}]+)\}|(\d))")
 _SLASH_FRAC = re.compile(r"([-+]?)\s*\(?([^/()]+?)\)?\s*/\s*\(?([^/()]+?)\)?")
 _UNIT_SUFFIX = re.compile(r"(?<=[\d}.])\s+[a-zA-Z][a-zA-Z ]*\.?$")
 _DEGREES = re.compile(r"\^\s*\{?\\circ\}?|\u00b0")
+
+
+class _OutOfRange(Exception):
+    """A number's written exponent is beyond +-MAX_EXPONENT (internal: parse_number answers None)."""
 
 
 def _number_text(s: str) -> str:
@@ -305,24 +360,29 @@ def _number_text(s: str) -> str:
 
 
 def _plain_number(s: str) -> Fraction | None:
-    s = s.strip()
-    if not _PLAIN_NUMBER.fullmatch(s):
-        return None
-    s = s.replace(",", "")
-    if s.isdigit() or (s[0] in "+-" and s[1:].isdigit()):
-        return Fraction(int(s))
-    return Fraction(s)
+    """The value of a plain number (sign, digits, thousands separators, decimals, exponent), else None.
 
-
-def parse_number(s: str) -> Fraction | None:
-    """The exact value of a numeric answer, or None when ``s`` is not a number.
-
-    Accepts integers and decimals with an optional sign and thousands separators grouped by three
-    (``-1,000.50``), scientific notation (``1e-3``), ``\\frac{a}{b}`` / ``\\dfrac`` / ``\\frac12``, ``a/b``,
-    surrounding ``$`` / ``\\$``, a trailing ``%`` (dropped: ``50%`` is 50), degrees, a trailing unit word
-    (``18 dollars``, ``\\text{ cm}``) and a trailing period. Values are :class:`fractions.Fraction`, so
-    ``0.5 == \\frac{1}{2}`` and ``2/3 == \\frac{2}{3}`` exactly.
+    Raises _OutOfRange when the exponent is beyond +-MAX_EXPONENT (10**exponent is never built for it).
     """
+    s = s.strip()
+    if s.isdecimal():  # the common case: a bare integer (length is capped by the callers)
+        return Fraction(int(s))
+    m = _PLAIN_NUMBER.fullmatch(s)
+    if not m:
+        return None
+    sign, mantissa, exponent = m.groups()
+    mantissa = mantissa.replace(",", "")
+    value = Fraction(int(mantissa)) if mantissa.isdecimal() else Fraction(mantissa)
+    if exponent is not None:
+        digits = exponent.lstrip("+-").lstrip("0")
+        if len(digits) > len(str(MAX_EXPONENT)) or int(exponent) > MAX_EXPONENT or int(exponent) < -MAX_EXPONENT:
+            raise _OutOfRange
+        e = int(exponent)
+        value = value * 10**e if e >= 0 else value / 10**-e
+    return -value if sign == "-" else value
+
+
+def _parse(s: str) -> Fraction | None:
     value = _plain_number(s)  # fast path: already a plain number
     if value is not None:
         return value
@@ -352,6 +412,40 @@ def parse_number(s: str) -> Fraction | None:
     return None
 
 
+def parse_number(s: str) -> Fraction | None:
+    """The exact value of a numeric answer, or None when ``s`` is not a number (:func:`number_problem` says why).
+
+    Accepts integers and decimals with an optional sign and thousands separators grouped by three
+    (``-1,000.50``), scientific notation (``1e-3``), ``\\frac{a}{b}`` / ``\\dfrac`` / ``\\frac12``, ``a/b``,
+    surrounding ``$`` / ``\\$``, a trailing ``%`` (dropped: ``50%`` is 50), degrees, a trailing unit word
+    (``18 dollars``, ``\\text{ cm}``) and a trailing period. Values are :class:`fractions.Fraction`, so
+    ``0.5 == \\frac{1}{2}`` and ``2/3 == \\frac{2}{3}`` exactly. None as well for a text over
+    :data:`MAX_ANSWER_CHARS` characters and for an exponent beyond +-:data:`MAX_EXPONENT` (``1e1001``).
+    Time: linear in ``len(s)``.
+    """
+    if len(s) > MAX_ANSWER_CHARS:
+        return None
+    try:
+        return _parse(s)
+    except _OutOfRange:
+        return None
+
+
+def number_problem(s: str) -> str | None:
+    """Why :func:`parse_number` gives None for ``s`` (plain words, completing "the answer ..."), or None."""
+    if len(s) > MAX_ANSWER_CHARS:
+        return (f"is {len(s):,} characters long; compare: numeric reads answers of at most "
+                f"{MAX_ANSWER_CHARS:,} characters")
+    try:
+        value = _parse(s)
+    except _OutOfRange:
+        return (f"is a number out of range (its exponent is beyond +-{MAX_EXPONENT}); compare: numeric compares "
+                f"numbers up to 1e{MAX_EXPONENT}")
+    if value is None:
+        return "is not a number, but the rule compares numerically (compare: numeric)"
+    return None
+
+
 def numbers_close(a: Fraction, b: Fraction, abs_tol: float = 0.0, rel_tol: float = 0.0) -> bool:
     """``a == b`` exactly, or ``|a - b| <= max(abs_tol, rel_tol * max(|a|, |b|))`` (as in :func:`math.isclose`)."""
     if a == b:
@@ -368,16 +462,26 @@ def numbers_close(a: Fraction, b: Fraction, abs_tol: float = 0.0, rel_tol: float
 class MathTimeout(BaseException):
     """A math-verify parse or comparison ran past its time limit.
 
-    A BaseException so that math-verify's own ``except Exception`` cannot swallow it.
+    A BaseException, not a :class:`~sailrl.spec.errors.SailrlError`: the SIGALRM handler raises it inside
+    math-verify, whose own ``except Exception`` clauses would otherwise swallow it and let the slow
+    computation go on. It is a control-flow signal (the rule then fails and the timeout is counted), never an
+    error shown to the user.
     """
+
+
+class UnreadableAnswer(ValueError):
+    """math-verify cannot read an answer (``side``: ``"answer"`` or ``"reference"``); the rule fails."""
+
+    def __init__(self, side: str) -> None:
+        super().__init__(f"math-verify cannot read the {side}")
+        self.side = side
 
 
 @contextmanager
 def _time_limit(seconds: float):
-    """Raise :class:`MathTimeout` in the block after ``seconds`` (SIGALRM; main thread only, else no limit)."""
+    """Raise :class:`MathTimeout` in the block after ``seconds`` (SIGALRM; call from the main thread only)."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
+        raise RuntimeError("_time_limit needs the main thread; other threads use the math worker process")
 
     def _alarm(signum: int, frame: Any) -> None:
         raise MathTimeout(f"took longer than {seconds} s")
@@ -412,21 +516,64 @@ def _mv() -> Any:
     return _math_verify
 
 
-def math_parse(answer: str, timeout_s: float) -> list[Any]:
-    """math-verify's parse of one answer (wrapped in ``$...$``); [] when nothing parses. Raises MathTimeout."""
+def math_parse_unlimited(answer: str) -> list[Any]:
+    """math-verify's parse of one answer (wrapped in ``$...$``, else as written); [] when nothing parses.
+
+    No time limit of its own: callers bound it (:func:`math_parse`, or the math worker process).
+    """
     mv = _mv()
-    with _time_limit(timeout_s):
-        parsed = mv.parse(f"${answer}$", parsing_timeout=None)
-        if not parsed:
-            parsed = mv.parse(answer, parsing_timeout=None)
+    parsed = mv.parse(f"${answer}$", parsing_timeout=None)
+    if not parsed:
+        parsed = mv.parse(answer, parsing_timeout=None)
     return parsed
 
 
-def math_equal(gold: list[Any], pred: list[Any], timeout_s: float) -> bool:
-    """math-verify's ``verify(gold, pred)``. Raises MathTimeout."""
-    mv = _mv()
+def math_equal_unlimited(gold: list[Any], pred: list[Any]) -> bool:
+    """math-verify's ``verify(gold, pred)`` with no time limit of its own (callers bound it)."""
+    return bool(_mv().verify(gold, pred, timeout_seconds=None))
+
+
+def math_parse(answer: str, timeout_s: float) -> list[Any]:
+    """:func:`math_parse_unlimited` under ``timeout_s`` (main thread only). Raises MathTimeout."""
     with _time_limit(timeout_s):
-        return bool(mv.verify(gold, pred, timeout_seconds=None))
+        return math_parse_unlimited(answer)
+
+
+def math_equal(gold: list[Any], pred: list[Any], timeout_s: float) -> bool:
+    """math-verify's ``verify(gold, pred)`` under ``timeout_s`` (main thread only). Raises MathTimeout."""
+    with _time_limit(timeout_s):
+        return math_equal_unlimited(gold, pred)
+
+
+_MATH_POOL: Any = None
+_MATH_POOL_LOCK = threading.Lock()
+
+
+def _math_pool() -> Any:
+    """The process's math worker pool (started on first use; up to 2 processes)."""
+    global _MATH_POOL
+    with _MATH_POOL_LOCK:
+        if _MATH_POOL is None:
+            import os
+
+            from sailrl.runtime.workers import WorkerPool
+
+            _MATH_POOL = WorkerPool({"kind": "math"}, size=min(2, os.cpu_count() or 1), start_timeout_s=120.0)
+        return _MATH_POOL
+
+
+class _MathValue:
+    """An answer for ``compare: math``: its text and, when read in the main thread, math-verify's parse."""
+
+    __slots__ = ("parsed", "text")
+
+    def __init__(self, text: str, parsed: list[Any] | None) -> None:
+        self.text = text
+        self.parsed = parsed
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
 
 
 # --------------------------------------------------------------------------------------------- comparison
@@ -436,8 +583,11 @@ class Comparator:
     """One comparison kind.
 
     ``prepare(answer) -> prepared | None`` turns an extracted answer into its comparison form (None: not usable,
-    e.g. not a number for ``numeric``); ``equal(prepared_ref, prepared_pred) -> bool``. ``math`` may raise
-    :class:`MathTimeout` from both.
+    e.g. not a number for ``numeric``; :meth:`unusable` says why); ``equal(prepared_ref, prepared_pred) -> bool``.
+    ``math`` may raise :class:`MathTimeout` (time limit), :class:`UnreadableAnswer` (an answer math-verify
+    cannot read, found only off the main thread) and :class:`~sailrl.runtime.workers.WorkerError` from both.
+    In the main thread ``math`` runs in this process under SIGALRM; in other threads, in the math worker
+    process, where each call takes at most 3 x ``math_timeout_s`` plus the worker's grace period.
     """
 
     def __init__(self, kind: str, *, abs_tol: float = 0.0, rel_tol: float = 0.0, math_timeout_s: float = 2.0):
@@ -453,17 +603,43 @@ class Comparator:
             return normalize(answer) or None
         if self.kind == "numeric":
             return parse_number(answer)
-        return math_parse(answer, self.math_timeout_s) or None
+        if len(answer) > MAX_ANSWER_CHARS or not answer.strip():
+            return None
+        if not _in_main_thread():
+            return _MathValue(answer, None)  # read by the worker process when compared
+        parsed = math_parse(answer, self.math_timeout_s)
+        return _MathValue(answer, parsed) if parsed else None
 
-    def equal(self, ref: Any, pred: Any) -> bool:
+    def equal(self, ref: Any, pred: Any, *, timeout_s: float | None = None) -> bool:
+        """Whether the prepared values are equal. ``timeout_s``: a lower time limit for ``math`` (a budget)."""
         if self.kind == "numeric":
             return numbers_close(ref, pred, self.abs_tol, self.rel_tol)
         if self.kind == "math":
-            return math_equal(ref, pred, self.math_timeout_s)
+            limit = self.math_timeout_s if timeout_s is None else min(self.math_timeout_s, timeout_s)
+            if ref.parsed is not None and pred.parsed is not None and _in_main_thread():
+                return math_equal(ref.parsed, pred.parsed, limit)
+            reply = _math_pool().call({"op": "equal", "ref": ref.text, "pred": pred.text}, 3 * limit)
+            result = reply.get("result")
+            if result in ("equal", "unequal"):
+                return result == "equal"
+            if result == "timeout":
+                raise MathTimeout(f"took longer than {limit:g} s")
+            if result == "pred_unreadable":
+                raise UnreadableAnswer("answer")
+            if result == "ref_unreadable":
+                raise UnreadableAnswer("reference")
+            from sailrl.runtime.workers import WorkerError
+
+            raise WorkerError(f"math worker: {reply.get('message', result)}")
         return bool(ref == pred)
 
-    def unusable(self) -> str:
-        """Why a prepared value came out None, in plain words."""
+    def unusable(self, answer: str | None = None) -> str:
+        """Why a prepared value came out None, in plain words (more precise when given the ``answer``)."""
+        if answer is not None and self.kind == "numeric":
+            return number_problem(answer) or "is not a number, but the rule compares numerically (compare: numeric)"
+        if answer is not None and self.kind == "math" and len(answer) > MAX_ANSWER_CHARS:
+            return (f"is {len(answer):,} characters long; compare: math reads answers of at most "
+                    f"{MAX_ANSWER_CHARS:,} characters")
         return {
             "exact": "is empty",
             "normalized": "is empty once normalized",

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sailrl.spec.errors import UserError
 from sailrl.spec.schema import Spec
 
 SAMPLERS = ("sail", "tinker", "local")
 
 
-class BackendError(RuntimeError):
+class BackendError(UserError, RuntimeError):
     """A backend cannot be opened (missing key, unknown sampler). The message is one plain line."""
 
 
@@ -28,15 +29,44 @@ def required_keys(sampler: str) -> list[str]:
     return {"sail": ["TINKER_API_KEY", "SAIL_API_KEY"], "tinker": ["TINKER_API_KEY"], "local": []}[sampler]
 
 
+def tinker_key_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a ``TINKER_API_KEY``, or None.
+
+    The rule is the tinker SDK's (``tinker.lib._auth_token_provider.ApiKeyAuthProvider``): a key starts with
+    ``tml-`` (or ``eyJ``, a JWT credential); any other value makes ``tinker.ServiceClient()`` raise. The key
+    itself never appears in the answer.
+    """
+    if value.startswith(("tml-", "eyJ")):
+        return None if value == value.strip() else "it ends with a space or a line break"
+    if value.strip().startswith(("tml-", "eyJ")):
+        return "it starts with a space or a line break"
+    return "a Tinker API key starts with 'tml-'"
+
+
 def check_keys(sampler: str, spec_path: str | None = None) -> None:
-    """Raise :class:`BackendError` naming the first missing environment variable and the local alternative."""
+    """Raise :class:`BackendError` naming the first missing or malformed environment variable, with the
+    embedded local backend as the alternative (one line; a key's value is never shown).
+
+    A ``TINKER_API_KEY`` must have the form the tinker SDK accepts (:func:`tinker_key_problem`), unless
+    ``TINKER_CREDENTIAL_CMD`` is set (the SDK then asks that command for a credential instead).
+    """
+    where = spec_path or "SPEC"
+    local = f"sailrl run {where} --sampler local --set model.name=sailrl/tiny"
     for var in required_keys(sampler):
-        if not os.environ.get(var):
-            where = spec_path or "SPEC"
+        value = os.environ.get(var)
+        if not value:
             raise BackendError(
                 f"{var} is not set: the '{sampler}' sampler needs it. Export it, or run on the embedded local "
-                f"backend instead: sailrl run {where} --sampler local --set model.name=sailrl/tiny"
+                f"backend instead: {local}"
             )
+        if var == "TINKER_API_KEY" and not os.environ.get("TINKER_CREDENTIAL_CMD"):
+            problem = tinker_key_problem(value)
+            if problem:
+                raise BackendError(
+                    f"TINKER_API_KEY does not look like a Tinker API key ({problem}): copy the key from the "
+                    f"Tinker console again and export it as TINKER_API_KEY=tml-..., or run on the embedded local "
+                    f"backend instead: {local}"
+                )
 
 
 @dataclass
@@ -65,17 +95,11 @@ def local_checkpoint_dir() -> Path:
 
 
 def local_device(model_name: str) -> str:
-    """``$SAILRL_DEVICE`` if set; else CUDA for a local Hugging Face model when a GPU is present; else CPU.
+    """``$SAILRL_DEVICE`` if set; else the CPU for the built-in models; else CUDA when present; else the CPU
+    (``sailrl.runtime.local.device.local_device``)."""
+    from sailrl.runtime.local.device import local_device as _local_device
 
-    The built-in ``sailrl/tiny`` stays on the CPU by default: at its size a GPU only adds transfer overhead.
-    """
-    if os.environ.get("SAILRL_DEVICE"):
-        return os.environ["SAILRL_DEVICE"]
-    if model_name == "sailrl/tiny":
-        return "cpu"
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return _local_device(model_name)
 
 
 def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None,
@@ -90,16 +114,16 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
     if sampler == "local":
         from sailrl.runtime.local import LocalServiceClient
 
-        name = spec.model.name
-        if name != "sailrl/tiny" and not Path(name).is_dir():
-            raise BackendError(
-                f"the local backend runs 'sailrl/tiny' or a local Hugging Face model directory, not {name!r} "
-                f"(a hub/Tinker model): add --set model.name=sailrl/tiny, or point model.name at a downloaded model"
-            )
+        from sailrl.runtime.local.sources import check_model_source
 
+        # A folder without config.json, a damaged GGUF, an unreachable hub, no chat template, too little memory:
+        # a ModelError in one line, before anything is written (a hub model is downloaded here once).
+        model_dir = Path(spec_path).parent if spec_path else None
+        device = local_device(spec.model.name)
+        check_model_source(spec.model.name, spec.model.renderer, base_dir=model_dir, device=device)
         store = checkpoint_dir or local_checkpoint_dir()
         return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed,
-                                                   device=local_device(spec.model.name)))
+                                                   device=device, model_dir=model_dir))
     import tinker
 
     try:

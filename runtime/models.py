@@ -1,13 +1,15 @@
-"""Tokenizer and renderer for a model name.
+"""Tokenizer and renderer for a model name (the model facts themselves are in ``sailrl.spec.models``).
 
-``sailrl/tiny`` (the embedded backend's default model) uses a byte-level tokenizer,
-``transformers.ByT5Tokenizer(extra_ids=0)``: 259 ids (0 pad, 1 ``</s>`` = EOS, 2 unk, 3..258 the
-bytes 0..255), built in code with no vocabulary files and no download. Its renderer is
-tinker-cookbook's ``role_colon`` (``"User: ...\\n\\nAssistant:"``, stop sequence ``"\\n\\nUser:"``).
+The built-in models (``sailrl/tiny``, ``sailrl/tiny-arith``) use a byte-level tokenizer,
+``transformers.ByT5Tokenizer(extra_ids=0)``: 259 ids (0 pad, 1 ``</s>`` = EOS, 2 unk, 3..258 the bytes
+0..255), built in code with no vocabulary files and no download. Their renderer is tinker-cookbook's
+``role_colon`` (``"User: ...\\n\\nAssistant:"``, stop sequence ``"\\n\\nUser:"``).
 
-A local directory (a Hugging Face model saved with ``save_pretrained``) loads its tokenizer with
-``AutoTokenizer.from_pretrained(path, local_files_only=True)``. Any other name goes to
-``tinker_cookbook.tokenizer_utils.get_tokenizer`` (the Hugging Face hub, as Tinker itself does).
+A local folder (a Hugging Face model saved with ``save_pretrained``) loads its tokenizer with
+``AutoTokenizer.from_pretrained(path, local_files_only=True)``, a ``.gguf`` file with ``gguf_file=``. Any other
+name goes to ``tinker_cookbook.tokenizer_utils.get_tokenizer`` (the Hugging Face hub, as Tinker itself does).
+The renderer ``chat_template`` is sailrl's :class:`~sailrl.runtime.chat_template.ChatTemplateRenderer`; every
+other name is tinker-cookbook's.
 """
 
 from __future__ import annotations
@@ -16,13 +18,31 @@ import functools
 import os
 from typing import Any
 
-TINY_MODEL_NAME = "sailrl/tiny"
+from sailrl.spec.models import (
+    CHAT_TEMPLATE_RENDERER,
+    TINY_MODEL_NAME,
+    UnknownModelError,
+    classify,
+    default_renderer,
+    is_builtin,
+)
+
+__all__ = [
+    "TINY_MODEL_NAME",
+    "TINY_RENDERER_NAME",
+    "default_renderer_name",
+    "get_renderer",
+    "get_tokenizer",
+    "is_local_model_dir",
+    "is_tiny",
+]
+
 TINY_RENDERER_NAME = "role_colon"
 
 
 def is_tiny(model_name: str) -> bool:
-    """True for the embedded default model name ``sailrl/tiny``."""
-    return model_name == TINY_MODEL_NAME
+    """True for a built-in model of the embedded backend (``sailrl/tiny``, ``sailrl/tiny-arith``)."""
+    return is_builtin(model_name)
 
 
 def is_local_model_dir(model_name: str) -> bool:
@@ -37,44 +57,47 @@ def _byte_tokenizer() -> Any:
     return ByT5Tokenizer(extra_ids=0)
 
 
-def get_tokenizer(model_name: str) -> Any:
+def get_tokenizer(model_name: str, base_dir: str | os.PathLike | None = None) -> Any:
     """Return the tokenizer for ``model_name``.
 
-    - ``"sailrl/tiny"`` -> ``ByT5Tokenizer(extra_ids=0)`` (cached; 259 ids, EOS id 1).
-    - an existing local directory -> ``AutoTokenizer.from_pretrained(dir, local_files_only=True)``.
-    - anything else -> ``tinker_cookbook.tokenizer_utils.get_tokenizer(model_name)`` (may download).
-
-    Raises ``OSError`` (from transformers) when a hub name cannot be loaded, e.g. offline.
+    - a built-in model -> ``ByT5Tokenizer(extra_ids=0)`` (cached; 259 ids, EOS id 1);
+    - a local folder or ``.gguf`` file (relative paths under ``base_dir``, then the current folder) ->
+      ``AutoTokenizer`` from its files (``sources.load_tokenizer``; raises ``ModelError``);
+    - anything else -> ``tinker_cookbook.tokenizer_utils.get_tokenizer(model_name)`` (may download; raises
+      ``OSError`` from transformers when a hub name cannot be loaded, e.g. offline).
     """
-    if is_tiny(model_name):
+    if is_builtin(model_name):
         return _byte_tokenizer()
-    if os.path.isdir(model_name):
-        from transformers import AutoTokenizer
+    source = classify(model_name, base_dir)
+    if source.kind in ("local_dir", "gguf"):
+        from sailrl.runtime.local.sources import load_tokenizer, resolve_model
 
-        return AutoTokenizer.from_pretrained(model_name, local_files_only=True)
+        return load_tokenizer(resolve_model(model_name, base_dir))
     from tinker_cookbook import tokenizer_utils
 
     return tokenizer_utils.get_tokenizer(model_name)
 
 
 def get_renderer(renderer_name: str, tokenizer: Any) -> Any:
-    """Return ``tinker_cookbook.renderers.get_renderer(renderer_name, tokenizer)``.
+    """The renderer ``renderer_name`` over ``tokenizer``.
 
-    Raises ``ValueError`` (from tinker-cookbook) for an unknown renderer name.
+    ``chat_template`` -> :class:`~sailrl.runtime.chat_template.ChatTemplateRenderer` (raises ``ModelError`` when
+    the tokenizer has no chat template); else ``tinker_cookbook.renderers.get_renderer`` (raises ``ValueError``
+    for an unknown name).
     """
+    if renderer_name == CHAT_TEMPLATE_RENDERER:
+        from sailrl.runtime.chat_template import ChatTemplateRenderer
+
+        return ChatTemplateRenderer(tokenizer)
     from tinker_cookbook import renderers
 
     return renderers.get_renderer(renderer_name, tokenizer)
 
 
-def default_renderer_name(model_name: str) -> str | None:
-    """The renderer to use when a spec names none: ``role_colon`` for ``sailrl/tiny``, else
-    tinker-cookbook's recommendation for the model (``None`` if it has none)."""
-    if is_tiny(model_name) or os.path.isdir(model_name):
-        return TINY_RENDERER_NAME
+def default_renderer_name(model_name: str, base_dir: str | os.PathLike | None = None) -> str | None:
+    """The renderer to use when a spec names none (``sailrl.spec.models.default_renderer``), or ``None`` when
+    none is known (the caller asks the user to name one)."""
     try:
-        from tinker_cookbook import model_info
-
-        return model_info.get_recommended_renderer_name(model_name)
-    except (ValueError, KeyError):  # unknown model: the caller asks the user to name a renderer
+        return default_renderer(model_name, base_dir)
+    except UnknownModelError:
         return None

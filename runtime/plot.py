@@ -1,42 +1,109 @@
-"""Plot a run's ``metrics.jsonl``: total and per-rule reward, and the degenerate-group fraction, per step."""
+"""Plot a run's ``metrics.jsonl``: mean reward (total, per rule, eval) and the degenerate / truncated fractions.
+
+The x axis is each line's ``step`` field as written (integer ticks). Lines that overlap stay distinguishable:
+every series has its own colour, line style and marker, and a legend names it; the total is a wide translucent
+band drawn under the rule lines, so a rule equal to the total shows on top of it. Eval points (``eval/reward/total``)
+are drawn as large hollow diamonds at the steps they were measured.
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 from sailrl.runtime.rundir import RunDirectory
 
+# (line style, marker) per rule line, in order; colours come from the tab10 cycle.
+RULE_STYLES = [("--", "s"), ("-.", "^"), (":", "v"), ((0, (5, 1, 1, 1, 1, 1)), "P"), ((0, (1, 1)), "X"),
+               ((0, (8, 2)), "*"), ((0, (3, 1, 3, 3)), "h"), ((0, (2, 2)), "<"), ((0, (6, 1, 1, 1)), ">")]
+RULE_COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
+               "tab:cyan", "tab:red"]
+MARK_ALL_UP_TO = 60  # steps; longer runs mark every n-th point so markers stay legible
 
-def plot_run(run_dir: Path, out: Path) -> None:
-    """Write a PNG with two panels (reward per step; degenerate_frac per step). Raises ValueError on no steps."""
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _value(m: dict[str, Any], key: str) -> float:
+    v = m.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return math.nan
+    return float(v)
 
-    metrics = RunDirectory(run_dir).read_metrics()
-    metrics = [m for m in metrics if isinstance(m.get("step"), int)]
+
+def build_figure(metrics: list[dict[str, Any]], title: str = "") -> Any:
+    """A matplotlib ``Figure`` with two panels sharing the step axis.
+
+    Top: ``reward/total`` (label "total"), each ``reward/<rule>`` (label "<rule>") and ``eval/reward/total``
+    ("eval total", markers only at eval steps). Bottom: ``degenerate_frac`` ("degenerate groups") and
+    ``frac_truncated`` ("truncated"), 0..1. Lines without a single finite value are left out. ``metrics`` are the
+    lines of ``metrics.jsonl``; those without an integer ``step`` are skipped. Raises ``ValueError`` when none
+    has one.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    metrics = [m for m in metrics if isinstance(m.get("step"), int) and not isinstance(m.get("step"), bool)]
     if not metrics:
-        raise ValueError(f"{run_dir}/metrics.jsonl has no steps yet")
+        raise ValueError("metrics.jsonl has no steps yet")
     steps = [m["step"] for m in metrics]
-    reward_keys = sorted({k for m in metrics for k in m if k.startswith("reward/") and k != "reward/total"})
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=[3, 1])
-    ax1.plot(steps, [m.get("reward/total") for m in metrics], label="total", linewidth=2.2, color="black")
-    for k in reward_keys:
-        ax1.plot(steps, [m.get(k) for m in metrics], label=k.removeprefix("reward/"), linewidth=1.2)
-    if any(m.get("eval/reward/total") is not None for m in metrics):
-        ev = [(m["step"], m["eval/reward/total"]) for m in metrics if m.get("eval/reward/total") is not None]
-        ax1.plot([s for s, _ in ev], [v for _, v in ev], "o--", label="eval total", color="gray")
+    n = len(steps)
+    markevery = 1 if n <= MARK_ALL_UP_TO else max(1, n // 30)
+    marker_size = 6 if n <= MARK_ALL_UP_TO else 4
+
+    fig = Figure(figsize=(9, 6.5))
+    ax1, ax2 = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1.4])
+
+    def line(ax, key, label, **style):
+        ys = [_value(m, key) for m in metrics]
+        if all(math.isnan(y) for y in ys):
+            return
+        ax.plot(steps, ys, label=label, markevery=markevery, markersize=marker_size, **style)
+
+    # The total is a wide translucent band under the rule lines, so a rule that equals it stays visible on top.
+    line(ax1, "reward/total", "total", color="black", alpha=0.45, linewidth=4.5, linestyle="-", marker="o",
+         zorder=2)
+    rule_keys = sorted({k for m in metrics for k in m
+                        if k.startswith("reward/") and k != "reward/total"})
+    for i, key in enumerate(rule_keys):
+        linestyle, marker = RULE_STYLES[i % len(RULE_STYLES)]
+        line(ax1, key, key.removeprefix("reward/"), color=RULE_COLORS[i % len(RULE_COLORS)], linewidth=1.4,
+             linestyle=linestyle, marker=marker, fillstyle="none", markeredgewidth=1.4, zorder=3)
+    evals = [(m["step"], _value(m, "eval/reward/total")) for m in metrics]
+    evals = [(s, v) for s, v in evals if not math.isnan(v)]
+    if evals:
+        ax1.plot([s for s, _ in evals], [v for _, v in evals], label="eval total", color="tab:gray",
+                 linestyle=":", linewidth=1.2, marker="D", markersize=8, fillstyle="none", markeredgewidth=1.8,
+                 zorder=4)
     ax1.set_ylabel("mean reward")
-    ax1.legend(loc="best", fontsize=8)
     ax1.grid(alpha=0.3)
-    ax2.plot(steps, [m.get("degenerate_frac") for m in metrics], color="tab:red")
-    ax2.set_ylabel("degenerate frac")
+    ax1.legend(loc="best", fontsize=8, framealpha=0.85)
+
+    line(ax2, "degenerate_frac", "degenerate groups", color="tab:red", linewidth=1.6, linestyle="-", marker="o",
+         fillstyle="none")
+    line(ax2, "frac_truncated", "truncated", color="tab:orange", linewidth=1.6, linestyle="--", marker="s",
+         fillstyle="none")
+    ax2.set_ylabel("fraction")
     ax2.set_ylim(-0.05, 1.05)
     ax2.set_xlabel("step")
     ax2.grid(alpha=0.3)
-    fig.suptitle(run_dir.name)
+    if ax2.get_lines():
+        ax2.legend(loc="best", fontsize=8, framealpha=0.85)
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if n == 1:
+        ax2.set_xlim(steps[0] - 1, steps[0] + 1)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def plot_run(run_dir: Path, out: Path) -> None:
+    """Write the PNG of :func:`build_figure` for ``run_dir/metrics.jsonl`` to ``out``.
+
+    Raises ``ValueError`` when the file has no steps.
+    """
+    try:
+        fig = build_figure(RunDirectory(run_dir).read_metrics(), title=Path(run_dir).name)
+    except ValueError:
+        raise ValueError(f"{run_dir}/metrics.jsonl has no steps yet") from None
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
-    plt.close(fig)

@@ -1,9 +1,9 @@
-"""``sailrl preflight``: what a run would train on, checked before any training.
+"""``sailrl preflight``: what a run would train on, checked before any training (the report; the command prints it).
 
 :func:`build_report` returns a JSON-able report (a dict):
 
 - ``data``: rows loaded / selected / used for training and evaluation, rows skipped and why (counts by reason and
-  the first few rows), the source and its columns.
+  the first few rows; a prompt too long for the model's context is one of the reasons), the source and columns.
 - ``prompts``: the first ``show`` prompts exactly as the model sees them (the rendered tokens decoded back to text),
   with the reference answer each is graded against.
 - ``tokens``: prompt length in tokens (min / median / max over the training rows) against the model's context
@@ -14,79 +14,54 @@
   (the LoRA adapter freshly initialised), rolled out and scored by the same code the training loop uses
   (``sailrl.runtime.rollout``): per-rule mean contribution and pass rate, the total's distribution, the fraction
   of degenerate groups (every rollout of the group got the same total) and of truncated completions.
-- ``problems``: ``{"severity": "error" | "warning", "message", "fix"}``; ``blocking``: True when any is an error
-  (the command then exits 1); ``verdict``: one plain-words line.
-
-The default sampler is the embedded local backend (no keys); ``sampler="tinker"`` / ``"sail"`` sample the base
-model remotely and need their API keys.
+  ``stand_in`` is set when the spec's model could not be sampled and :data:`STAND_IN_MODEL` was sampled instead
+  (:func:`plan_sampling`); its rewards then draw no verdict.
+- ``cost``: the whole run's tokens and cost as ranges (``sailrl.runtime.cost.estimate_run``), from the measured
+  prompt lengths and, when the spec's own model was sampled, the sampled completion lengths (else 1 to
+  ``max_tokens`` tokens per completion).
+- ``problems``: ``{"severity": "error" | "warning", "message", "fix", "short"}``; ``blocking``: True when any is
+  an error (the command then exits 1); ``verdict``: one plain-words line naming the problems.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
+import os
 import statistics
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sailrl.spec.errors import UserError
+from sailrl.spec.models import context_window
+
 __all__ = [
-    "CONTEXT_WINDOWS",
+    "STAND_IN_MAX_TOKENS",
+    "STAND_IN_MODEL",
     "PreflightError",
+    "SamplingPlan",
     "build_report",
     "check_sampler",
     "constant_reward",
-    "context_window",
-    "render_report",
+    "plan_sampling",
 ]
 
-# Context windows (tokens) of models we can vouch for, from their model cards. Others report "unknown";
-# sailrl/tiny and local model folders read max_position_embeddings from their config.
-CONTEXT_WINDOWS: dict[str, int] = {
-    "Qwen/Qwen3-8B": 32768,  # Qwen3-8B model card: "32,768 natively"
-    "meta-llama/Llama-3.1-8B": 131072,  # Llama 3.1 model card: 128k context
-    "meta-llama/Llama-3.1-8B-Instruct": 131072,
-    "moonshotai/Kimi-K2-Instruct": 131072,  # Kimi K2 model card: 128K context
-}
-
 SHOW_SKIPPED = 5
+#: What preflight samples when the spec's model is remote and cannot be sampled (no key, or --sampler local).
+STAND_IN_MODEL = "sailrl/tiny"
+#: The stand-in's completions are capped at this many tokens: they check the pipeline, not the model.
+STAND_IN_MAX_TOKENS = 64
+HUB_PROBE_TIMEOUT_S = 5.0
 
 
-class PreflightError(Exception):
+class PreflightError(UserError):
     """Preflight cannot run as asked (e.g. a sampler without its key). One plain line."""
 
 
 # ------------------------------------------------------------------------------------------------ pieces
-
-
-def context_window(model_name: str, spec_dir: Path | None = None) -> tuple[int | None, str]:
-    """``(tokens, where the number comes from)``; ``(None, reason)`` when unknown.
-
-    ``sailrl/tiny``: its config's ``max_position_embeddings``; a local model folder: its ``config.json``
-    ``max_position_embeddings``; otherwise :data:`CONTEXT_WINDOWS`.
-    """
-    from sailrl.runtime.models import is_tiny
-
-    if is_tiny(model_name):
-        from sailrl.runtime.local.tiny import TINY_CONFIG
-
-        return int(TINY_CONFIG["max_position_embeddings"]), "sailrl/tiny config max_position_embeddings"
-    folder = Path(model_name).expanduser()
-    if not folder.is_absolute() and spec_dir is not None and (spec_dir / folder).is_dir():
-        folder = spec_dir / folder
-    config = folder / "config.json"
-    if config.is_file():
-        try:
-            value = json.loads(config.read_text()).get("max_position_embeddings")
-        except (OSError, ValueError):
-            value = None
-        if isinstance(value, int):
-            return value, f"{config} max_position_embeddings"
-    if model_name in CONTEXT_WINDOWS:
-        return CONTEXT_WINDOWS[model_name], "model card (sailrl's table)"
-    return None, f"unknown for {model_name} (not in sailrl's table)"
 
 
 def constant_reward(spec: Any) -> float | None:
@@ -110,43 +85,60 @@ def constant_reward(spec: Any) -> float | None:
     return totals.pop() if len(totals) == 1 else None
 
 
-def _problem(severity: str, message: str, fix: str | None = None) -> dict[str, Any]:
-    return {"severity": severity, "message": message, "fix": fix}
+def _problem(severity: str, message: str, fix: str | None = None, short: str | None = None) -> dict[str, Any]:
+    """A problem; ``short`` is its few-word form for the verdict (default: the message)."""
+    return {"severity": severity, "message": message, "fix": fix, "short": short or message}
 
 
 def _skipped_section(skipped: Sequence[Any]) -> dict[str, Any]:
-    by_reason: dict[str, list[Any]] = {}
-    for s in skipped:
-        by_reason.setdefault(s.reason, []).append(s)
+    from sailrl.runtime.data.rows import group_by_reason
+
     return {
         "count": len(skipped),
-        "by_reason": [
-            {"reason": reason, "count": len(items), "rows": [s.index for s in items[:SHOW_SKIPPED]]}
-            for reason, items in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))
-        ],
-        "first": [{"index": s.index, "split": s.split, "reason": s.reason,
+        "by_reason": [{"reason": reason, "count": len(items), "rows": [s.index for s in items[:SHOW_SKIPPED]]}
+                      for reason, items in group_by_reason(skipped)],
+        "first": [{"index": s.index, "split": s.split, "reason": s.reason, "kind": s.kind,
                    "row": {k: v for k, v in s.row.items() if k != "_index"}} for s in skipped[:SHOW_SKIPPED]],
     }
 
 
+def _hub_unreachable(model_name: str) -> str | None:
+    """Why the hub cannot serve ``model_name``'s tokenizer right now (None: try loading it).
+
+    One metadata request with a :data:`HUB_PROBE_TIMEOUT_S` timeout, so an offline machine is told in seconds
+    instead of after a minute of download retries. ``HF_HUB_OFFLINE`` set: None (the cache is used).
+    """
+    from huggingface_hub import HfApi, constants
+
+    if constants.HF_HUB_OFFLINE:
+        return None
+    try:
+        HfApi().model_info(model_name, timeout=HUB_PROBE_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 -- DNS, refused, timeout, 401/404: all mean "not from the hub now"
+        return f"the Hugging Face hub did not answer for it ({type(exc).__name__})"
+    return None
+
+
 def _load_text_tools(spec: Any, spec_dir: Path) -> tuple[Any, Any, str | None]:
-    """(tokenizer, renderer, problem): a problem string when the tokenizer cannot be loaded (e.g. offline)."""
+    """(tokenizer, renderer, problem): a problem string when they cannot be loaded (e.g. offline)."""
     from sailrl.runtime.models import get_renderer, get_tokenizer
-    from sailrl.spec.renderers import default_renderer
+    from sailrl.spec.models import classify, default_renderer
 
     name = spec.model.name
-    folder = spec_dir / name
-    if not Path(name).is_absolute() and folder.is_dir():
-        name = str(folder)
     try:
-        renderer_name = spec.model.renderer or default_renderer(spec.model.name, spec_dir)
+        renderer_name = spec.model.renderer or default_renderer(name, spec_dir)
     except ValueError as exc:
         return None, None, str(exc)
+    if not classify(name, spec_dir).is_local:
+        why = _hub_unreachable(name)
+        if why is not None:
+            return None, None, (f"cannot load the tokenizer of {name}: {why}; with a cached copy, set "
+                                f"HF_HUB_OFFLINE=1")
     try:
-        tokenizer = get_tokenizer(name)
-    except Exception as exc:  # noqa: BLE001 -- OSError offline, ValueError for odd names: reported, not raised
-        return None, None, f"cannot load the tokenizer of {spec.model.name} ({type(exc).__name__}: {exc})"
-    return tokenizer, get_renderer(renderer_name, tokenizer), None
+        tokenizer = get_tokenizer(name, spec_dir)
+        return tokenizer, get_renderer(renderer_name, tokenizer), None
+    except Exception as exc:  # noqa: BLE001 -- OSError offline, ModelError, ValueError: reported, not raised
+        return None, None, f"cannot load the tokenizer of {name} ({type(exc).__name__}: {exc})"
 
 
 def _decode(tokenizer: Any, tokens: Sequence[int]) -> str:
@@ -164,14 +156,34 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------------ sampling
 
 
-def check_sampler(spec: Any, sampler: str, spec_path: str | None = None) -> None:
-    """Raise :class:`PreflightError` (one plain line) when ``sampler`` cannot sample the spec's base model:
-    an unknown sampler, a missing API key, or a model the embedded backend cannot run. Checked before anything
-    slow (a tokenizer download) starts."""
-    import os
+@dataclass
+class SamplingPlan:
+    """What ``--sample`` samples.
 
+    sampler: ``local`` / ``tinker`` / ``sail`` (``custom`` for a policy passed in). spec: the spec to sample with
+    (the stand-in spec when ``stand_in``). stand_in: ``{"model", "instead_of", "why", "max_tokens"}`` when the
+    spec's model is replaced by :data:`STAND_IN_MODEL`, else None.
+    """
+
+    sampler: str
+    spec: Any
+    stand_in: dict[str, Any] | None = None
+
+    def note(self) -> str | None:
+        """The plain-words line that says which model was sampled instead, or None."""
+        s = self.stand_in
+        if s is None:
+            return None
+        return (f"sampled with {s['model']} on the embedded backend instead of {s['instead_of']} ({s['why']}), "
+                f"max_tokens capped at {s['max_tokens']}: this checks that prompts render, rollouts run and the "
+                f"reward rules score real completions, but the rewards of a tiny model say nothing about "
+                f"{s['instead_of']}'s, so they draw no verdict")
+
+
+def check_sampler(spec: Any, sampler: str, spec_path: str | None = None) -> None:
+    """Raise :class:`PreflightError` (one plain line) when ``sampler`` (``tinker`` / ``sail``) cannot sample:
+    an unknown sampler or a missing or malformed API key. Checked before anything slow starts."""
     from sailrl.runtime.backends import BackendError, check_keys
-    from sailrl.spec.renderers import is_local_model
 
     where = spec_path or "SPEC"
     if sampler not in ("local", "tinker", "sail"):
@@ -181,15 +193,48 @@ def check_sampler(spec: Any, sampler: str, spec_path: str | None = None) -> None
             raise PreflightError(f"SAIL_API_KEY is not set: --sampler sail needs it. Export it, or sample on the "
                                  f"embedded backend: sailrl preflight {where} --sample N --sampler local")
         return
-    if sampler == "local" and not is_local_model(spec.model.name, None):
-        raise PreflightError(
-            f"the embedded backend runs sailrl/tiny or a local model folder, not {spec.model.name}. Sample the "
-            f"base model remotely: sailrl preflight {where} --sample N --sampler tinker (TINKER_API_KEY) or "
-            f"--sampler sail (SAIL_API_KEY)")
     try:
         check_keys(sampler, spec_path)
     except BackendError as exc:
         raise PreflightError(str(exc).replace("sailrl run", "sailrl preflight")) from None
+
+
+def _stand_in_spec(spec: Any) -> Any:
+    model = spec.model.model_copy(update={"name": STAND_IN_MODEL, "renderer": None})
+    sampling = spec.sampling.model_copy(update={"sampler": "local",
+                                                "max_tokens": min(spec.sampling.max_tokens, STAND_IN_MAX_TOKENS)})
+    return spec.model_copy(update={"model": model, "sampling": sampling})
+
+
+def plan_sampling(spec: Any, sampler: str | None, spec_dir: Path | str | None = None,
+                  spec_path: str | None = None) -> SamplingPlan:
+    """Decide what ``--sample`` samples; raises :class:`PreflightError` before anything slow starts.
+
+    sampler None (auto): a local model (built-in, folder, GGUF file) on the embedded backend; a remote model on
+    Tinker when ``TINKER_API_KEY`` is set, else :data:`STAND_IN_MODEL` on the embedded backend (said in
+    :meth:`SamplingPlan.note`). ``local``: the embedded backend; a remote model is replaced by the stand-in
+    (preflight does not download a hub model). ``tinker`` / ``sail``: that service, which needs its key.
+    """
+    from sailrl.spec.models import classify
+
+    name = spec.model.name
+    local_model = classify(name, spec_dir).is_local
+    if sampler in ("tinker", "sail"):
+        check_sampler(spec, sampler, spec_path)
+        return SamplingPlan(sampler, spec)
+    if sampler not in (None, "auto", "local"):
+        raise PreflightError(f"unknown sampler {sampler!r}: use local, tinker or sail")
+    if local_model:
+        return SamplingPlan("local", spec)
+    if sampler in (None, "auto") and os.environ.get("TINKER_API_KEY"):
+        check_sampler(spec, "tinker", spec_path)  # a malformed key is refused here, in one line
+        return SamplingPlan("tinker", spec)
+    why = (f"{name} is sampled on Tinker, which needs TINKER_API_KEY" if sampler in (None, "auto") else
+           f"--sampler local runs on this machine and {name} is a remote model; to sample it here, download it "
+           f"and --set model.name=<its folder>")
+    stand_in = {"model": STAND_IN_MODEL, "instead_of": name, "why": why,
+                "max_tokens": min(spec.sampling.max_tokens, STAND_IN_MAX_TOKENS)}
+    return SamplingPlan("local", _stand_in_spec(spec), stand_in)
 
 
 async def _base_policy(spec: Any, sampler: str, workdir: Path, spec_path: str | None) -> tuple[Any, Any]:
@@ -201,16 +246,13 @@ async def _base_policy(spec: Any, sampler: str, workdir: Path, spec_path: str | 
     from sailrl.runtime.backends import open_backend
     from sailrl.runtime.rollout import SamplingPolicy
 
-    check_sampler(spec, sampler, spec_path)
     s = spec.sampling
     m = spec.model
     if sampler == "sail":
-        try:
-            from sailrl.runtime.sail_adapter import AdaptiveSailCompleter as Completer
-        except ImportError:  # pragma: no cover - older tree
-            from sail import SailTokenCompleter as Completer
-        return Completer(model=m.name, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p,
-                         completion_window=s.completion_window), None
+        from sailrl.runtime.sail_adapter import AdaptiveSailCompleter
+
+        return AdaptiveSailCompleter(model=m.name, max_tokens=s.max_tokens, temperature=s.temperature,
+                                     top_p=s.top_p, completion_window=s.completion_window), None
     backend = open_backend(spec, sampler=sampler, checkpoint_dir=workdir, spec_path=spec_path)
     service = backend.service_client
     training_client = await service.create_lora_training_client_async(
@@ -265,26 +307,66 @@ def _sample_section(spec: Any, batch: Any, reward_fn: Any, tokenizer: Any, show:
     return {
         "groups": n_groups,
         "group_size": spec.training.group_size,
+        "completions": len(totals),
         "failed_groups": [{"index": i, "error": e} for i, e in batch.failed],
         "rules": {n: {"mean": statistics.fmean(contributions[n]) if contributions[n] else None,
                       "pass_rate": sum(passes[n]) / len(passes[n]) if passes[n] else None,
+                      "passed": sum(passes[n]),
                       "pass_score": reward_fn.pass_fail_scores(n)[0],
                       "fail_score": reward_fn.pass_fail_scores(n)[1]} for n in rule_names},
         "total": _stats(totals),
         "distinct_totals": sorted(set(totals)),
+        "degenerate_groups": degenerate,
         "degenerate_fraction": degenerate / n_groups if n_groups else None,
         "truncated_fraction": sum(truncated) / len(truncated) if truncated else None,
         "completion_tokens": _stats(lengths),
+        "completion_lengths": lengths,
         "examples": examples,
     }
 
 
-def _sample_problems(spec: Any, sample: dict[str, Any]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _failed_problems(sample: dict[str, Any]) -> list[dict[str, Any]]:
+    failed = sample["failed_groups"]
     if sample["groups"] == 0:
-        first = sample["failed_groups"][0]["error"] if sample["failed_groups"] else "no rows"
-        out.append(_problem("error", f"every sampled group failed (first error: {first})",
-                            "check the sampler and its keys, then run preflight again"))
+        first = failed[0]["error"] if failed else "no rows"
+        return [_problem("error", f"every sampled group failed (first error: {first})",
+                         "check the sampler and its keys, then run preflight again", "every sampled group failed")]
+    if failed:
+        return [_problem("warning", f"{len(failed)} of {len(failed) + sample['groups']} sampled groups failed "
+                         f"(first: row {failed[0]['index']}: {failed[0]['error']})", None,
+                         f"{len(failed)} sampled groups failed")]
+    return []
+
+
+def _rule_problems(sample: dict[str, Any], has_warmup: bool, warm_steps: int) -> list[dict[str, Any]]:
+    """A warning for each rule that passed none or all of the sampled completions (it gives no signal)."""
+    out: list[dict[str, Any]] = []
+    n = sample["completions"]
+    later = (f"; the spec's supervised warm-up ({warm_steps} steps) runs before RL and may change that"
+             if has_warmup else "")
+    for name, r in sample["rules"].items():
+        if r["pass_score"] == r["fail_score"] or r["pass_rate"] is None:
+            continue
+        if r["passed"] == 0:
+            teach = ("a longer supervised warm-up (training.warmup.steps)" if has_warmup
+                     else "a supervised warm-up (training.warmup) that teaches it")
+            out.append(_problem(
+                "warning", f"rule {name!r} passed 0 of the {n} sampled completions, so it gives the base policy no "
+                f"signal{later}",
+                f"check the rule on a few completions with `sailrl rewards`, loosen it, ask for the format in the "
+                f"prompt, or add {teach}", f"rule {name!r} never passed (0 of {n})"))
+        elif r["passed"] == n:
+            out.append(_problem(
+                "warning", f"rule {name!r} passed every one of the {n} sampled completions, so it adds the same "
+                f"to every rollout and gives no signal",
+                "make it stricter if it should separate good from bad completions, or give it weight 0 if it is "
+                "only a guard", f"rule {name!r} always passed ({n} of {n})"))
+    return out
+
+
+def _sample_problems(spec: Any, sample: dict[str, Any]) -> list[dict[str, Any]]:
+    out = _failed_problems(sample)
+    if sample["groups"] == 0:
         return out
     frac_deg = sample["degenerate_fraction"]
     frac_trunc = sample["truncated_fraction"] or 0.0
@@ -296,12 +378,12 @@ def _sample_problems(spec: Any, sample: dict[str, Any]) -> list[dict[str, Any]]:
     if frac_trunc > 0.5:
         fixes.append(f"{frac_trunc:.0%} of completions hit sampling.max_tokens ({spec.sampling.max_tokens}); "
                      f"raise it")
-    if never:
+    if never and frac_deg == 1.0:  # below that, each such rule gets its own warning (_rule_problems)
         teach = ("a longer supervised warm-up (training.warmup.steps)" if has_warmup
                  else "a supervised warm-up (training.warmup) that teaches it")
         fixes.append(f"no completion passed {', '.join(repr(n) for n in never)}: loosen the rule (check it with "
                      f"`sailrl rewards`), ask for the format in the prompt, or add {teach}")
-    if always:
+    if always and frac_deg == 1.0:
         fixes.append(f"every completion passed {', '.join(repr(n) for n in always)}, so it adds no signal")
     if spec.sampling.temperature < 0.7:
         fixes.append(f"sampling.temperature is {spec.sampling.temperature}; a higher temperature gives more "
@@ -310,42 +392,49 @@ def _sample_problems(spec: Any, sample: dict[str, Any]) -> list[dict[str, Any]]:
     if frac_deg == 1.0:
         msg = (f"every one of the {sample['groups']} sampled groups is degenerate (all {sample['group_size']} "
                f"rollouts of a group got the same reward), so the base policy gives no gradient")
+        short = f"every sampled group degenerate ({sample['groups']} of {sample['groups']})"
         if has_warmup:
             out.append(_problem("warning", msg + f"; the spec's supervised warm-up ({warm.steps} steps) runs "
-                                "before RL and may change that", fix))
+                                "before RL and may change that", fix, short))
         else:
             out.append(_problem("error", msg + ": RL from this model would learn nothing", fix))
-    elif frac_deg is not None and frac_deg >= 0.5:
+        return out  # the fix already names the rules that never or always passed
+    if frac_deg is not None and frac_deg >= 0.5:
         out.append(_problem("warning", f"{frac_deg:.0%} of sampled groups are degenerate (no gradient from "
-                            f"them)", fix))
+                            f"them)", fix, f"{frac_deg:.0%} of sampled groups degenerate"))
     elif frac_trunc > 0.5:
         out.append(_problem("warning", f"{frac_trunc:.0%} of completions were cut off at sampling.max_tokens",
-                            fixes[0]))
+                            fixes[0], f"{frac_trunc:.0%} of completions cut off"))
+    out.extend(_rule_problems(sample, has_warmup, warm.steps if has_warmup else 0))
     return out
 
 
 # ------------------------------------------------------------------------------------------------ report
 
 
-def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int = 3, sampler: str = "local",
+def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int = 3, sampler: str | None = None,
                  spec_path: str | None = None, loaded: Any = None, policy: Any = None,
                  max_rows_measured: int = 5000) -> dict[str, Any]:
     """Check the spec's data, prompts and reward (and, with ``sample`` > 0, the base policy's rewards).
 
     spec: a validated Spec. spec_dir: the spec file's folder. show: prompts / skipped rows / completions to
-    include. sampler: "local" (default), "tinker" or "sail". loaded: the ``LoadedSpec`` (to locate dataset
-    problems in the file). policy: a TokenCompleter to sample from instead of opening a backend (tests).
+    include. sampler: None (auto), "local", "tinker" or "sail" (see :func:`plan_sampling`). loaded: the
+    ``LoadedSpec`` (to locate dataset problems in the file). policy: a TokenCompleter to sample from instead of
+    opening a backend (tests). max_rows_measured: training rows whose prompt lengths feed the token section and
+    the cost estimate (a sample of them beyond that).
 
     Returns the report dict (see the module docstring). Raises :class:`PreflightError` when sampling cannot
-    start (unknown sampler, missing key, a model the embedded backend cannot run).
+    start (unknown sampler, missing or malformed key).
     """
     from sailrl.runtime.data import DatasetError, load_rows, rows_for_step, shuffle_seed
-    from sailrl.runtime.prompts import PromptBuilder, PromptError
+    from sailrl.runtime.prompts import PromptBuilder
     from sailrl.runtime.rewards import RewardFunction
 
     spec_dir = Path(spec_dir)
-    if sample > 0 and policy is None:
-        check_sampler(spec, sampler, spec_path)
+    plan = None
+    if sample > 0:
+        plan = SamplingPlan("custom", spec) if policy is not None else plan_sampling(spec, sampler, spec_dir,
+                                                                                   spec_path)
     report: dict[str, Any] = {"spec": spec_path, "name": spec.name, "model": spec.model.name}
     problems: list[dict[str, Any]] = []
     report["problems"] = problems
@@ -361,13 +450,14 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
             f"contributions give the same total), so every group is degenerate and the run would learn nothing",
             "give at least one rule a non-zero weight (or different pass_score / fail_score), or widen reward.clip"))
 
+    tokenizer, renderer, tool_problem = _load_text_tools(spec, spec_dir)
+    context, context_source = context_window(spec.model.name, spec_dir)
     try:
-        rows = load_rows(spec, spec_dir, reward_fn)
+        rows = load_rows(spec, spec_dir, reward_fn, renderer=renderer, context_window=context)
     except DatasetError as exc:
         where = loaded.locate(exc.key) if (loaded is not None and exc.key) else None
         problems.append(_problem("error", str(exc), None))
-        report["data"] = {"error": str(exc), "key": exc.key,
-                          "location": list(where) if where else None}
+        report["data"] = {"error": str(exc), "key": exc.key, "location": list(where) if where else None}
         return _finish(report)
     train, evals = rows.train, rows.eval
     report["data"] = {
@@ -380,24 +470,29 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
         top = report["data"]["skipped"]["by_reason"][0]
         problems.append(_problem(
             "warning", f"{len(rows.skipped)} of {rows.selected} rows are skipped (most often: {top['reason']}, "
-            f"{top['count']} rows, e.g. row {top['rows'][0]})", "fix those rows, or map the right columns"))
+            f"{top['count']} rows, e.g. row {top['rows'][0]})", "fix those rows, or map the right columns",
+            f"{len(rows.skipped)} of {rows.selected} rows skipped"))
     t = spec.training
     if len(train) < t.groups_per_step:
         problems.append(_problem("warning", f"only {len(train)} training rows for {t.groups_per_step} groups per "
-                                 f"step: every step repeats rows"))
+                                 f"step: every step repeats rows", None,
+                                 f"only {len(train)} training rows for {t.groups_per_step} groups per step"))
     if t.eval_every > 0 and not evals:
         problems.append(_problem("warning", "training.eval_every is set but there are no evaluation rows",
-                                 "add dataset.eval (split, count or fraction)"))
+                                 "add dataset.eval (split, count or fraction)", "no evaluation rows"))
 
-    tokenizer, renderer, tool_problem = _load_text_tools(spec, spec_dir)
     seed = shuffle_seed(spec)
     first_rows = rows_for_step(train, 0, min(max(show, 1), len(train)), seed, reshuffle=spec.dataset.shuffle)
+    prompt_lengths: list[int] | None = None
+    eval_lengths: list[int] | None = None
+    warm_lengths: list[int] | None = None
     if tool_problem is not None:
         problems.append(_problem("warning", tool_problem + "; prompts are shown as text and token lengths are "
-                                 "unknown", "run preflight where the model's tokenizer can be downloaded"))
-        builder = PromptBuilder(spec.prompt, None, field_names=None)
-        report["prompts"] = [{"index": r["_index"], "text": _messages_text(builder.messages(r)), "tokens": None,
-                              "reference": _reference(reward_fn, spec, r)} for r in first_rows[:show]]
+                                 "unknown", "run preflight where the model's tokenizer can be loaded",
+                                 "tokenizer not loaded"))
+        text_builder = PromptBuilder(spec.prompt, None, field_names=None)
+        report["prompts"] = [{"index": r["_index"], "text": _messages_text(text_builder.messages(r)),
+                              "tokens": None, "reference": _reference(reward_fn, spec, r)} for r in first_rows[:show]]
         report["tokens"] = None
     else:
         builder = PromptBuilder(spec.prompt, renderer)
@@ -409,25 +504,66 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
         report["prompts"] = shown
         report["stop"] = [repr(s) if isinstance(s, str) else s
                           for s in (spec.sampling.stop or builder.stop_sequences())]
-        report["tokens"] = _token_section(spec, spec_dir, train[:max_rows_measured], builder, problems)
+        prompt_lengths = [builder.model_input(r).length for r in train[:max_rows_measured]]
+        eval_lengths = [builder.model_input(r).length for r in evals[:max_rows_measured]]
+        warm_lengths = _warmup_lengths(spec, builder, train[:max_rows_measured])
+        report["tokens"] = _token_section(spec, prompt_lengths, context, context_source, rows.skipped)
 
     report["sample"] = None
-    if sample > 0:
-        if renderer is None and policy is None:
-            problems.append(_problem("error", "cannot sample without the model's tokenizer and renderer"))
+    sampled_lengths: list[int] | None = None
+    degenerate: tuple[int, int] | None = None
+    if plan is not None:
+        section = _sample_with(plan, spec, spec_dir, train, seed, sample, show, spec_path, policy, reward_fn,
+                               tokenizer, renderer, problems)
+        if section is None:
             return _finish(report)
-        rows_to_sample = rows_for_step(train, 0, sample, seed, reshuffle=spec.dataset.shuffle)
-        try:
-            batch, sample_tokenizer = asyncio.run(_run_sampling(spec, rows_to_sample, sampler, spec_path, policy,
-                                                                builder, renderer, reward_fn))
-        except PromptError as exc:  # pragma: no cover - rows were checked at load
-            problems.append(_problem("error", str(exc)))
-            return _finish(report)
-        section = _sample_section(spec, batch, reward_fn, tokenizer or sample_tokenizer, show)
-        section["sampler"] = sampler if policy is None else "custom"
         report["sample"] = section
-        problems.extend(_sample_problems(spec, section))
+        if plan.stand_in is None:
+            problems.extend(_sample_problems(spec, section))
+            sampled_lengths = section["completion_lengths"]
+            degenerate = (section["degenerate_groups"], section["groups"])
+        else:
+            problems.extend(_failed_problems(section))
+    report["cost"] = _cost_section(spec, prompt_lengths, sampled_lengths, eval_lengths, warm_lengths, len(train),
+                                   degenerate)
     return _finish(report)
+
+
+def _sample_with(plan: SamplingPlan, spec: Any, spec_dir: Path, train: list[dict], seed: int, sample: int,
+                 show: int, spec_path: str | None, policy: Any, reward_fn: Any, tokenizer: Any, renderer: Any,
+                 problems: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``sample`` section, sampled as ``plan`` says; None (with an error added) when it cannot sample."""
+    from sailrl.runtime.data import rows_for_step
+    from sailrl.runtime.prompts import PromptBuilder
+
+    rows = rows_for_step(train, 0, sample, seed, reshuffle=spec.dataset.shuffle)
+    sample_spec = plan.spec
+    if plan.stand_in is not None:
+        from sailrl.runtime.models import get_renderer, get_tokenizer
+        from sailrl.spec.models import default_renderer
+
+        tokenizer = get_tokenizer(STAND_IN_MODEL)
+        renderer = get_renderer(default_renderer(STAND_IN_MODEL), tokenizer)
+        fits = context_window(STAND_IN_MODEL)[0] - sample_spec.sampling.max_tokens  # type: ignore[operator]
+        builder = PromptBuilder(sample_spec.prompt, renderer)
+        usable = [r for r in train if builder.model_input(r).length <= fits]
+        if not usable:
+            problems.append(_problem("warning", f"no prompt fits the {STAND_IN_MODEL} stand-in's context, so "
+                                     f"nothing was sampled", None, "nothing sampled"))
+            return None
+        rows = rows_for_step(usable, 0, sample, seed, reshuffle=spec.dataset.shuffle)
+    elif renderer is None and policy is None:
+        problems.append(_problem("error", "cannot sample without the model's tokenizer and renderer"))
+        return None
+    builder = PromptBuilder(sample_spec.prompt, renderer)
+    batch, sample_tokenizer = asyncio.run(_run_sampling(sample_spec, rows, plan.sampler, spec_path, policy,
+                                                        builder, renderer, reward_fn))
+    section = _sample_section(sample_spec, batch, reward_fn, tokenizer or sample_tokenizer, show)
+    section["sampler"] = plan.sampler
+    section["model"] = sample_spec.model.name
+    section["stand_in"] = plan.stand_in
+    section["note"] = plan.note()
+    return section
 
 
 async def _run_sampling(spec: Any, rows: list[dict], sampler: str, spec_path: str | None, policy: Any,
@@ -438,6 +574,49 @@ async def _run_sampling(spec: Any, rows: list[dict], sampler: str, spec_path: st
             policy, tokenizer = await _base_policy(spec, sampler, Path(tmp), spec_path)
         batch = await _sample(spec, rows, policy, builder, renderer, reward_fn)
     return batch, tokenizer
+
+
+def _warmup_lengths(spec: Any, builder: Any, rows: list[dict]) -> list[int] | None:
+    warm = spec.training.warmup
+    if warm is None or warm.steps <= 0:
+        return None
+    completion = warm.completion or "{{ " + spec.prompt.reference_field + " }}"
+    return [builder.supervised_datum(r, completion).model_input.length for r in rows]
+
+
+def _cost_section(spec: Any, prompt_lengths: list[int] | None, completion_lengths: list[int] | None,
+                  eval_lengths: list[int] | None, warm_lengths: list[int] | None, train_rows: int,
+                  degenerate: tuple[int, int] | None) -> dict[str, Any]:
+    """``sailrl.runtime.cost.estimate_run`` as a dict, plus ``summary`` (one line) and ``lines`` (the table)."""
+    from sailrl.runtime.cost import estimate_run, fmt_usd
+
+    measured = len(prompt_lengths) if prompt_lengths is not None else 0
+    estimate = estimate_run(spec, prompt_lengths or None, completion_lengths or None,
+                            eval_prompt_token_lengths=eval_lengths if eval_lengths else None,
+                            warmup_token_lengths=warm_lengths or None,
+                            train_rows=train_rows if measured and train_rows > measured else None,
+                            degenerate_groups=degenerate)
+    out = estimate.as_dict()
+    tok = estimate.total_tokens()
+    how = ("completion lengths from the sampled base policy" if completion_lengths else
+           f"completions of 1 to max_tokens ({spec.sampling.max_tokens}) tokens")
+    tokens_text = (f"{_range_text(tok.low / 1e6, tok.high / 1e6, lambda x: f'{x:.3g}')} M" if tok.high >= 1e5
+                   else _range_text(tok.low, tok.high, lambda x: f"{x:,.0f}"))
+    if estimate.total_usd is None:
+        cost_text = ("unknown: add " + ", ".join(p.spec_key for p in estimate.missing_prices) + " (USD per "
+                     "million tokens) to the spec")
+    elif estimate.sampler == "local":
+        cost_text = "$0 (the embedded backend bills nothing)"
+    else:
+        usd = estimate.total_usd
+        cost_text = _range_text(usd.low, usd.high, fmt_usd) + " (estimate)"
+    out["summary"] = f"tokens: {tokens_text} ({how}); cost: {cost_text}"
+    out["lines"] = estimate.render()
+    return out
+
+
+def _range_text(low: float, high: float, fmt: Any) -> str:
+    return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}-{fmt(high)}"
 
 
 def _messages_text(messages: list[dict]) -> str:
@@ -452,29 +631,17 @@ def _reference(reward_fn: Any, spec: Any, row: dict) -> Any:
     return ref if ref is not None else row.get(spec.prompt.reference_field)
 
 
-def _token_section(spec: Any, spec_dir: Path, rows: list[dict], builder: Any,
-                   problems: list[dict[str, Any]]) -> dict[str, Any]:
-    lengths = [builder.model_input(r).length for r in rows]
-    context, source = context_window(spec.model.name, spec_dir)
-    max_tokens = spec.sampling.max_tokens
-    section: dict[str, Any] = {
+def _token_section(spec: Any, lengths: list[int], context: int | None, source: str,
+                   skipped: Sequence[Any]) -> dict[str, Any]:
+    """Prompt lengths of the kept rows against the context; rows too long were skipped at load."""
+    too_long = [s for s in skipped if s.kind == "too_long"]
+    return {
         "measured_rows": len(lengths), "min": min(lengths), "median": statistics.median(lengths),
-        "max": max(lengths), "context": context, "context_source": source, "max_tokens": max_tokens,
+        "max": max(lengths), "context": context, "context_source": source,
+        "max_tokens": spec.sampling.max_tokens,
+        "max_prompt_tokens": None if context is None else context - spec.sampling.max_tokens,
+        "skipped_too_long": len(too_long),
     }
-    if context is None:
-        section["rows_over"] = None
-        return section
-    over = sum(1 for n in lengths if n + max_tokens > context)
-    section["rows_over"] = over
-    if min(lengths) >= context:
-        problems.append(_problem("error", f"even the shortest prompt ({min(lengths)} tokens) fills the model's "
-                                 f"context window ({context} tokens)", "shorten the prompt template"))
-    elif over:
-        problems.append(_problem(
-            "warning", f"{over} of {len(lengths)} prompts plus sampling.max_tokens ({max_tokens}) do not fit the "
-            f"context window ({context} tokens; longest prompt {max(lengths)} tokens): their completions may be "
-            f"cut short", f"lower sampling.max_tokens to {max(1, context - max(lengths))} or shorten the prompts"))
-    return section
 
 
 def _finish(report: dict[str, Any]) -> dict[str, Any]:
@@ -482,95 +649,16 @@ def _finish(report: dict[str, Any]) -> dict[str, Any]:
     errors = [p for p in problems if p["severity"] == "error"]
     warnings_ = [p for p in problems if p["severity"] == "warning"]
     report["blocking"] = bool(errors)
+    sample = report.get("sample") or {}
+    unchecked = (f" (base-policy rewards not judged: sampled with the {sample['stand_in']['model']} stand-in)"
+                 if sample.get("stand_in") else "")
     if errors:
-        report["verdict"] = f"not ready: {errors[0]['message']}" + (f" -- {errors[0]['fix']}" if errors[0]["fix"]
-                                                                    else "")
+        first = errors[0]
+        report["verdict"] = f"not ready: {first['message']}" + (f" -- {first['fix']}" if first["fix"] else "")
     elif warnings_:
-        report["verdict"] = f"ready, with {len(warnings_)} warning{'s' if len(warnings_) > 1 else ''}"
+        shorts = "; ".join(p["short"] for p in warnings_)
+        report["verdict"] = f"ready, with {len(warnings_)} warning{'s' if len(warnings_) > 1 else ''}: {shorts}"
     else:
         report["verdict"] = "ready: no problems found"
+    report["verdict"] += unchecked
     return report
-
-
-# ------------------------------------------------------------------------------------------------ rendering
-
-
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{digits}g}"
-    return str(x)
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.0%}"
-
-
-def render_report(report: dict[str, Any], console: Any) -> None:
-    """Print ``report`` for people with rich (tables for data, prompts, tokens, rewards, problems)."""
-    from rich.markup import escape
-    from rich.panel import Panel
-    from rich.table import Table
-
-    console.print(f"[bold]preflight[/bold] {escape(str(report.get('spec') or report['name']))}  "
-                  f"(model {escape(report['model'])})")
-    data = report.get("data") or {}
-    if data and "error" not in data:  # a data error is listed with the problems below
-        t = Table(title="data", show_header=False, title_justify="left")
-        t.add_row("source", escape(data["source"]))
-        t.add_row("columns", escape(", ".join(data["columns"])))
-        t.add_row("rows", f"{data['loaded']} in the split, {data['selected']} selected")
-        t.add_row("train / eval", f"{data['train']} / {data['eval']}")
-        t.add_row("skipped", str(data["skipped"]["count"]))
-        console.print(t)
-        if data["skipped"]["count"]:
-            s = Table(title="skipped rows by reason", title_justify="left")
-            s.add_column("count", justify="right")
-            s.add_column("reason")
-            s.add_column("rows (first)")
-            for item in data["skipped"]["by_reason"]:
-                s.add_row(str(item["count"]), escape(item["reason"]), ", ".join(map(str, item["rows"])))
-            console.print(s)
-    for p in report.get("prompts") or []:
-        tokens = f", {p['tokens']} tokens" if p.get("tokens") is not None else ""
-        console.print(Panel(escape(p["text"]), title=f"prompt: row {p['index']}{tokens}",
-                            subtitle=f"reference: {escape(repr(p['reference']))}", title_align="left",
-                            subtitle_align="left"))
-    if report.get("stop"):
-        console.print(f"stop sequences: {escape(', '.join(map(str, report['stop'])))}")
-    tok = report.get("tokens")
-    if tok:
-        ctx = f"{tok['context']} ({escape(tok['context_source'])})" if tok["context"] else escape(tok["context_source"])
-        console.print(f"prompt tokens: min {tok['min']}, median {_fmt(tok['median'])}, max {tok['max']} over "
-                      f"{tok['measured_rows']} rows; max_tokens {tok['max_tokens']}; context {ctx}")
-    reward = report.get("reward") or {}
-    if reward:
-        console.print("[bold]reward[/bold]")
-        for line in reward["formula"]:
-            console.print(f"  {escape(line)}")
-    sample = report.get("sample")
-    if sample:
-        t = Table(title=f"base policy: {sample['groups']} groups x {sample['group_size']} rollouts "
-                        f"({sample['sampler']})", title_justify="left")
-        t.add_column("rule")
-        t.add_column("pass rate", justify="right")
-        t.add_column("mean contribution", justify="right")
-        for name, r in sample["rules"].items():
-            t.add_row(escape(name), _fmt(r["pass_rate"]), _fmt(r["mean"]))
-        tot = sample["total"]
-        t.add_row("[bold]total[/bold]", "", f"{_fmt(tot.get('mean'))} (min {_fmt(tot.get('min'))}, "
-                                            f"max {_fmt(tot.get('max'))})")
-        console.print(t)
-        console.print(f"degenerate groups: {_pct(sample['degenerate_fraction'])}; truncated completions: "
-                      f"{_pct(sample['truncated_fraction'])}; failed groups: {len(sample['failed_groups'])}")
-        for ex in sample["examples"]:
-            console.print(f"  row {ex['index']}: {escape(repr(ex['completion']))} -> {_fmt(ex['total'])}"
-                          + (" (truncated)" if ex["truncated"] else ""))
-    for p in report["problems"]:
-        style = "red bold" if p["severity"] == "error" else "yellow"
-        console.print(f"[{style}]{p['severity']}:[/{style}] {escape(p['message'])}")
-        if p.get("fix"):
-            console.print(f"  [cyan]fix:[/cyan] {escape(p['fix'])}")
-    style = "red bold" if report["blocking"] else "green bold"
-    console.print(f"[{style}]{escape(report['verdict'])}[/{style}]")

@@ -19,25 +19,34 @@ Metric keys the training loop logs: ``reward/<rule name>`` (mean contribution), 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import regex
 
-from sailrl.runtime.answers import Comparator, CompiledExtractor, MathTimeout
+from sailrl.runtime.answers import Comparator, CompiledExtractor, MathTimeout, UnreadableAnswer
 from sailrl.spec.rewards import (
     AllOfRule,
     AnswerRule,
     HasAnswerCheck,
     LengthRule,
     MatchRule,
+    PythonRule,
     RewardSpec,
     TerminationRule,
 )
 
-__all__ = ["RewardFunction", "RuleTrace", "Score"]
+__all__ = ["MAX_COMPLETION_CHARS", "MAX_REFERENCE_CHARS", "REASON_CHARS", "RewardFunction", "RuleTrace", "Score"]
 
 _REFERENCE_CACHE_SIZE = 4096
+#: Longest completion the rules read (characters); a longer one fails every rule that reads the text.
+MAX_COMPLETION_CHARS = 200_000
+#: Longest reference field an answer rule reads; a row with a longer one is unusable (skipped when loading).
+MAX_REFERENCE_CHARS = 100_000
+#: Longest per-rule reason (``Score.reasons``).
+REASON_CHARS = 200
 
 
 @dataclass
@@ -45,9 +54,13 @@ class Score:
     """One completion's reward.
 
     total: sum of contributions (clipped). contributions / passed: per rule name, in spec order.
-    timeouts: user-regex (and math-verify) evaluations that hit their time limit. correct: whether
-    ``correct_rule`` passed (None when there is no such rule). errors: rule name -> why the rule could not be
-    evaluated (unusable reference, missing token count, an internal error); such rules count as failed.
+    reasons: per rule, why it passed or failed in plain words (at most :data:`REASON_CHARS` characters), e.g.
+    ``"answer '72' matches reference '72'"``. timeouts: user-regex and math-verify evaluations that hit their time
+    limit. correct: whether ``correct_rule`` passed (None when there is no such rule). errors: rule name -> why
+    the rule could not be evaluated (unusable reference, missing token count, a python rule that raised, timed
+    out or returned something else, an internal error); such rules count as failed. subscores: python rule name
+    -> the named numbers its function returned. python_failures: python calls that failed (also in ``errors``).
+    budget_exceeded: rules that were not (fully) run because the step's scoring budget was used up.
     """
 
     total: float
@@ -56,6 +69,10 @@ class Score:
     timeouts: int = 0
     correct: bool | None = None
     errors: dict[str, str] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    subscores: dict[str, dict[str, float]] = field(default_factory=dict)
+    python_failures: int = 0
+    budget_exceeded: int = 0
 
 
 @dataclass
@@ -69,30 +86,63 @@ class RuleTrace:
 
 
 class _Ctx:
-    """What a rule sees: the completion, the row's fields, how it ended, and counters."""
+    """What a rule sees: the completion, the row's fields, how it ended, the step's budget, and counters."""
 
-    __slots__ = ("answers", "completion", "error", "fields", "num_tokens", "timeouts", "truncated", "why")
+    __slots__ = ("answers", "budget", "budget_exceeded", "completion", "error", "fields", "num_tokens",
+                 "python_failures", "subscores", "timeouts", "too_long", "truncated", "value", "why")
 
     def __init__(self, completion: str, fields: dict[str, Any], truncated: bool, num_tokens: int | None,
-                 explain: bool) -> None:
+                 budget: Any = None) -> None:
         self.completion = completion
         self.fields = fields
         self.truncated = truncated
         self.num_tokens = num_tokens
+        self.budget = budget
         self.timeouts = 0
-        self.why: list[str] | None = [] if explain else None
+        self.budget_exceeded = 0
+        self.python_failures = 0
+        self.why: list[str] = []
         self.error: str | None = None
+        self.value: float | None = None  # a contribution set by the rule itself (weighted python rules)
+        self.subscores: dict[str, float] | None = None
+        self.too_long = len(completion) > MAX_COMPLETION_CHARS
         self.answers: dict[tuple, str | None] = {}  # extractor key -> answer found in the completion
 
     def note(self, text: str) -> None:
-        if self.why is not None:
-            self.why.append(text)
+        self.why.append(text)
+
+    def limit(self, seconds: float) -> float:
+        """``seconds``, or less when the step's scoring budget has less left (<= 0: nothing left)."""
+        if self.budget is None:
+            return seconds
+        return min(seconds, self.budget.remaining())
+
+    def over_budget(self, what: str = "") -> None:
+        self.budget_exceeded += 1
+        self.note(f"{what}not scored: the step's scoring budget (reward.step_budget_s = "
+                  f"{_num(self.budget.budget_s)} s) was used up")
+
+    def text_too_long(self) -> bool:
+        """True (and the reason noted, an error) when the completion is over MAX_COMPLETION_CHARS."""
+        if self.too_long:
+            self.error = (f"the completion is {len(self.completion):,} characters long; the rules read at most "
+                          f"{MAX_COMPLETION_CHARS:,}")
+            self.note(self.error)
+        return self.too_long
 
 
 def _short(text: str, n: int = 60) -> str:
     """``text`` quoted for a message: backslashes as typed, line breaks shown as ⏎, long texts shortened."""
+    if len(text) <= n and "\n" not in text and "\r" not in text:
+        return "'" + text + "'"
+    if len(text) > n:
+        text = text[: n - 3] + "..."
     text = text.replace("\r\n", "\n").replace("\n", "⏎")
-    return "'" + (text if len(text) <= n else text[: n - 3] + "...") + "'"
+    return "'" + text + "'"
+
+
+def _cap(text: str, n: int = REASON_CHARS) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 class _Check:
@@ -108,9 +158,9 @@ class _Check:
 class _Termination(_Check):
     def passes(self, ctx: _Ctx) -> bool:
         if ctx.truncated:
-            ctx.note("cut off at max_tokens")
+            ctx.why.append("cut off at max_tokens")
             return False
-        ctx.note("ended cleanly")
+        ctx.why.append("ended cleanly")
         return True
 
     def describe(self) -> str:
@@ -131,8 +181,7 @@ class _Length(_Check):
                 return False
             n = ctx.num_tokens
         ok = (self.min is None or n >= self.min) and (self.max is None or n <= self.max)
-        if ctx.why is not None:
-            ctx.note(f"{n} {self.unit}" + ("" if ok else f", outside {self._bounds()}"))
+        ctx.note(f"{n} {self.unit}" + ("" if ok else f", outside {self._bounds()}"))
         return ok
 
     def _bounds(self) -> str:
@@ -161,21 +210,31 @@ class _Match(_Check):
         self.fullmatch = rule.mode == "fullmatch"
         self.negate = rule.negate
         self.timeout_s = timeout_s
+        self._quoted = _short(rule.pattern)
 
-    def matches(self, text: str) -> bool:
+    def matches(self, text: str, timeout_s: float | None = None) -> bool:
         """Whether the pattern matches ``text`` (raises TimeoutError)."""
         fn = self.pattern.fullmatch if self.fullmatch else self.pattern.search
-        return fn(text, timeout=self.timeout_s) is not None
+        return fn(text, timeout=self.timeout_s if timeout_s is None else timeout_s) is not None
 
     def passes(self, ctx: _Ctx) -> bool:
-        try:
-            found = self.matches(ctx.completion)
-        except TimeoutError:
-            ctx.timeouts += 1
-            ctx.note(f"the pattern ran past the {self.timeout_s:g} s time limit")
+        if ctx.too_long and ctx.text_too_long():
             return False
-        if ctx.why is not None:
-            ctx.note(("found a match of" if found else "no match of") + f" '{self.source}'")
+        limit = self.timeout_s if ctx.budget is None else ctx.limit(self.timeout_s)
+        if limit <= 0:
+            ctx.over_budget()
+            return False
+        try:
+            found = (self.pattern.fullmatch if self.fullmatch else self.pattern.search)(
+                ctx.completion, timeout=limit) is not None
+        except TimeoutError:
+            if limit < self.timeout_s:
+                ctx.over_budget("the pattern was stopped: ")
+            else:
+                ctx.timeouts += 1
+                ctx.note(f"the pattern ran past the {self.timeout_s:g} s time limit")
+            return False
+        ctx.why.append(("found a match of " if found else "no match of ") + self._quoted)
         return found != self.negate
 
     def describe(self) -> str:
@@ -187,13 +246,28 @@ class _Match(_Check):
         return f"the completion {verb} a match of '{self.source}'{flags}"
 
 
-def _extract(extractor: CompiledExtractor, ctx: _Ctx) -> str | None:
-    """Run an extractor on the completion (once per completion); a regex timeout counts and yields None."""
+_BUDGET = object()  # _extract's answer when the step's budget stopped it
+
+
+def _extract(extractor: CompiledExtractor, ctx: _Ctx) -> Any:
+    """Run an extractor on the completion (once per completion); a regex timeout counts and yields None.
+
+    Returns the answer, None, or ``_BUDGET`` when the step's scoring budget stopped (or forbade) the regex.
+    """
     if extractor.key in ctx.answers:
         return ctx.answers[extractor.key]
+    limit = None
+    if extractor.kind == "regex" and ctx.budget is not None:
+        limit = ctx.limit(extractor.timeout_s)
+        if limit <= 0:
+            ctx.over_budget()
+            return _BUDGET
     try:
-        answer = extractor(ctx.completion)
+        answer = extractor(ctx.completion, limit)
     except TimeoutError:
+        if limit is not None and limit < extractor.timeout_s:
+            ctx.over_budget("the extractor's pattern was stopped: ")
+            return _BUDGET
         ctx.timeouts += 1
         ctx.note(f"the extractor's pattern ran past the {extractor.timeout_s:g} s time limit")
         answer = None
@@ -206,9 +280,12 @@ class _HasAnswer(_Check):
         self.extractor = CompiledExtractor(rule.extract, timeout_s)
 
     def passes(self, ctx: _Ctx) -> bool:
+        if ctx.too_long and ctx.text_too_long():
+            return False
         answer = _extract(self.extractor, ctx)
-        if ctx.why is not None:
-            ctx.note(f"answer {_short(answer)}" if answer is not None else "no answer found")
+        if answer is _BUDGET:
+            return False
+        ctx.why.append(f"answer {_short(answer)}" if answer is not None else "no answer found")
         return answer is not None
 
     def describe(self) -> str:
@@ -220,9 +297,7 @@ class _AllOf(_Check):
         self.checks = checks
 
     def passes(self, ctx: _Ctx) -> bool:
-        if ctx.why is None:
-            return all(c.passes(ctx) for c in self.checks)
-        results = [c.passes(ctx) for c in self.checks]  # explain mode: every check's reason
+        results = [c.passes(ctx) for c in self.checks]  # every check, so that the reason names each
         return all(results)
 
     def describe(self) -> str:
@@ -239,19 +314,24 @@ class _Answer(_Check):
         self.comparator = Comparator(
             rule.compare, abs_tol=rule.abs_tol, rel_tol=rule.rel_tol, math_timeout_s=math_timeout_s
         )
-        self._refs: dict[str, tuple[Any, str | None, str | None]] = {}
+        self._refs: dict[str, tuple[Any, str | None, str | None, str]] = {}
 
-    def reference(self, fields: dict[str, Any]) -> tuple[Any, str | None, str | None]:
-        """(prepared reference, extracted text, problem) for a row; cached by the field's text."""
+    def reference(self, fields: dict[str, Any]) -> tuple[Any, str | None, str | None, str]:
+        """(prepared reference, extracted text, problem, the text quoted for reasons) for a row; cached by the
+        field's text."""
         if self.field not in fields or fields[self.field] is None:
             have = ", ".join(sorted(map(str, fields))) or "none"
-            return None, None, f"the row has no field '{self.field}' (its fields: {have})"
+            return None, None, f"the row has no field '{self.field}' (its fields: {have})", ""
         raw = fields[self.field]
-        raw = raw if isinstance(raw, str) else str(raw)
+        try:
+            raw = raw if isinstance(raw, str) else str(raw)
+        except ValueError:  # an int over Python's 4,300-digit str() limit
+            return None, None, f"the reference field '{self.field}' holds a number too long to read", ""
         hit = self._refs.get(raw)
         if hit is not None:
             return hit
-        result = self._prepare_reference(raw)
+        prepared, text, problem = self._prepare_reference(raw)
+        result = (prepared, text, problem, _short(text or ""))
         if len(self._refs) >= _REFERENCE_CACHE_SIZE:
             self._refs.clear()
         if not result[2] or "time limit" not in result[2]:
@@ -262,6 +342,9 @@ class _Answer(_Check):
         where = f"the reference field '{self.field}'"
         if not raw.strip():
             return None, None, f"{where} is empty"
+        if len(raw) > MAX_REFERENCE_CHARS:
+            return None, None, (f"{where} is {len(raw):,} characters long; answer rules read at most "
+                                f"{MAX_REFERENCE_CHARS:,}")
         try:
             text = self.ref_extractor(raw)
         except TimeoutError:
@@ -274,33 +357,49 @@ class _Answer(_Check):
         except MathTimeout:
             return None, text, f"reading the reference answer {_short(text)} ran past the time limit"
         if prepared is None:
-            return None, text, f"the reference answer {_short(text)} ({where}) {self.comparator.unusable()}"
+            return None, text, f"the reference answer {_short(text)} ({where}) {self.comparator.unusable(text)}"
         return prepared, text, None
 
     def passes(self, ctx: _Ctx) -> bool:
-        ref, ref_text, problem = self.reference(ctx.fields)
+        ref, ref_text, problem, ref_quoted = self.reference(ctx.fields)
         if problem is not None:
             ctx.error = problem
             ctx.note(problem)
             return False
+        if ctx.too_long and ctx.text_too_long():
+            return False
         answer = _extract(self.extractor, ctx)
+        if answer is _BUDGET:
+            return False
         if answer is None:
-            ctx.note("no answer found")
+            ctx.why.append("no answer found")
+            return False
+        math_kind = self.comparator.kind == "math"
+        limit = ctx.limit(self.comparator.math_timeout_s) if math_kind and ctx.budget is not None else None
+        if limit is not None and limit <= 0:
+            ctx.over_budget()
             return False
         try:
             pred = self.comparator.prepare(answer)
             if pred is None:
-                if ctx.why is not None:
-                    ctx.note(f"answer {_short(answer)} {self.comparator.unusable()}")
+                ctx.note(f"answer {_short(answer)} {self.comparator.unusable(answer)}")
                 return False
-            ok = self.comparator.equal(ref, pred)
+            ok = self.comparator.equal(ref, pred, timeout_s=limit) if math_kind else self.comparator.equal(ref, pred)
         except MathTimeout:
-            ctx.timeouts += 1
-            ctx.note("math-verify ran past the time limit")
+            if limit is not None and limit < self.comparator.math_timeout_s:
+                ctx.over_budget("math-verify was stopped: ")
+            else:
+                ctx.timeouts += 1
+                ctx.note("math-verify ran past the time limit")
             return False
-        if ctx.why is not None:
-            ctx.note(f"answer {_short(answer)} {'matches' if ok else 'does not match'} reference "
-                     f"{_short(ref_text or '')}")
+        except UnreadableAnswer as exc:
+            if exc.side == "reference":
+                ctx.error = f"the reference answer {ref_quoted} {self.comparator.unusable()}"
+                ctx.note(ctx.error)
+            else:
+                ctx.note(f"answer {_short(answer)} {self.comparator.unusable()}")
+            return False
+        ctx.why.append(f"answer {_short(answer)} {'matches' if ok else 'does not match'} reference {ref_quoted}")
         return ok
 
     def describe(self) -> str:
@@ -312,7 +411,49 @@ class _Answer(_Check):
         return self.comparator.sentence(f"{self.extractor.describe()} in the completion", ref_words)
 
 
-def _compile(rule: Any, reference_field: str, spec: RewardSpec) -> _Check:
+class _Python(_Check):
+    """A ``kind: python`` rule: the user's function, called in a worker process (see python_rules)."""
+
+    def __init__(self, rule: PythonRule, spec_dir: Path | str | None) -> None:
+        from sailrl.runtime.python_rules import PythonFunction
+
+        self.fn = PythonFunction(spec_dir, rule.function, rule.timeout_s)
+        self.weighted = rule.weighted
+        self.weight = 1.0 if rule.weight is None else float(rule.weight)
+        self.label = f"python: {self.fn.label}"
+
+    def passes(self, ctx: _Ctx) -> bool:
+        if ctx.too_long and ctx.text_too_long():
+            return False
+        limit = ctx.limit(self.fn.timeout_s)
+        if limit <= 0:
+            ctx.over_budget()
+            return False
+        fields = {k: v for k, v in ctx.fields.items() if k != "_index"}
+        result = self.fn.call(ctx.completion, fields, timeout_s=limit)
+        if result.value is None:
+            if result.timed_out and limit < self.fn.timeout_s:
+                ctx.over_budget(f"{self.fn.label} was stopped: ")
+                return False
+            ctx.python_failures += 1
+            ctx.error = result.problem
+            ctx.note(result.problem or "failed")
+            return False
+        value = result.value
+        if self.weighted:
+            ctx.value = self.weight * value
+        ctx.subscores = result.subscores
+        parts = ""
+        if result.subscores:
+            parts = " = " + " + ".join(f"{k} {v:g}" for k, v in result.subscores.items())
+        ctx.note(f"{self.fn.label} returned {value:g}{parts}")
+        return value > 0
+
+    def describe(self) -> str:
+        return self.label
+
+
+def _compile(rule: Any, reference_field: str, spec: RewardSpec, spec_dir: Path | str | None = None) -> _Check:
     t = spec.regex_timeout_s
     if isinstance(rule, AnswerRule):
         return _Answer(rule, reference_field, t, spec.math_timeout_s)
@@ -325,7 +466,9 @@ def _compile(rule: Any, reference_field: str, spec: RewardSpec) -> _Check:
     if isinstance(rule, HasAnswerCheck):
         return _HasAnswer(rule, t)
     if isinstance(rule, AllOfRule):
-        return _AllOf([_compile(c, reference_field, spec) for c in rule.checks])
+        return _AllOf([_compile(c, reference_field, spec, spec_dir) for c in rule.checks])
+    if isinstance(rule, PythonRule):
+        return _Python(rule, spec_dir)
     raise TypeError(f"unknown rule kind {getattr(rule, 'kind', rule)!r}")
 
 
@@ -343,81 +486,112 @@ class RewardFunction:
 
     Build with :meth:`from_spec`. ``rule_names``: rule names in spec order. ``correct_rule``: the rule whose
     pass rate is logged as ``correct`` (``reward.correct_rule``, else the first answer rule, else None).
+    ``python_rules``: names of the ``kind: python`` rules. ``step_budget_s``: ``reward.step_budget_s``.
     """
 
-    def __init__(self, reward: RewardSpec, reference_field: str) -> None:
+    def __init__(self, reward: RewardSpec, reference_field: str, spec_dir: Path | str | None = None) -> None:
         self.spec = reward
         self.reference_field = reference_field
+        self.spec_dir = spec_dir
         self.rule_names: list[str] = [str(r.name) for r in reward.rules]
         self.correct_rule: str | None = reward.default_correct_rule()
-        self._checks = [_compile(r, reference_field, reward) for r in reward.rules]
+        self._checks = [_compile(r, reference_field, reward, spec_dir) for r in reward.rules]
         self._scores = [r.scores() for r in reward.rules]
         self._answers = [c for c in self._checks if isinstance(c, _Answer)]
+        self.python_rules: list[str] = [n for n, c in zip(self.rule_names, self._checks, strict=True)
+                                        if isinstance(c, _Python)]
+        # What _run walks: (name, check, pass score, fail score, is a python rule).
+        self._plan = [(n, c, p, f, isinstance(c, _Python))
+                      for n, c, (p, f) in zip(self.rule_names, self._checks, self._scores, strict=True)]
         self._clip = reward.clip
         self.text_mode: str = reward.text  # which text of a rollout the rules read (see RewardSpec.text)
+        self.step_budget_s: float = reward.step_budget_s
 
     @classmethod
-    def from_spec(cls, reward: RewardSpec, reference_field: str) -> RewardFunction:
-        """Compile ``reward``; ``reference_field`` is the default field of answer rules' references."""
-        return cls(reward, reference_field)
+    def from_spec(cls, reward: RewardSpec, reference_field: str, spec_dir: Path | str | None = None
+                  ) -> RewardFunction:
+        """Compile ``reward``; ``reference_field`` is the default field of answer rules' references.
+
+        ``spec_dir``: the spec's folder, where ``kind: python`` rules find their files (the generated script's
+        ``SPEC_DIR``). Without it a python rule fails every call, saying so. Nothing is started here: python
+        workers start on the first call (or :meth:`python_problems`).
+        """
+        return cls(reward, reference_field, spec_dir)
 
     # ------------------------------------------------------------------------------------------ scoring
 
-    def _run(self, ctx: _Ctx) -> tuple[Score, list[str]]:
+    def _run(self, ctx: _Ctx) -> Score:
         contributions: dict[str, float] = {}
         passed: dict[str, bool] = {}
         errors: dict[str, str] = {}
-        reasons: list[str] = []
-        for name, check, (on_pass, on_fail) in zip(self.rule_names, self._checks, self._scores, strict=False):
+        reasons: dict[str, str] = {}
+        subscores: dict[str, dict[str, float]] = {}
+        budget = ctx.budget
+        for name, check, on_pass, on_fail, is_python in self._plan:
             ctx.error = None
-            if ctx.why is not None:
-                ctx.why = []
-            try:
-                ok = check.passes(ctx)
-            except Exception as exc:  # noqa: BLE001 - score() never raises; the rule fails and is reported
+            why = ctx.why = []
+            if budget is not None and budget.remaining() <= 0:
                 ok = False
-                ctx.error = f"the rule raised {type(exc).__name__}: {exc}"
-                ctx.note(ctx.error)
-            except MathTimeout:
-                ok = False
-                ctx.timeouts += 1
+                ctx.over_budget()
+            else:
+                try:
+                    ok = check.passes(ctx)
+                except Exception as exc:  # noqa: BLE001 - score() never raises; the rule fails and is reported
+                    ok = False
+                    ctx.error = _cap(f"the rule raised {type(exc).__name__}: {exc}")
+                    why.append(ctx.error)
+                except MathTimeout:
+                    ok = False
+                    ctx.timeouts += 1
+                    why.append("math-verify ran past the time limit")
             if ctx.error is not None:
                 errors[name] = ctx.error
             passed[name] = ok
-            contributions[name] = on_pass if ok else on_fail
-            if ctx.why is not None:
-                reasons.append("; ".join(ctx.why))
-        total = sum(contributions.values())
+            if is_python and ctx.value is not None:
+                contributions[name] = ctx.value
+                ctx.value = None
+            else:
+                contributions[name] = on_pass if ok else on_fail
+            if is_python and ctx.subscores:
+                subscores[name] = ctx.subscores
+                ctx.subscores = None
+            reason = why[0] if len(why) == 1 else "; ".join(why)
+            reasons[name] = reason if len(reason) <= REASON_CHARS else _cap(reason)
+        total = math.fsum(contributions.values()) if len(contributions) > 2 else sum(contributions.values())
         if self._clip is not None:
             total = min(max(total, self._clip[0]), self._clip[1])
         correct = passed[self.correct_rule] if self.correct_rule is not None else None
-        return Score(total, contributions, passed, ctx.timeouts, correct, errors), reasons
+        return Score(total, contributions, passed, ctx.timeouts, correct, errors, reasons, subscores,
+                     ctx.python_failures, ctx.budget_exceeded)
 
     def score(self, completion: str, fields: dict[str, Any], *, truncated: bool = False,
-              num_tokens: int | None = None) -> Score:
+              num_tokens: int | None = None, budget: Any = None) -> Score:
         """Score one completion against one row's ``fields``. Never raises.
 
         truncated: the completion was cut off at max_tokens (no stop sequence / end of turn).
         num_tokens: completion length in tokens (needed by ``length`` rules with ``unit: tokens``).
+        budget: the step's scoring budget (an object with ``remaining() -> seconds`` and ``budget_s``, e.g.
+        :class:`sailrl.runtime.scoring.ScoringBudget`); time limits are cut to what it has left and rules past
+        it fail (``Score.budget_exceeded``). Blocking: up to the rules' time limits (regexes, math-verify,
+        python calls); the training loop calls it through :class:`sailrl.runtime.scoring.StepScorer`.
         """
-        return self._run(_Ctx(completion, fields, truncated, num_tokens, explain=False))[0]
+        return self._run(_Ctx(completion, fields, truncated, num_tokens, budget))
 
     def trace(self, completion: str, fields: dict[str, Any], *, truncated: bool = False,
               num_tokens: int | None = None) -> tuple[Score, list[RuleTrace]]:
-        """:meth:`score` plus, per rule, why it passed or failed in plain words (slower; for tools)."""
-        score, reasons = self._run(_Ctx(completion, fields, truncated, num_tokens, explain=True))
-        traces = [
-            RuleTrace(name, score.passed[name], score.contributions[name], why)
-            for name, why in zip(self.rule_names, reasons, strict=False)
-        ]
+        """:meth:`score` plus, per rule, why it passed or failed (``Score.reasons``) as :class:`RuleTrace` s."""
+        score = self.score(completion, fields, truncated=truncated, num_tokens=num_tokens)
+        traces = [RuleTrace(name, score.passed[name], score.contributions[name], score.reasons[name])
+                  for name in self.rule_names]
         return score, traces
 
     def reference_problem(self, fields: dict[str, Any]) -> str | None:
         """Why this row's reference answer cannot be used by an answer rule (plain words), else None.
 
-        Checks every answer rule: the field exists and is not empty, the reference extractor finds an answer,
-        and the comparison can read it (a number for ``numeric``, an expression for ``math``). The data loader
-        skips (and counts) rows for which this is not None.
+        Checks every answer rule: the field exists, is not empty and at most :data:`MAX_REFERENCE_CHARS`
+        characters, the reference extractor finds an answer, and the comparison can read it (a number within
+        range for ``numeric``, an expression for ``math``). The data loader skips (and counts) rows for which this
+        is not None. Time: bounded by the regex and math time limits.
         """
         problems = []
         for name, check in zip(self.rule_names, self._checks, strict=False):
@@ -426,7 +600,7 @@ class RewardFunction:
                 try:
                     problem = a.reference(fields)[2]
                 except Exception as exc:  # noqa: BLE001
-                    problem = f"reading the reference raised {type(exc).__name__}: {exc}"
+                    problem = _cap(f"reading the reference raised {type(exc).__name__}: {exc}")
                 except MathTimeout:
                     problem = "reading the reference answer ran past the time limit"
                 if problem:
@@ -441,16 +615,40 @@ class RewardFunction:
                 return check.reference(fields)[1]
         return None
 
+    def python_problems(self) -> dict[str, tuple[str, str]]:
+        """Rule name -> ``(code, plain words)`` for each python rule whose function cannot be loaded.
+
+        Loads each function in a worker (bounded by the import time limit); a loadable one stays loaded.
+        Codes: see :meth:`sailrl.runtime.python_rules.PythonFunction.load_problem`.
+        """
+        out = {}
+        for name, check in zip(self.rule_names, self._checks, strict=True):
+            if isinstance(check, _Python):
+                problem = check.fn.load_problem()
+                if problem is not None:
+                    out[name] = problem
+        return out
+
     # ------------------------------------------------------------------------------------------ words
 
     def pass_fail_scores(self, name: str) -> tuple[float, float]:
-        """(contribution on pass, contribution on fail) of rule ``name``."""
+        """(contribution on pass, contribution on fail) of rule ``name`` (a weighted python rule's pass score is
+        its weight, the contribution of a returned 1)."""
         return self._scores[self.rule_names.index(name)]
 
+    def _weighted_python(self) -> list[str]:
+        return [n for n, c in zip(self.rule_names, self._checks, strict=True) if isinstance(c, _Python) and c.weighted]
+
     def bounds(self) -> tuple[float, float]:
-        """Lowest and highest possible total (after clipping)."""
-        low = sum(min(p, f) for p, f in self._scores)
-        high = sum(max(p, f) for p, f in self._scores)
+        """Lowest and highest possible total (after clipping); -inf / inf when a weighted python rule (which
+        returns any number) is not clipped."""
+        low = high = 0.0
+        for name, (p, f) in zip(self.rule_names, self._scores, strict=True):
+            if name in self._weighted_python():
+                low, high = -math.inf, math.inf
+            else:
+                low += min(p, f)
+                high += max(p, f)
         if self._clip is not None:
             low, high = (min(max(v, self._clip[0]), self._clip[1]) for v in (low, high))
         return low, high
@@ -459,6 +657,9 @@ class RewardFunction:
         """The reward formula in plain words: one line per rule, then the total and what 'correct' means."""
         lines = []
         for name, check, (on_pass, on_fail) in zip(self.rule_names, self._checks, self._scores, strict=False):
+            if isinstance(check, _Python):
+                lines.append(self._explain_python(name, check, on_pass, on_fail))
+                continue
             cond = check.describe()
             if on_pass == 0 and on_fail != 0:
                 lines.append(f"{name}: {_signed(on_fail)} unless {cond}; otherwise 0.")
@@ -468,9 +669,24 @@ class RewardFunction:
         if self._clip is not None:
             total += f", clipped to [{_num(self._clip[0])}, {_num(self._clip[1])}]"
         low, high = self.bounds()
-        lines.append(f"{total} (from {_num(low)} to {_num(high)}).")
+        if math.isinf(low) or math.isinf(high):
+            lines.append(f"{total} (unbounded: the python rule(s) {', '.join(self._weighted_python())} can "
+                         "return any number).")
+        else:
+            lines.append(f"{total} (from {_num(low)} to {_num(high)}).")
         if self.correct_rule is not None:
             lines.append(
                 f"'correct' (logged each step) is the fraction of completions that pass '{self.correct_rule}'."
             )
         return lines
+
+    @staticmethod
+    def _explain_python(name: str, check: _Python, on_pass: float, on_fail: float) -> str:
+        call = f"{check.label}(completion, fields)"
+        limit = f"raises or runs past {check.fn.timeout_s:g} s"
+        if check.weighted:
+            times = "" if check.weight == 1 else f"{_num(check.weight)} x "
+            return (f"{name}: {times}the number returned by {call} (a dict of named numbers counts as their sum); "
+                    f"0 if it {limit}.")
+        return (f"{name}: {_signed(on_pass)} if {call} returns a number above 0; otherwise {_signed(on_fail)} "
+                f"(also if it {limit}).")

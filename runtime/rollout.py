@@ -49,45 +49,73 @@ def completion_text(renderer: Any, action: list[int], stop: list, *, mode: str =
 class RuleEnv(Env):
     """A single-turn environment: the prompt of one row; the completion is scored by the reward rules.
 
-    Per-rule contributions go to ``StepResult.metrics`` as ``reward/<rule>``; ``correct`` (0/1) when the spec has
-    an answer rule; ``truncated`` (0/1) when the completion was cut at max_tokens (stop_reason ``length``);
-    ``regex_timeouts`` counts user regexes that hit their time limit.
+    Scoring runs off the event loop through ``scorer`` (a :class:`sailrl.runtime.scoring.StepScorer`, which holds
+    the step's scoring budget; default: a scorer of this env's own). ``StepResult.metrics``: ``reward/<rule>``
+    (the rule's contribution), ``reward/<rule>/<name>`` (sub-scores a python rule returned), ``correct`` (0/1)
+    when the spec has an answer rule, ``truncated`` (0/1, cut at max_tokens: stop_reason ``length``),
+    ``regex_timeouts`` (user regexes and math-verify steps that hit their time limit), ``rule_errors`` (rules that
+    could not be evaluated), ``python_rule_failures`` (python calls that raised, timed out or returned something
+    else) and ``reward_budget_exceeded`` (rules failed because the step's budget was used up).
+    ``StepResult.logs``: ``completion`` (the text the rules read, at most 2,000 characters), and per rule
+    ``why/<rule>`` (the reason, at most 200 characters), ``passed/<rule>`` (0 or 1), ``score/<rule>`` (its
+    contribution).
     """
 
     def __init__(self, row: dict[str, Any], model_input: tinker.ModelInput, stop: list, renderer: Any,
-                 reward_fn: Any) -> None:
+                 reward_fn: Any, scorer: Any = None) -> None:
         self.row = row
         self.model_input = model_input
         self.stop = stop
         self.renderer = renderer
         self.reward_fn = reward_fn
+        self.scorer = scorer
 
     async def initial_observation(self):
         return self.model_input, self.stop
 
     async def step(self, action, *, extra=None) -> StepResult:
+        from sailrl.runtime.scoring import StepScorer
+
         stop_reason = (extra or {}).get("stop_reason", "stop")
         text, clean = completion_text(self.renderer, action, self.stop, mode=self.reward_fn.text_mode)
         truncated = stop_reason == "length" or not clean
-        score = self.reward_fn.score(text, self.row, truncated=truncated, num_tokens=len(action))
+        if self.scorer is None:
+            self.scorer = StepScorer(self.reward_fn)
+        score = await self.scorer.score(text, self.row, truncated=truncated, num_tokens=len(action))
         metrics: dict[str, float] = {f"reward/{name}": float(v) for name, v in score.contributions.items()}
+        for rule, subs in score.subscores.items():
+            for name, v in subs.items():
+                metrics[f"reward/{rule}/{name}"] = float(v)
         metrics["truncated"] = float(stop_reason == "length")
         metrics["regex_timeouts"] = float(score.timeouts)
+        metrics["rule_errors"] = float(len(score.errors))
+        metrics["python_rule_failures"] = float(score.python_failures)
+        metrics["reward_budget_exceeded"] = float(score.budget_exceeded)
         if score.correct is not None:
             metrics["correct"] = float(score.correct)
+        logs: dict[str, str | int | float] = {"completion": text[:2000]}
+        for name, value in score.contributions.items():
+            logs[f"why/{name}"] = score.reasons.get(name, "")
+            logs[f"passed/{name}"] = int(score.passed[name])
+            logs[f"score/{name}"] = float(value)
         return StepResult(
             reward=float(score.total),
             episode_done=True,
             next_observation=tinker.ModelInput.empty(),
             next_stop_condition=[],
             metrics=metrics,
-            logs={"completion": text[:2000]},
+            logs=logs,
         )
 
 
 @dataclass(frozen=True)
 class RuleGroupBuilder(EnvGroupBuilder):
-    """Fans one row out into ``group_size`` environments that share one prompt."""
+    """Fans one row out into ``group_size`` environments that share one prompt.
+
+    scorer: the step's :class:`sailrl.runtime.scoring.StepScorer` (one per step, shared by every group of the
+    step, so that the step has one scoring budget). Without it, each group gets a scorer of its own, i.e. a
+    budget of ``reward.step_budget_s`` per group.
+    """
 
     row: dict[str, Any]
     model_input: tinker.ModelInput
@@ -96,9 +124,13 @@ class RuleGroupBuilder(EnvGroupBuilder):
     reward_fn: Any
     group_size: int
     tags: tuple[str, ...] = field(default=("sailrl",))
+    scorer: Any = None
 
     async def make_envs(self):
-        return [RuleEnv(self.row, self.model_input, self.stop, self.renderer, self.reward_fn)
+        from sailrl.runtime.scoring import StepScorer
+
+        scorer = self.scorer if self.scorer is not None else StepScorer(self.reward_fn)
+        return [RuleEnv(self.row, self.model_input, self.stop, self.renderer, self.reward_fn, scorer)
                 for _ in range(self.group_size)]
 
     async def compute_group_rewards(self, trajectory_group, env_group):
@@ -150,16 +182,23 @@ class SamplingPolicy(TokenCompleter):
 
 @dataclass
 class RolloutBatch:
-    """The groups of one step. ``failed`` holds (row index, error text) for groups whose rollouts failed."""
+    """The groups of one step. ``failed`` holds (row index, error text) for groups whose rollouts failed.
+
+    Provenance, one entry per group: ``sampler_paths`` (the sampler checkpoint) and ``sampler_steps`` (the step
+    whose snapshot it is). ``seconds``: wall time of the rollouts.
+    """
 
     groups: list[TrajectoryGroup]
     rows: list[dict[str, Any]]
     failed: list[tuple[int, str]]
     extra_metrics: dict[str, float] = field(default_factory=dict)
+    sampler_paths: list[str] = field(default_factory=list)
+    sampler_steps: list[int] = field(default_factory=list)
+    seconds: float = 0.0
 
 
 def _is_fatal(exc: BaseException) -> bool:
-    from sailrl.runtime.sail_adapter import SailCheckpointError, SailRequestRejected
+    from sailrl.runtime.sail import SailCheckpointError, SailRequestRejected
 
     return isinstance(exc, (SailRequestRejected, SailCheckpointError))
 

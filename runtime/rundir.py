@@ -1,9 +1,10 @@
-"""The run directory: ``config.json``, ``metrics.jsonl`` and ``checkpoints.jsonl``.
+"""The run directory: ``config.json``, ``metrics.jsonl``, ``checkpoints.jsonl``, ``warmup.jsonl`` and ``train.py``.
 
 Layout follows tinker-cookbook: ``metrics.jsonl`` has one JSON object per step with a ``step`` key (as
 ``tinker_cookbook.utils.ml_log`` writes it); ``checkpoints.jsonl`` is written by
 ``tinker_cookbook.checkpoint_utils.save_checkpoint_async`` (``name``, ``batch``, ``state_path``...).
-Here ``batch`` is the number of completed RL steps, i.e. the step a resumed run starts at.
+Here ``batch`` is the number of completed RL steps; steps are numbered from 1, so a resumed run starts at step
+``batch + 1``. A state saved during the supervised warm-up also records ``warmup`` (completed warm-up steps).
 
 Crash safety: each metrics line is written whole and flushed with fsync. A run killed mid-step leaves at most a
 partial last line, which is dropped on resume; lines for steps after the last saved state are dropped too (those
@@ -21,6 +22,8 @@ from typing import Any
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
+WARMUP_FILE = "warmup.jsonl"
+SCRIPT_FILE = "train.py"
 
 
 def _read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
@@ -64,14 +67,13 @@ def spec_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 class RunDirectory:
-    """One run's directory. ``path`` is created if missing.
-
-    Raises ``FileExistsError`` (with the resume hint) when starting a fresh run over a directory that already
-    holds metrics, so a second run never silently interleaves with the first.
-    """
+    """One run's directory. Reading never creates it; the first write does (``mkdir -p``)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+
+    def ensure(self) -> None:
+        """Create the directory (and parents) if missing."""
         self.path.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -87,10 +89,11 @@ class RunDirectory:
 
     def clear_records(self) -> None:
         """Remove a previous run's records (config, metrics, checkpoint index, warm-up log, plot)."""
-        for name in (CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, "warmup.jsonl", "reward.png"):
+        for name in (CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, WARMUP_FILE, "rollouts.jsonl", "reward.png"):
             (self.path / name).unlink(missing_ok=True)
 
     def write_config(self, resolved_spec: dict[str, Any], spec_sha256: str, extra: dict[str, Any]) -> None:
+        self.ensure()
         config = {"spec_sha256": spec_sha256, "spec": resolved_spec, **extra}
         tmp = self.path / (CONFIG_FILE + ".tmp")
         tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -130,28 +133,43 @@ class RunDirectory:
 
     def truncate_metrics(self, first_step_to_rerun: int) -> None:
         """Keep only metrics of steps before ``first_step_to_rerun`` (atomic rewrite)."""
-        kept = [m for m in _read_jsonl_tolerant(self.metrics_path)
+        self.truncate_jsonl(METRICS_FILE, first_step_to_rerun)
+
+    def truncate_jsonl(self, name: str, first_step_to_rerun: int) -> None:
+        """Keep only the lines of ``name`` whose integer ``step`` is below ``first_step_to_rerun`` (atomic)."""
+        path = self.path / name
+        if not path.exists():
+            return
+        kept = [m for m in _read_jsonl_tolerant(path)
                 if isinstance(m.get("step"), int) and m["step"] < first_step_to_rerun]
-        tmp = self.path / (METRICS_FILE + ".tmp")
+        tmp = self.path / (name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             for m in kept:
                 f.write(json.dumps(m, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.metrics_path)
+        os.replace(tmp, path)
 
     def append_metrics(self, metrics: dict[str, Any]) -> None:
         """Append one step's metrics as one line, flushed to disk."""
-        line = json.dumps(metrics, sort_keys=True) + "\n"
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        self.append_jsonl(METRICS_FILE, metrics)
+
+    def write_script(self, text: str) -> None:
+        """Record the training script that runs as ``train.py`` (atomic)."""
+        self.ensure()
+        tmp = self.path / (SCRIPT_FILE + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, self.path / SCRIPT_FILE)
+
+    def read_warmup(self) -> list[dict[str, Any]]:
+        return _read_jsonl_tolerant(self.path / WARMUP_FILE)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         return _read_jsonl_tolerant(self.metrics_path)
 
     def append_jsonl(self, name: str, record: dict[str, Any]) -> None:
+        """Append ``record`` as one line of ``name``, flushed to disk (a kill leaves at most a torn last line)."""
+        self.ensure()
         with open(self.path / name, "a", encoding="utf-8") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
             f.flush()

@@ -22,7 +22,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rewards": ("rewards", "score completions with a spec's reward rules and print a per-rule table"),
     "explain": ("explain", "print a spec's reward formula in plain words"),
     "preflight": ("preflight", "check data, prompts and (optionally) base-policy rewards before training"),
-    "plot": ("plot", "write a PNG of reward and degenerate fraction per step for a run directory"),
+    "plot": ("plot", "write a PNG of reward (total, per rule, eval) and degenerate / truncated fractions per step"),
+    "show": ("show", "print a run's logged rollouts: completions with each rule's verdict, best or worst first"),
+    "clean": ("clean", "list and remove the embedded backend's checkpoints under $SAILRL_HOME/checkpoints"),
 }
 
 

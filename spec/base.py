@@ -141,3 +141,16 @@ class SpecModel(BaseModel):
                 annotation = Annotated[(annotation, *field.metadata)]  # type: ignore[valid-type]
             out[key] = unwrap(value, annotation)
         return out
+
+
+def usual_range(low: float, high: float, *, off: float | None = None) -> dict[str, Any]:
+    """``json_schema_extra`` for a number field: the range its values usually lie in.
+
+    Outside it the validation stage warns (code W101); ``off`` is a value that means "disabled" and is never
+    warned about (e.g. ``0`` for a penalty). The JSON Schema gets ``x-usual-range`` (and ``x-usual-off``), which
+    the spec reference lists.
+    """
+    extra: dict[str, Any] = {"x-usual-range": [low, high]}
+    if off is not None:
+        extra["x-usual-off"] = off
+    return extra

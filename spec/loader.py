@@ -1,4 +1,4 @@
-"""Load a spec file: YAML 1.2 scalars, source locations, duplicate keys, and every problem collected.
+"""Load a spec file: YAML 1.2 scalars, source locations, duplicate keys, limits, and every problem collected.
 
 ``load_spec(path)`` parses with PyYAML's composer (which keeps a start/end mark on every node) and builds the
 Python data itself, so that:
@@ -7,10 +7,17 @@ Python data itself, so that:
   are booleans, ``010`` is decimal, ``0o10``/``0x1f`` are octal/hex) and every plain scalar that is not a
   string is wrapped in :class:`sailrl.spec.base.Plain`, so string fields keep the exact text (``yes``, ``010``);
 * a duplicated key is an error that names both lines (PyYAML silently keeps the last one);
-* every node's location is remembered by key path, so schema errors (pydantic) and semantic checks
-  (``sailrl.compiler.checks``) point at ``file:line:col``.
+* every node's location is remembered by key path, so schema errors (pydantic) and the validation stage's
+  semantic checks point at ``file:line:col``;
+* inputs are bounded (:mod:`sailrl.spec.constants`): file size, nesting depth, values after alias expansion
+  (counted as the composer resolves each alias, so an alias bomb stops at once), integer digits; a
+  non-printable character is a located error and the rest of the file is still read;
+* after a YAML syntax error, the part of the file before it is still parsed and checked, so one pass reports
+  the syntax error and every other problem found before it (``LoadedSpec.complete`` is False then).
 
-All problems are raised together as :class:`sailrl.spec.errors.SpecErrors`.
+This module does YAML and the schema only. The semantic checks and the worked reward examples are the
+validation stage's (``sailrl.compiler.validate.validate_file``). Problems are raised together as
+:class:`sailrl.spec.errors.SpecErrors`.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
 
 from sailrl.spec.base import Plain
-from sailrl.spec.errors import Related, SpecError, SpecErrors
+from sailrl.spec.constants import MAX_INT_DIGITS, MAX_NESTING, MAX_SPEC_BYTES, MAX_VALUES
+from sailrl.spec.errors import LINE_BREAK as _LINE_BREAK
+from sailrl.spec.errors import Related, SpecError, SpecErrors, yaml_lines
 
 if TYPE_CHECKING:
     from sailrl.spec.schema import Spec
@@ -57,13 +66,16 @@ _NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
 def resolve_plain(text: str) -> Any:
     """The YAML 1.2 core value of a plain scalar: None, bool, int, float, or ``text`` itself (a string).
 
-    Examples: ``1e-5`` -> 1e-05, ``010`` -> 10, ``0o10`` -> 8, ``yes`` -> 'yes', ``1_000`` -> '1_000'.
+    Examples: ``1e-5`` -> 1e-05, ``010`` -> 10, ``0o10`` -> 8, ``yes`` -> 'yes', ``1_000`` -> '1_000'. A decimal
+    integer of more than :data:`~sailrl.spec.constants.MAX_INT_DIGITS` digits stays text.
     """
     if _NULL.match(text):
         return None
     if _BOOL.match(text):
         return text.lower() == "true"
     if _INT10.match(text):
+        if len(text.lstrip("+-")) > MAX_INT_DIGITS:
+            return text  # more digits than int() converts; the loader reports it (S021)
         return int(text, 10)
     if _INT8.match(text):
         return int(text, 0)
@@ -87,13 +99,61 @@ class _CoreResolver(BaseResolver):
         return _SEQ if kind is SequenceNode else _MAP
 
 
+class _Limit(yaml.YAMLError):
+    """A loader limit was reached while composing (``code``, plain-words ``message``, ``hint``, ``mark``)."""
+
+    def __init__(self, code: str, message: str, hint: str, mark: yaml.Mark) -> None:
+        super().__init__(message)
+        self.code, self.message, self.hint, self.mark = code, message, hint, mark
+
+
 class _Composer(Reader, Scanner, Parser, Composer, _CoreResolver):
+    """PyYAML's composer with two limits: nesting depth, and values counted with every alias expanded.
+
+    Each finished node's expanded size (1 + its children's, an alias child counting its anchor's whole size) is
+    recorded, so the count of a document grows by an anchor's full size at every alias, as the composer
+    resolves it, and composing stops as soon as it passes :data:`~sailrl.spec.constants.MAX_VALUES`.
+    """
+
     def __init__(self, stream: str) -> None:
         Reader.__init__(self, stream)
         Scanner.__init__(self)
         Parser.__init__(self)
         Composer.__init__(self)
         _CoreResolver.__init__(self)
+        self._depth = 0
+        self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        mark = self.peek_event().start_mark
+        if self.check_event(yaml.AliasEvent):
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_NESTING:
+            raise _Limit("S020", f"mappings and lists are nested more than {MAX_NESTING} levels deep here",
+                         "A spec needs about 7 levels; flatten this value.", mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(node, MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, SequenceNode):
+            children = node.value
+        else:
+            children = []
+        size = 1 + sum(self._sizes.get(id(c), 1) for c in children)
+        self._sizes[id(node)] = size
+        if size > MAX_VALUES:
+            raise _Limit(
+                "S019",
+                f"this value expands to more than {MAX_VALUES:,} values (anchors and aliases repeated in full); "
+                f"a spec may hold at most {MAX_VALUES:,}",
+                "A spec is a small file; an alias (*name) repeats its anchor's whole value, and nested aliases "
+                "multiply. Write the values out, or remove the aliases.",
+                mark,
+            )
+        return node
 
 
 @dataclass
@@ -108,10 +168,13 @@ class NodeInfo:
 class LoadedSpec:
     """A parsed spec file.
 
-    spec: the validated :class:`~sailrl.spec.schema.Spec` (``None`` only while ``check_spec`` runs on a file
+    spec: the validated :class:`~sailrl.spec.schema.Spec` (``None`` while the validation stage checks a file
     the schema rejected). path: the file. text: its source. sha256: hex digest of the file bytes.
     data: plain Python data after YAML (YAML 1.2 core values; no ``Plain`` wrappers).
     tree: the same data with ``Plain`` wrappers (what the schema validates).
+    complete: False when a YAML syntax error stopped parsing; ``data`` then holds what came before
+    ``complete_lines`` lines (the top-level sections in ``complete_sections`` are whole).
+    warnings: problems of severity "warning" the validation stage found (the spec is usable).
     """
 
     spec: Spec
@@ -121,6 +184,10 @@ class LoadedSpec:
     data: dict
     tree: Any = None
     nodes: dict[KeyPath, NodeInfo] = field(default_factory=dict, repr=False)
+    complete: bool = True
+    complete_lines: int | None = None
+    complete_sections: frozenset[str] = frozenset()
+    warnings: list[SpecError] = field(default_factory=list)
 
     @property
     def base_dir(self) -> Path:
@@ -148,12 +215,14 @@ class LoadedSpec:
             path = path[:-1]
         return path
 
-    def error(self, key_path: KeyPath | str, message: str, hint: str | None = None, *, at: str = "value",
-              offset: int | None = None, related: list[Related] | None = None) -> SpecError:
+    def error(self, key_path: KeyPath | str, message: str, hint: str | None = None, *, code: str,
+              at: str = "value", offset: int | None = None, related: list[Related] | None = None,
+              severity: str = "error") -> SpecError:
         """A :class:`SpecError` located at ``key_path`` (or its nearest existing parent).
 
-        at: "value" (the value's text) or "key" (the key's text). offset: characters into a one-line scalar's
-        text (e.g. a position inside a regex), when it can be mapped onto the source line.
+        code: the problem's code (:mod:`sailrl.spec.codes`). at: "value" (the value's text) or "key" (the key's
+        text). offset: characters into a one-line scalar's text (e.g. a position inside a regex), when it can be
+        mapped onto the source line. severity: "error" or "warning".
         """
         path = _as_path(key_path)
         found = self.nearest(path)
@@ -180,7 +249,7 @@ class LoadedSpec:
             line, column = 1, 1
         return SpecError(
             file=str(self.path), line=line, column=column, key_path=dotted(path), message=message, hint=hint,
-            end_column=end, related=related or [],
+            end_column=end, related=related or [], code=code, severity=severity,
         )
 
 
@@ -226,16 +295,21 @@ class _Builder:
         self.errors: list[SpecError] = []
         self._active: set[int] = set()
 
-    def fail(self, node: Node, path: KeyPath, message: str, hint: str | None = None,
+    def fail(self, node: Node, path: KeyPath, code: str, message: str, hint: str | None = None,
              related: list[Related] | None = None) -> None:
         line, col = _pos(node.start_mark)
         end = node.end_mark.column + 1 if node.end_mark.line == node.start_mark.line else None
-        self.errors.append(SpecError(self.filename, line, col, dotted(path), message, hint, end, related or []))
+        self.errors.append(SpecError(self.filename, line, col, dotted(path), message, hint, end, related or [],
+                                     code=code))
 
     def build(self, node: Node, path: KeyPath) -> tuple[Any, Any]:
         if id(node) in self._active:
-            self.fail(node, path, "this alias refers to itself (a recursive structure)",
+            self.fail(node, path, "S018", "this alias refers to itself (a recursive structure)",
                       "Remove the recursive alias; a spec is a tree.")
+            return None, None
+        if len(path) > MAX_NESTING:  # aliases inside anchors can nest deeper than the text itself
+            self.fail(node, path, "S020", f"mappings and lists are nested more than {MAX_NESTING} levels deep "
+                      "here (aliases expanded)", "A spec needs about 7 levels; flatten this value.")
             return None, None
         if isinstance(node, ScalarNode):
             return self._scalar(node, path)
@@ -243,7 +317,7 @@ class _Builder:
         try:
             if isinstance(node, SequenceNode):
                 if node.tag != _SEQ:
-                    self.fail(node, path, f"unsupported YAML tag {_short_tag(node.tag)}",
+                    self.fail(node, path, "S016", f"unsupported YAML tag {_short_tag(node.tag)}",
                               "Remove the tag; a spec uses plain lists.")
                 tree_items, data_items = [], []
                 for i, child in enumerate(node.value):
@@ -255,11 +329,11 @@ class _Builder:
             assert isinstance(node, MappingNode)
             template = _unquoted_template(node)
             if template is not None:
-                self.fail(node, path, "unquoted template: YAML reads {{ ... }} as a mapping, not text",
+                self.fail(node, path, "S022", "unquoted template: YAML reads {{ ... }} as a mapping, not text",
                           f"Quote the template: '{template}'")
                 return template, template
             if node.tag != _MAP:
-                self.fail(node, path, f"unsupported YAML tag {_short_tag(node.tag)}",
+                self.fail(node, path, "S016", f"unsupported YAML tag {_short_tag(node.tag)}",
                           "Remove the tag; a spec uses plain mappings.")
             return self._mapping(node, path)
         finally:
@@ -271,13 +345,13 @@ class _Builder:
         seen: dict[Any, Node] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, ScalarNode):
-                self.fail(key_node, path, "a key must be a simple name, not a list or mapping",
+                self.fail(key_node, path, "S023", "a key must be a simple name, not a list or mapping",
                           "Write keys as plain words followed by a colon, e.g. `name: value`.")
                 continue
             tree_key, _ = self._scalar(key_node, path, record=False)
             key = tree_key.raw if isinstance(tree_key, Plain) else tree_key
             if key == "<<" and key_node.style is None:
-                self.fail(key_node, path, "merge keys (<<) are not part of YAML 1.2 and are not supported",
+                self.fail(key_node, path, "S017", "merge keys (<<) are not part of YAML 1.2 and are not supported",
                           "Repeat the keys you meant to merge, or use an anchor for a whole value (&name / *name).")
                 continue
             child_path = (*path, key)
@@ -285,7 +359,7 @@ class _Builder:
                 first = seen[key]
                 first_line = first.start_mark.line + 1
                 self.fail(
-                    key_node, child_path,
+                    key_node, child_path, "S015",
                     f"duplicate key '{key}' (first written on line {first_line})",
                     "YAML would silently keep only the last one; delete one of them or merge their contents.",
                     related=[Related(first_line, first.start_mark.column + 1, f"'{key}' first written here")],
@@ -300,6 +374,10 @@ class _Builder:
         text = node.value
         if node.tag == _STR:
             return text, text
+        if _INT10.match(text) and len(text.lstrip("+-")) > MAX_INT_DIGITS:
+            self.fail(node, path, "S021", f"this integer has {len(text.lstrip('+-')):,} digits; a number in a spec "
+                      f"has at most {MAX_INT_DIGITS:,}", "Write a smaller number (or quote it if it is text).")
+            return text, text
         if node.tag == _PLAIN_TAG:
             value = resolve_plain(text)
             if isinstance(value, str):
@@ -313,12 +391,12 @@ class _Builder:
                   "!!float": isinstance(value, (int, float)) and not isinstance(value, bool),
                   "!!bool": isinstance(value, bool), "!!null": value is None}[tag]
             if not ok:
-                self.fail(node, path, f"'{text}' is not a valid {tag[2:]}")
+                self.fail(node, path, "S024", f"'{text}' is not a valid {tag[2:]}")
                 return text, text
             if tag == "!!float":
                 value = float(value)
             return Plain(value, text), value
-        self.fail(node, path, f"unsupported YAML tag {tag}", "Remove the tag (a spec needs no YAML tags).")
+        self.fail(node, path, "S016", f"unsupported YAML tag {tag}", "Remove the tag (a spec needs no YAML tags).")
         return text, text
 
 
@@ -344,25 +422,28 @@ def _yaml_error(exc: yaml.MarkedYAMLError, filename: str, text: str) -> SpecErro
     mark = exc.problem_mark or exc.context_mark
     line, col = _pos(mark) if mark else (0, 0)
     problem = (exc.problem or exc.context or "invalid YAML").strip()
-    lines = text.splitlines()
+    lines = yaml_lines(text)
     src = lines[line - 1] if 1 <= line <= len(lines) else ""
-    message, hint, related, line, col = _yaml_message(exc, problem, src, line, col)
+    message, hint, related, line, col, code = _yaml_message(exc, problem, src, line, col)
     if "{{" in src or "{%" in src:
         hint = "A value that starts with {{ or {% is a Jinja template and must be quoted: user: '{{ question }} ...'"
-    return SpecError(filename, line, col, "", message, hint, None, related)
+    return SpecError(filename, line, col, "", message, hint, None, related, code=code)
 
 
 def _yaml_message(exc: yaml.MarkedYAMLError, problem: str, src: str, line: int, col: int
-                  ) -> tuple[str, str | None, list[Related], int, int]:
+                  ) -> tuple[str, str | None, list[Related], int, int, str]:
     hint = None
     related: list[Related] = []
+    code = "S010"
     if "'\\t'" in problem or (src[: max(col - 1, 0)].strip() == "" and "\t" in src[: max(col, 1)]):
+        code = "S011"
         message = "tab character used for indentation: YAML forbids tabs for indentation"
         hint = "Indent with spaces only (e.g. two spaces per level); set your editor to insert spaces for Tab."
         tab = src.find("\t")
         if tab >= 0:
             col = tab + 1
     elif "unknown escape character" in problem:
+        code = "S012"
         ch = problem.rsplit("'", 2)[-2] if problem.count("'") >= 2 else "?"
         message = f"'\\{ch}' is not a valid escape inside double quotes"
         hint = (
@@ -378,6 +459,7 @@ def _yaml_message(exc: yaml.MarkedYAMLError, problem: str, src: str, line: int, 
         # The file ended inside something unclosed: point at where it was opened.
         line, col = _pos(exc.context_mark)
         context = exc.context or ""
+        code = "S013"
         if "quoted scalar" in context:
             message = "unclosed quote: this quoted text has no closing quote"
             hint = "Add the closing quote. Inside single quotes, write '' for a literal single quote."
@@ -387,6 +469,7 @@ def _yaml_message(exc: yaml.MarkedYAMLError, problem: str, src: str, line: int, 
             message = "unclosed '{': this mapping has no closing '}'"
             hint = "A template such as {{ question }} must be quoted: user: '{{ question }}'"
         else:
+            code = "S010"
             message = f"YAML syntax error: the file ends {context}".strip()
     else:
         problem = problem.replace("found '?'", "found a key").replace("<block end>", "the end of the block")
@@ -404,115 +487,275 @@ def _yaml_message(exc: yaml.MarkedYAMLError, problem: str, src: str, line: int, 
             hint = "Each line of a mapping is `key: value`; check for a missing colon or wrong indentation."
         elif "the end of the block" in problem:
             hint = "Check the indentation: items of one mapping or list must start in the same column."
-    return message, hint, related, line, col
+    return message, hint, related, line, col, code
 
 
-def parse_yaml(text: str, filename: str = "<string>") -> tuple[Any, Any, dict[KeyPath, NodeInfo], list[SpecError]]:
-    """Parse ``text`` -> (tree with Plain, plain data, locations, errors). No schema validation."""
+_CONTROL_NAMES = {"\x00": "NUL", "\x07": "bell", "\x08": "backspace", "\x0b": "vertical tab", "\x0c": "form feed",
+                  "\x1b": "escape", "\x7f": "delete"}
+
+
+def _non_printable(text: str, filename: str) -> tuple[str, list[SpecError]]:
+    """(``text`` with every character YAML refuses replaced by a space, one located error per such character)."""
+    found = list(Reader.NON_PRINTABLE.finditer(text))
+    if not found:
+        return text, []
+    starts = [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
+    import bisect
+
+    errors = []
+    for m in found:
+        i = bisect.bisect_right(starts, m.start()) - 1
+        ch = m.group()
+        name = _CONTROL_NAMES.get(ch, "a control character" if ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0
+                                  else "a non-printable character")
+        errors.append(SpecError(
+            filename, i + 1, m.start() - starts[i] + 1, "",
+            f"non-printable character U+{ord(ch):04X} ({name}): YAML does not allow it anywhere in the file, "
+            "not even in a comment",
+            "Delete it (editors may show it as ^L, a box or nothing at all). To put such a character in a value, "
+            "write it as an escape inside double quotes, e.g. \"\\f\".",
+            m.start() - starts[i] + 2, code="S014",
+        ))
+    return Reader.NON_PRINTABLE.sub(" ", text), errors
+
+
+@dataclass
+class _Parsed:
+    tree: Any = None
+    data: Any = None
+    nodes: dict[KeyPath, NodeInfo] = field(default_factory=dict)
+    errors: list[SpecError] = field(default_factory=list)
+    complete: bool = True
+    complete_lines: int | None = None
+    complete_sections: frozenset[str] = frozenset()
+
+
+def _compose(text: str) -> tuple[Node | None, Exception | None, yaml.Mark | None]:
+    """(root node, the exception that stopped composing or None, where it stopped)."""
     loader = _Composer(text)
     try:
-        root = loader.get_single_node()
-    except yaml.MarkedYAMLError as exc:
-        return None, None, {}, [_yaml_error(exc, filename, text)]
-    except yaml.YAMLError as exc:  # reader errors (e.g. control characters) have no problem_mark
-        return None, None, {}, [SpecError(filename, 0, 0, "", f"cannot read YAML: {exc}")]
+        return loader.get_single_node(), None, None
+    except (yaml.YAMLError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
+        # ValueError/OverflowError: PyYAML's scanner on an escape such as "\U99999999" (chr() out of range).
+        try:
+            mark = loader.get_mark()
+        except Exception:  # noqa: BLE001 -- the reader's state after a failure is only best-effort
+            mark = None
+        return None, exc, mark
     finally:
         loader.dispose()
+
+
+def _stop_error(exc: Exception, mark: yaml.Mark | None, filename: str, text: str) -> SpecError:
+    """The located problem for an exception that stopped composing."""
+    if isinstance(exc, _Limit):
+        line, col = _pos(exc.mark)
+        return SpecError(filename, line, col, "", exc.message, exc.hint, code=exc.code)
+    if isinstance(exc, yaml.MarkedYAMLError):
+        return _yaml_error(exc, filename, text)
+    line, col = _pos(mark) if mark is not None else (0, 0)
+    detail = str(exc) if not isinstance(exc, yaml.YAMLError) else str(exc).splitlines()[0]
+    if isinstance(exc, ValueError | OverflowError):
+        return SpecError(filename, line, col, "", f"YAML syntax error: a double-quoted escape here is not a valid "
+                         f"character ({detail})", "Check the \\x, \\u and \\U escapes inside double quotes.",
+                         code="S012")
+    return SpecError(filename, line, col, "", f"YAML syntax error: cannot read the YAML here ({detail})", code="S010")
+
+
+def _top_level(line: str) -> bool:
+    return bool(line) and not line[0].isspace() and not line.startswith(("#", "-", "...", "---"))
+
+
+def _recover_prefix(text: str, stop_line: int, filename: str) -> _Parsed | None:
+    """Parse the lines before ``stop_line`` (1-based), or before the top-level key that contains it."""
+    lines = yaml_lines(text)
+    cuts = [stop_line - 1]
+    section = next((i for i in range(min(stop_line - 1, len(lines)) - 1, -1, -1) if _top_level(lines[i])), None)
+    if section is not None and section < stop_line - 1:
+        cuts.append(section)
+    for cut in cuts:
+        if cut <= 0:
+            continue
+        prefix = "\n".join(lines[:cut]) + "\n"
+        root, exc, _ = _compose(prefix)
+        if exc is not None or root is None:
+            continue
+        builder = _Builder(filename)
+        builder.nodes[()] = NodeInfo(root)
+        tree, data = builder.build(root, ())
+        whole = cut < len(lines) and _top_level(lines[cut])  # the cut falls between two sections
+        sections = [k.value for k, _ in root.value if isinstance(k, ScalarNode)] if isinstance(
+            root, MappingNode) else []
+        complete = frozenset(sections if whole else sections[:-1])
+        return _Parsed(tree, data, builder.nodes, builder.errors, complete=False, complete_lines=cut,
+                       complete_sections=complete)
+    return None
+
+
+def _parse(text: str, filename: str) -> _Parsed:
+    text, errors = _non_printable(text, filename)
+    root, exc, mark = _compose(text)
+    if exc is not None:
+        stop = _stop_error(exc, mark, filename, text)
+        errors.append(stop)
+        stop_line = stop.line
+        if isinstance(exc, yaml.MarkedYAMLError) and exc.context_mark is not None:
+            stop_line = min(stop_line or 10**9, exc.context_mark.line + 1)
+        partial = _recover_prefix(text, stop_line, filename) if stop_line and stop_line > 1 else None
+        if partial is None:
+            return _Parsed(errors=errors, complete=False, complete_lines=0)
+        partial.errors = errors + partial.errors
+        return partial
     if root is None:
-        return None, None, {}, []
+        return _Parsed(errors=errors)
     builder = _Builder(filename)
     builder.nodes[()] = NodeInfo(root)
     tree, data = builder.build(root, ())
-    return tree, data, builder.nodes, builder.errors
+    return _Parsed(tree, data, builder.nodes, errors + builder.errors)
+
+
+def parse_yaml(text: str, filename: str = "<string>") -> tuple[Any, Any, dict[KeyPath, NodeInfo], list[SpecError]]:
+    """Parse ``text`` -> (tree with Plain, plain data, locations, errors). No schema validation.
+
+    After a YAML syntax error the tree holds what came before it (see the module docstring); the errors
+    include the syntax error.
+    """
+    parsed = _parse(text, filename)
+    return parsed.tree, parsed.data, parsed.nodes, parsed.errors
+
+
+def _too_large(size: int, filename: str) -> SpecError:
+    return SpecError(filename, 0, 0, "", f"the spec is {_size(size)}; a spec file may be at most "
+                     f"{_size(MAX_SPEC_BYTES)}", "A spec is a few kilobytes of settings: keep data in the dataset "
+                     "file and long texts short.", code="S004")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024 / 1024:.1f} MiB" if n >= 1024 * 1024 else f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} bytes"
+
+
+# Problems that may only mean "this part comes after the syntax error" when parsing stopped early.
+_MISSING = ("S102", "S106")
+
+
+def parse_spec_text(text: str, filename: str = "<string>", *, path: Path | None = None,
+                    sha256: str | None = None) -> tuple[LoadedSpec, list[SpecError]]:
+    """YAML and schema of spec source ``text``: (the :class:`LoadedSpec`, every problem found). Never raises.
+
+    ``loaded.spec`` is the validated Spec, or None when the schema rejected the file or parsing stopped at a
+    syntax error. ``filename`` is used in error locations; relative paths in the spec resolve against ``path``'s
+    folder (default: the current one).
+    """
+    from pydantic import ValidationError
+
+    from sailrl.spec.messages import pydantic_errors
+    from sailrl.spec.schema import Spec
+
+    the_path = path if path is not None else Path(filename)
+    if len(text) > MAX_SPEC_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
+        empty = LoadedSpec(spec=None, path=the_path, text="", sha256=sha256 or "", data={},  # type: ignore[arg-type]
+                           complete=False, complete_lines=0)
+        return empty, [_too_large(len(text.encode("utf-8", "surrogatepass")), filename)]
+    digest = sha256 or hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    parsed = _parse(text, filename)
+    errors = list(parsed.errors)
+    loaded = LoadedSpec(spec=None, path=the_path, text=text, sha256=digest,  # type: ignore[arg-type]
+                        data=parsed.data if isinstance(parsed.data, dict) else {}, tree=parsed.tree,
+                        nodes=parsed.nodes, complete=parsed.complete, complete_lines=parsed.complete_lines,
+                        complete_sections=parsed.complete_sections)
+    if parsed.tree is None:
+        if parsed.complete:
+            errors.append(SpecError(filename, 1 if text else 0, 1 if text else 0, "", "the spec file is empty",
+                                    "Run `sailrl init` to write a commented starter spec.", code="S005"))
+        return loaded, errors
+    if not isinstance(parsed.tree, dict):
+        errors.append(loaded.error((), "a spec must be a mapping of sections (name:, model:, dataset:, ...)",
+                                   "Run `sailrl init` to see a starter spec.", code="S006"))
+        return loaded, errors
+    try:
+        spec = Spec.model_validate(parsed.tree)
+    except ValidationError as exc:
+        schema_errors = pydantic_errors(exc, loaded, Spec)
+    else:
+        schema_errors = []
+        if parsed.complete:
+            loaded.spec = spec
+    if not parsed.complete:
+        schema_errors = [e for e in schema_errors if not _after_cut(e, loaded)]
+    return loaded, dedupe(errors + schema_errors)
+
+
+def _after_cut(err: SpecError, loaded: LoadedSpec) -> bool:
+    """Whether ``err`` may only say that the part after a syntax error is missing or cut short (not reported).
+
+    In a section the cut left incomplete, only problems of the values inside it are kept.
+    """
+    top = err.key_path.split(".")[0]
+    if top in loaded.complete_sections:
+        return False
+    return err.code in _MISSING or "." not in err.key_path
 
 
 def load_spec_text(text: str, filename: str = "<string>", *, path: Path | None = None,
                    sha256: str | None = None) -> LoadedSpec:
-    """Parse, validate and check spec source ``text``; ``filename`` is used in error locations.
+    """YAML and schema of spec source ``text`` (see :func:`parse_spec_text`); raises SpecErrors on any error.
 
-    Relative paths in the spec (dataset.source) resolve against ``path``'s folder (default: the current one).
-    Raises SpecErrors with every problem found (YAML, schema, semantic checks, reward examples).
+    Semantic checks and reward examples are not run: ``sailrl.compiler.validate.validate_text`` does everything.
     """
-    from sailrl.spec.messages import pydantic_errors
-    from sailrl.spec.schema import Spec
-
-    tree, data, nodes, errors = parse_yaml(text, filename)
-    the_path = path if path is not None else Path(filename)
-    digest = sha256 or hashlib.sha256(text.encode("utf-8")).hexdigest()
-    if errors and tree is None:
-        raise SpecErrors(errors, text)
-    loaded = LoadedSpec(spec=None, path=the_path, text=text, sha256=digest,  # type: ignore[arg-type]
-                        data=data if isinstance(data, dict) else {}, tree=tree, nodes=nodes)
-    if tree is None:
-        errors.append(SpecError(filename, 1 if text else 0, 1 if text else 0, "",
-                                "the spec file is empty",
-                                "Run `sailrl init` to write a commented starter spec."))
-        raise SpecErrors(errors, text)
-    if not isinstance(tree, dict):
-        errors.append(loaded.error((), "a spec must be a mapping of sections (name:, model:, dataset:, ...)",
-                                   "Run `sailrl init` to see a starter spec."))
-        raise SpecErrors(errors, text)
-    from pydantic import ValidationError
-
-    schema_errors: list[SpecError] = []
-    try:
-        loaded.spec = Spec.model_validate(tree)
-    except ValidationError as exc:
-        schema_errors = pydantic_errors(exc, loaded, Spec)
-    from sailrl.compiler.checks import check_spec
-
-    check_errors = check_spec(loaded)
-    errors.extend(_drop_covered(schema_errors, check_errors))
-    errors.extend(check_errors)
+    loaded, errors = parse_spec_text(text, filename, path=path, sha256=sha256)
     if errors:
-        raise SpecErrors(_dedupe(errors), text)
+        raise SpecErrors(errors, loaded.text)
     return loaded
 
 
-def load_spec(path: str | Path) -> LoadedSpec:
-    """Read, parse, validate and check the spec at ``path``.
+def read_spec_file(path: str | Path) -> tuple[str, str]:
+    """(text, sha256 of the bytes) of the spec file at ``path``; a leading byte-order mark is dropped.
 
-    Raises SpecErrors with every problem found; a missing or unreadable file is one SpecError too.
+    Raises SpecErrors (one located problem) for a missing, unreadable, oversized or non-UTF-8 file.
     """
     p = Path(path)
+    name = str(path)
     try:
-        raw = p.read_bytes()
+        with p.open("rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
     except FileNotFoundError:
-        raise SpecErrors([SpecError(str(path), 0, 0, "", "file not found",
-                                    "Check the path, or run `sailrl init` to write a starter spec.")]) from None
+        raise SpecErrors([SpecError(name, 0, 0, "", "file not found",
+                                    "Check the path, or run `sailrl init` to write a starter spec.",
+                                    code="S001")]) from None
     except OSError as exc:
-        raise SpecErrors([SpecError(str(path), 0, 0, "", f"cannot read the file: {exc.strerror}")]) from None
+        what = "it is a folder, not a file" if p.is_dir() else f"cannot read the file: {exc.strerror or exc}"
+        raise SpecErrors([SpecError(name, 0, 0, "", what, code="S002")]) from None
+    if len(raw) > MAX_SPEC_BYTES:
+        try:
+            size = p.stat().st_size
+        except OSError:
+            size = len(raw)
+        raise SpecErrors([_too_large(size, name)]) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise SpecErrors([SpecError(str(path), line, 0, "", "the file is not UTF-8 text",
-                                    "Save the spec as UTF-8.")]) from None
-    text = text.removeprefix("\ufeff")
-    return load_spec_text(text, str(path), path=p, sha256=hashlib.sha256(raw).hexdigest())
+        raise SpecErrors([SpecError(name, line, 0, "", "the file is not UTF-8 text",
+                                    "Save the spec as UTF-8.", code="S003")]) from None
+    return text.removeprefix("\ufeff"), hashlib.sha256(raw).hexdigest()
 
 
-def _drop_covered(schema_errors: list[SpecError], check_errors: list[SpecError]) -> list[SpecError]:
-    """Drop a schema validator's regex complaint where a check already located the same pattern precisely."""
-    patterns = [e.key_path for e in check_errors if e.key_path.endswith("pattern")]
+def load_spec(path: str | Path) -> LoadedSpec:
+    """Read, parse and schema-validate the spec at ``path``; raises SpecErrors with every problem found.
 
-    duplicate_names = any("two rules are named" in e.message for e in check_errors)
-
-    def covered(e: SpecError) -> bool:
-        if duplicate_names and "two rules are named" in e.message and e.key_path == "reward":
-            return True  # the check located it at the repeating rule
-        if "regular expression" not in e.message and "control character" not in e.message:
-            return False
-        return any(p == e.key_path or p.startswith(e.key_path + ".") for p in patterns)
-
-    return [e for e in schema_errors if not covered(e)]
+    A missing or unreadable file is one SpecError too. Semantic checks and reward examples are the validation
+    stage's: ``sailrl.compiler.validate.validate_file(path)``.
+    """
+    text, digest = read_spec_file(path)
+    return load_spec_text(text, str(path), path=Path(path), sha256=digest)
 
 
-def _dedupe(errors: list[SpecError]) -> list[SpecError]:
+def dedupe(errors: list[SpecError]) -> list[SpecError]:
+    """``errors`` without repeats: one problem per (line, column, key path, code), the first one kept."""
     seen: set[tuple] = set()
     out = []
     for e in errors:
-        key = (e.line, e.column, e.key_path, e.message)
+        key = (e.line, e.column, e.key_path, e.code)
         if key not in seen:
             seen.add(key)
             out.append(e)

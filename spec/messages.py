@@ -22,10 +22,31 @@ if typing.TYPE_CHECKING:
     from sailrl.spec.loader import KeyPath, LoadedSpec
 
 
-def did_you_mean(word: str, choices: typing.Iterable[str]) -> str | None:
-    """The closest of ``choices`` to ``word`` (difflib ratio >= 0.6), or None."""
-    found = difflib.get_close_matches(word, [c for c in choices if isinstance(c, str)], n=1, cutoff=0.6)
+_TYPO = 0.8  # a difflib ratio at least this high is a typo of that choice, whatever is preferred
+
+
+def did_you_mean(word: str, choices: typing.Iterable[str], *, preferred: typing.Iterable[str] = ()) -> str | None:
+    """The choice ``word`` most likely stands for, or None.
+
+    Without ``preferred``: the closest of ``choices`` by ``difflib`` ratio, if at least 0.6. With ``preferred``
+    (the choices that fit the place, e.g. the fields answer rules read for a reference): a choice that is a typo
+    of ``word`` (ratio >= 0.8) still wins; otherwise the closest preferred choice, however different.
+    """
+    options = [c for c in choices if isinstance(c, str) and c != word]
+    liked = [c for c in preferred if isinstance(c, str) and c != word]
+    if liked:
+        typo = difflib.get_close_matches(word, options, n=1, cutoff=_TYPO)
+        if typo:
+            return typo[0]
+        return max(liked, key=lambda c: difflib.SequenceMatcher(None, word, c).ratio())
+    found = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return found[0] if found else None
+
+
+def did_you_mean_text(word: str, choices: typing.Iterable[str], *, preferred: typing.Iterable[str] = ()) -> str:
+    """The suggestion as message text: ``" -- did you mean 'answer'?"``, or ``""`` when there is none."""
+    guess = did_you_mean(word, choices, preferred=preferred)
+    return f" -- did you mean '{guess}'?" if guess else ""
 
 
 def _strip(annotation: Any) -> Any:
@@ -160,8 +181,8 @@ def _join(words: list[str], last: str = "or") -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + f" {last} " + words[-1]
 
 
-def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath, str, str | None, str]:
-    """(path, message, hint, at) for one pydantic error."""
+def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath, str, str | None, str, str]:
+    """(path, message, hint, at, code) for one pydantic error."""
     etype = err["type"]
     ctx = err.get("ctx") or {}
     path, value = _data_path(tuple(err["loc"]), loaded.data)
@@ -174,7 +195,7 @@ def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath,
         desc = info.description if info is not None and info.description else None
         where = f" in {'.'.join(map(str, path[:-1]))}" if len(path) > 1 else ""
         hint = f"Add `{name}:`{where}" + (f" -- {desc}" if desc else ".")
-        return path, f"missing required {what} '{name}'", hint, "key"
+        return path, f"missing required {what} '{name}'", hint, "key", "S102"
     if etype == "extra_forbidden":
         parent, _ = model_at(root, loaded.data, path[:-1])
         known = list(field_map(parent)) if isinstance(parent, type) and issubclass(parent, BaseModel) else []
@@ -182,19 +203,19 @@ def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath,
         section = ".".join(map(str, path[:-1])) or "the top level"
         message = f"unknown key '{name}'" + (f" -- did you mean '{guess}'?" if guess else f" in {section}")
         hint = f"Keys allowed here: {', '.join(known)}." if known else None
-        return path, message, hint, "key"
+        return path, message, hint, "key", "S101"
     if etype == "union_tag_invalid":
         tags = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip()]
         tag = str(ctx.get("tag", ""))
         guess = did_you_mean(tag, tags)
         kind_path = (*path, "kind") if isinstance(value, dict) and "kind" in value else path
         message = f"unknown kind '{tag}'" + (f" -- did you mean '{guess}'?" if guess else "")
-        return kind_path, message, f"kind must be one of: {', '.join(tags)}.", "value"
+        return kind_path, message, f"kind must be one of: {', '.join(tags)}.", "value", "S105"
     if etype == "union_tag_not_found":
         annotation, _ = model_at(root, loaded.data, path[:-1]) if path else (None, None)
         return path, "this entry needs a 'kind' (what sort of rule it is)", (
             "Add e.g. `kind: answer`, `kind: match`, `kind: termination`, `kind: length` or `kind: all_of`."
-        ), "value"
+        ), "value", "S106"
     if etype == "literal_error":
         choices = [c.strip(" '") for c in str(ctx.get("expected", "")).replace(" or ", ", ").split(",")]
         choices = [c for c in choices if c]
@@ -202,28 +223,31 @@ def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath,
         message = f"must be one of {_join([repr(c) for c in choices])}; got {shown}"
         if guess:
             message += f" -- did you mean '{guess}'?"
-        return path, message, None, "value"
+        return path, message, None, "value", "S104"
     expected = _expected_of(etype)
     if expected:
-        return path, f"expected {expected}, got {shown}", None, "value"
+        return path, f"expected {expected}, got {shown}", None, "value", "S103"
     bounds = {"greater_than": ("gt", "greater than"), "greater_than_equal": ("ge", "at least"),
               "less_than": ("lt", "less than"), "less_than_equal": ("le", "at most")}
     if etype in bounds:
         key, words = bounds[etype]
-        return path, f"must be {words} {ctx.get(key)}, got {shown}", None, "value"
+        return path, f"must be {words} {ctx.get(key)}, got {shown}", None, "value", "S107"
     if etype in ("too_short", "too_long"):
         annotation, _ = model_at(root, loaded.data, path)
         if typing.get_origin(annotation) is tuple:
             n = len(typing.get_args(annotation))
-            return path, f"expected a list of exactly {n} values, got {ctx.get('actual_length')}", None, "value"
+            return path, f"expected a list of exactly {n} values, got {ctx.get('actual_length')}", None, "value", "S108"
         if etype == "too_short":
             n = ctx.get("min_length")
-            return path, f"needs at least {n} item{'s' if n != 1 else ''}", None, "value"
+            return path, f"needs at least {n} item{'s' if n != 1 else ''}", None, "value", "S108"
         n = ctx.get("max_length")
-        return path, f"allows at most {n} item{'s' if n != 1 else ''}", None, "value"
+        return path, f"allows at most {n} item{'s' if n != 1 else ''}", None, "value", "S108"
     if etype == "value_error":
-        return path, str(ctx.get("error", err["msg"])), None, "value"
-    return path, f"{err['msg'][0].lower()}{err['msg'][1:]}, got {shown}", None, "value"
+        exc = ctx.get("error")
+        return path, str(exc if exc is not None else err["msg"]), None, "value", getattr(exc, "code", "S109")
+    if etype == "finite_number":
+        return path, f"expected a finite number, got {shown}", "Write an ordinary number such as 1e-5.", "value", "S110"
+    return path, f"{err['msg'][0].lower()}{err['msg'][1:]}, got {shown}", None, "value", "S119"
 
 
 def pydantic_errors(exc: ValidationError, loaded: LoadedSpec, root: type[BaseModel]) -> list[SpecError]:
@@ -234,20 +258,20 @@ def pydantic_errors(exc: ValidationError, loaded: LoadedSpec, root: type[BaseMod
     """
     grouped: dict[KeyPath, list[tuple[str, str | None, str, str]]] = {}
     for err in exc.errors(include_url=False):
-        path, message, hint, at = _one(err, loaded, root)
-        grouped.setdefault(path, []).append((message, hint, at, err["type"]))
+        path, message, hint, at, code = _one(err, loaded, root)
+        grouped.setdefault(path, []).append((message, hint, at, code))
     out: list[SpecError] = []
     for path, items in grouped.items():
-        typed = [m for m in items if m[0].startswith("expected ") and ", got " in m[0]]
+        typed = [m for m in items if m[3] == "S103"]
         if len(typed) > 1:
             exps = [m[0][len("expected "): m[0].rindex(", got ")] for m in typed]
             got = typed[0][0][typed[0][0].rindex(", got ") + 2:]
             items = [m for m in items if m not in typed]
-            items.insert(0, (f"expected {_join(exps)}, {got}", None, "value", "merged"))
+            items.insert(0, (f"expected {_join(exps)}, {got}", None, "value", "S103"))
         seen = set()
-        for message, hint, at, _ in items:
+        for message, hint, at, code in items:
             if message in seen:
                 continue
             seen.add(message)
-            out.append(loaded.error(path, message, hint, at=at))
+            out.append(loaded.error(path, message, hint, at=at, code=code))
     return out

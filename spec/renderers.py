@@ -1,16 +1,36 @@
 """Renderer names the spec accepts, and the default renderer for a model.
 
-``KNOWN_RENDERERS`` mirrors the names ``tinker_cookbook.renderers.get_renderer`` (tinker-cookbook 0.5.8)
+``COOKBOOK_RENDERERS`` mirrors the names ``tinker_cookbook.renderers.get_renderer`` (tinker-cookbook 0.5.8)
 accepts. It is a static tuple because importing ``tinker_cookbook.renderers`` imports torch (~5 s), which
 ``sailrl validate`` must not pay; ``tests/test_spec_errors.py`` parses the installed tinker_cookbook source and
-fails when the two drift apart.
+fails when the two drift apart. ``SAILRL_RENDERERS`` are sailrl's own (``chat_template``: the tokenizer's chat
+template, see ``sailrl.runtime.chat_template``). ``KNOWN_RENDERERS`` is both.
+
+The default-renderer rule and the model facts live in ``sailrl.spec.models``; the names here are kept for
+callers.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from sailrl.spec.models import (
+    BUILTIN_MODELS,
+    CHAT_TEMPLATE_RENDERER,
+    UnknownModelError,
+    default_renderer,
+    is_local_model,
+)
 
-KNOWN_RENDERERS: tuple[str, ...] = (
+__all__ = [
+    "COOKBOOK_RENDERERS",
+    "KNOWN_RENDERERS",
+    "LOCAL_MODELS",
+    "SAILRL_RENDERERS",
+    "UnknownModelError",
+    "default_renderer",
+    "is_local_model",
+]
+
+COOKBOOK_RENDERERS: tuple[str, ...] = (
     "role_colon",
     "llama3",
     "qwen3",
@@ -56,42 +76,8 @@ KNOWN_RENDERERS: tuple[str, ...] = (
     "gpt_oss_high_reasoning",
     "tml_v0",
 )
+SAILRL_RENDERERS: tuple[str, ...] = (CHAT_TEMPLATE_RENDERER,)
+KNOWN_RENDERERS: tuple[str, ...] = COOKBOOK_RENDERERS + SAILRL_RENDERERS
 
 # Models the embedded local backend builds itself; they use the plain "User: ... Assistant:" format.
-LOCAL_MODELS: tuple[str, ...] = ("sailrl/tiny",)
-
-
-class UnknownModelError(ValueError):
-    """No renderer is known for a model name; the message tells the user to set model.renderer."""
-
-
-def is_local_model(model_name: str, base_dir: str | Path | None = None) -> bool:
-    """True for the embedded backend's built-in models and for local model directories.
-
-    A relative directory is looked up under ``base_dir`` (the spec's folder) and the current folder.
-    """
-    if model_name in LOCAL_MODELS:
-        return True
-    p = Path(model_name).expanduser()
-    candidates = [p] if p.is_absolute() or base_dir is None else [Path(base_dir) / p, p]
-    return any(c.is_dir() for c in candidates)
-
-
-def default_renderer(model_name: str, base_dir: str | Path | None = None) -> str:
-    """The renderer used when a spec does not set ``model.renderer``.
-
-    'sailrl/tiny' and local model directories -> 'role_colon'; other names -> the first renderer
-    ``tinker_cookbook.model_info.get_recommended_renderer_name`` recommends (cheap import, no torch).
-    Raises UnknownModelError (a ValueError) when tinker_cookbook does not know the model.
-    """
-    if is_local_model(model_name, base_dir):
-        return "role_colon"
-    from tinker_cookbook.model_info import get_recommended_renderer_name
-
-    try:
-        return get_recommended_renderer_name(model_name)
-    except Exception as exc:  # ConfigurationError, KeyError, ValueError from tinker_cookbook's tables
-        raise UnknownModelError(
-            f"no renderer is known for model '{model_name}'; set model.renderer to one of: "
-            + ", ".join(KNOWN_RENDERERS)
-        ) from exc
+LOCAL_MODELS: tuple[str, ...] = tuple(BUILTIN_MODELS)

@@ -30,26 +30,30 @@ The Sail guide's reward ``correct - 0.1 * (1 - format)`` is two rules::
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from sailrl.spec.base import SpecModel, Text
+from sailrl.spec.constants import REGEX_FLAGS
+from sailrl.spec.errors import SpecValueError
 
-RegexFlag = Literal["DOTALL", "IGNORECASE", "MULTILINE", "VERBOSE", "ASCII"]
+RegexFlag = Literal[REGEX_FLAGS]  # type: ignore[valid-type]  # the one table: sailrl.spec.constants
+
+#: What a python rule's ``function:`` looks like: ``module:function`` (module may be dotted: ``pkg.mod:fn``).
+FUNCTION_REF = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
 
 def _regex_problem(pattern: str, flags: list[str] | tuple[str, ...] = ()) -> str | None:
-    """Why ``pattern`` cannot be used (plain words), or None. Uses the ``regex`` module, as scoring does."""
-    import regex
+    """Why ``pattern`` cannot be used (plain words), or None. Uses the ``regex`` module, as scoring does, within
+    the pattern limits of :mod:`sailrl.spec.patterns`."""
+    from sailrl.spec.patterns import PatternError, compile_pattern
 
-    value = 0
-    for f in flags:
-        value |= getattr(regex, f)
     try:
-        regex.compile(pattern, value)
-    except (regex.error, ValueError, TypeError) as exc:
-        msg = f"the regular expression {pattern!r} does not compile: {exc}"
+        compile_pattern(pattern, flags)
+    except PatternError as exc:
+        msg = f"the regular expression {_short(pattern)} cannot be used: {exc}"
         if any(ch in pattern for ch in "\b\f\t\v\a\x00"):
             msg += (
                 ". It contains a control character (backspace, tab, ...): in YAML double quotes '\\b' becomes "
@@ -93,7 +97,7 @@ class Extractor(SpecModel):
     def _pattern_compiles(cls, v: str | None) -> str | None:
         problem = _regex_problem(v) if v is not None else None
         if problem:
-            raise ValueError(problem)
+            raise SpecValueError("S201", problem)
         return v
     marker: Text | None = Field(None, description="For from: after_marker - e.g. '####' or 'A:'.")
     fallback: Literal["none", "whole"] = Field(
@@ -109,7 +113,7 @@ class Extractor(SpecModel):
                 raise ValueError("from: regex needs a `pattern` with a capture group, e.g. pattern: 'Answer: (\\S+)'")
             problem = _regex_problem(self.pattern, self.flags)
             if problem:
-                raise ValueError(problem)
+                raise SpecValueError("S201", problem)
             import regex
 
             compiled = regex.compile(self.pattern, _flag_value(self.flags))
@@ -129,12 +133,13 @@ class Extractor(SpecModel):
 
 
 def _flag_value(flags: list[str] | tuple[str, ...]) -> int:
-    import regex
+    from sailrl.spec.patterns import regex_flags
 
-    value = 0
-    for f in flags:
-        value |= getattr(regex, f)
-    return value
+    return regex_flags(flags)
+
+
+def _short(pattern: str) -> str:
+    return repr(pattern) if len(pattern) <= 80 else repr(pattern[:77] + "...")
 
 
 class ReferenceSpec(SpecModel):
@@ -219,14 +224,14 @@ class MatchRule(_RuleBase):
     def _pattern_compiles(cls, v: str) -> str:
         problem = _regex_problem(v)
         if problem:
-            raise ValueError(problem)
+            raise SpecValueError("S201", problem)
         return v
 
     @model_validator(mode="after")
     def _compiles(self) -> MatchRule:
         problem = _regex_problem(self.pattern, self.flags)
         if problem:
-            raise ValueError(problem)
+            raise SpecValueError("S201", problem)
         return self
 
 
@@ -278,8 +283,47 @@ class AllOfRule(_RuleBase):
     )
 
 
+class PythonRule(_RuleBase):
+    """Score with your own Python function, in a file next to the spec.
+
+    Called as ``fn(completion, fields)`` with the text the rules read and the row's fields; it returns a number
+    or a dict of named numbers (summed). With ``weight`` (default 1) the contribution is weight x the number and
+    the rule passes when the number is above 0; with ``pass_score`` / ``fail_score`` the rule passes when the
+    number is above 0 and contributes that score. A call that raises, runs past ``timeout_s`` or returns
+    something else fails the rule (fail score; 0 with ``weight``).
+    """
+
+    kind: Literal["python"]
+    function: Text = Field(
+        description=(
+            "module:function -- e.g. rewards:score is the function score in rewards.py next to the spec; "
+            "pkg.scoring:score is pkg/scoring.py. Signature: score(completion: str, fields: dict) -> float | "
+            "dict[str, float]."
+        ),
+    )
+    timeout_s: float = Field(
+        1.0, gt=0, le=60,
+        description="Seconds one call may take; a slower call is stopped and the rule fails (counted).",
+    )
+
+    @field_validator("function")
+    @classmethod
+    def _function_ref(cls, v: str) -> str:
+        if not FUNCTION_REF.fullmatch(v.strip()):
+            raise ValueError(
+                f"function {v!r} must be written module:function, e.g. 'rewards:score' for the function score in "
+                "rewards.py next to the spec"
+            )
+        return v.strip()
+
+    @property
+    def weighted(self) -> bool:
+        """True when the contribution is weight x the function's number (no pass_score / fail_score)."""
+        return self.pass_score is None and self.fail_score is None
+
+
 RewardRule = Annotated[
-    AnswerRule | MatchRule | TerminationRule | LengthRule | AllOfRule | HasAnswerCheck,
+    AnswerRule | MatchRule | TerminationRule | LengthRule | AllOfRule | HasAnswerCheck | PythonRule,
     Field(discriminator="kind"),
 ]
 
@@ -319,8 +363,15 @@ class RewardSpec(SpecModel):
     math_timeout_s: float = Field(
         2.0, gt=0,
         description=(
-            "Seconds one compare: math parse or comparison may run before the rule counts as failed (enforced "
-            "when scoring runs in the main thread)."
+            "Seconds one compare: math step (reading an answer, or comparing two) may run before the rule counts "
+            "as failed."
+        ),
+    )
+    step_budget_s: float = Field(
+        60.0, gt=0,
+        description=(
+            "Seconds of scoring one training step may use in all (wall time while any completion is being "
+            "scored). Rules still to run when it is spent fail and are counted as reward_budget_exceeded."
         ),
     )
 
@@ -336,7 +387,7 @@ class RewardSpec(SpecModel):
         seen: set[str] = set()
         for i, rule in enumerate(self.rules):
             if rule.name in seen:
-                raise ValueError(
+                raise SpecValueError("S221",
                     f"two rules are named '{rule.name}' (rule {i + 1} repeats it): give each rule its own `name`; "
                     "it is the metric key reward/<name>"
                 )

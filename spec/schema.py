@@ -17,7 +17,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from sailrl.spec.base import SpecModel, Text
+from sailrl.spec.base import SpecModel, Text, usual_range
+from sailrl.spec.errors import SpecValueError
+from sailrl.spec.pricing import PricingSpec
 from sailrl.spec.rewards import RewardExample, RewardSpec
 
 SPEC_VERSION = 1
@@ -41,7 +43,8 @@ class ModelSpec(SpecModel):
             "Default: the renderer tinker_cookbook recommends for the model."
         ),
     )
-    lora_rank: int = Field(32, description="LoRA rank: a positive power of two (1, 2, 4, ... 512).")
+    lora_rank: int = Field(32, description="LoRA rank: a positive power of two (1, 2, 4, ... 512).",
+                           json_schema_extra=usual_range(1, 128))
     train_attn: bool = Field(True, description="Train LoRA adapters on the attention projections.")
     train_mlp: bool = Field(True, description="Train LoRA adapters on the MLP projections.")
     train_unembed: bool = Field(True, description="Train a LoRA adapter on the unembedding (lm_head).")
@@ -99,7 +102,8 @@ class WarmupSpec(SpecModel):
 
     steps: int = Field(0, ge=0, description="Supervised steps before RL (0 = no warm-up).")
     batch_size: int = Field(32, gt=0, description="Examples per supervised step.")
-    learning_rate: float = Field(1e-4, gt=0, description="Adam learning rate for the warm-up.")
+    learning_rate: float = Field(1e-4, gt=0, description="Adam learning rate for the warm-up.",
+                                 json_schema_extra=usual_range(1e-7, 0.1))
     completion: Text | None = Field(
         None,
         description=(
@@ -114,10 +118,12 @@ class TrainingSpec(SpecModel):
 
     steps: int = Field(7, gt=0, le=1_000_000, description="Number of RL steps (optimizer updates).")
     group_size: int = Field(
-        4, le=1024, description="Rollouts sampled per prompt; advantages are centred within a group. >= 2."
+        4, le=1024, description="Rollouts sampled per prompt; advantages are centred within a group. >= 2.",
+        json_schema_extra=usual_range(4, 64),
     )
     groups_per_step: int = Field(16, gt=0, le=65_536, description="Prompts (groups) per step: the batch.")
-    learning_rate: float = Field(1e-5, gt=0, description="Adam learning rate (Tinker AdamParams).")
+    learning_rate: float = Field(1e-5, gt=0, description="Adam learning rate (Tinker AdamParams).",
+                                 json_schema_extra=usual_range(1e-7, 1e-2))
     beta1: float = Field(0.9, ge=0, lt=1, description="Adam beta1.")
     beta2: float = Field(0.95, ge=0, lt=1, description="Adam beta2.")
     eps: float = Field(1e-12, gt=0, description="Adam epsilon.")
@@ -149,9 +155,9 @@ class TrainingSpec(SpecModel):
         0.0, ge=0, le=100,
         description=(
             "KL penalty to the base model, as part of the reward (tinker_cookbook rl.metrics.incorporate_kl_penalty"
-            "): each sampled token's advantage gets coef * (mean - own) of log p_policy - log p_base. 0 = off. "
-            "Usual range 0.001-0.1."
+            "): each sampled token's advantage gets coef * (mean - own) of log p_policy - log p_base. 0 = off."
         ),
+        json_schema_extra=usual_range(0.001, 0.1, off=0),
     )
     kl_discount_factor: float = Field(
         0.0, ge=0, le=1,
@@ -169,7 +175,9 @@ class TrainingSpec(SpecModel):
     )
     lr_warmup_steps: int = Field(
         0, ge=0,
-        description="Steps of linear learning-rate warm-up from learning_rate / (lr_warmup_steps + 1); fewer than steps.",
+        description=(
+            "Steps of linear learning-rate warm-up from learning_rate / (lr_warmup_steps + 1); fewer than steps."
+        ),
     )
     max_steps_off_policy: int = Field(
         0, ge=0, le=16,
@@ -223,13 +231,22 @@ class SamplingSpec(SpecModel):
         ),
     )
     max_tokens: int = Field(1024, gt=0, le=1_048_576, description="Maximum completion tokens per rollout.")
-    temperature: float = Field(1.0, ge=0, description="Sampling temperature.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature.",
+                               json_schema_extra=usual_range(0.5, 1.5))
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
     stop: list[Text] | None = Field(
         None, description="Stop sequences; default: the renderer's stop sequences."
     )
     completion_window: Text = Field(
         "balanced", description="Sail completion window: balanced or flex (priority and 15m are retired)."
+    )
+    poll_deadline_s: float = Field(
+        1200.0, ge=1, le=86_400,
+        description=(
+            "Seconds one Sail response may stay unfinished before that attempt counts as failed and is retried "
+            "(3 attempts per rollout, then its group is dropped). Default 1200 (20 minutes, the sail SDK's own "
+            "poll timeout); 1 to 86400."
+        ),
     )
     on_policy_mismatch: Literal["warn", "stop"] = Field(
         "warn",
@@ -255,10 +272,11 @@ class OutputSpec(SpecModel):
     run_dir: Text = Field("runs/{name}", description="Run directory; {name} is the spec's name.")
     wandb_project: Text | None = Field(None, description="Log to Weights & Biases when installed and set.")
     log_rollouts: Literal["all"] | int = Field(
-        "all",
+        16,
         description=(
             "Rollouts kept in rollouts.jsonl (prompt, completion, each rule's score and why, total, advantage, "
-            "sampler checkpoint): all, the first N groups of each step, or 0 for none. Eval rollouts too."
+            "sampler checkpoint; read them with `sailrl show`): the first N groups of each step (default 16, about "
+            "0.9 MB a step for 16 groups x 16 rollouts of ~1,500 characters), all, or 0 for none. Eval rollouts too."
         ),
     )
 
@@ -285,7 +303,7 @@ class Spec(SpecModel):
     @classmethod
     def _plain_name(cls, v: str) -> str:
         if not RUN_NAME.fullmatch(v):
-            raise ValueError(
+            raise SpecValueError("S111",
                 f"the run name {v!r} cannot name checkpoints: use letters, digits, '.', '_' and '-', starting "
                 "with a letter or digit, at most 100 characters (e.g. my-first-run)"
             )
@@ -298,6 +316,7 @@ class Spec(SpecModel):
     training: TrainingSpec = Field(default_factory=TrainingSpec, description="The RL loop.")
     sampling: SamplingSpec = Field(default_factory=SamplingSpec, description="Rollout sampling.")
     output: OutputSpec = Field(default_factory=OutputSpec, description="Run directory and logging.")
+    pricing: PricingSpec = Field(default_factory=PricingSpec, description="USD per million tokens per service.")
     examples: list[RewardExample] = Field(
         default_factory=list, description="Worked reward examples that `sailrl validate` scores and checks."
     )

@@ -44,10 +44,10 @@ def test_quickstart_script_runs_a_few_steps_and_logs_everything(tmp_path):
     run_dir = tmp_path / "run"
     r = _run_script(ROOT / "generated/quickstart.py", run_dir, "training.steps=3", "training.save_every=2", *SMALL)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert _steps(run_dir) == [0, 1, 2]
+    assert _steps(run_dir) == [1, 2, 3]
     line = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     for key in ("reward/total", "reward/correct", "reward/format", "degenerate_frac", "frac_truncated",
-                "tokens_sampled", "learning_rate", "time/rollout", "time/snapshot", "datums"):
+                "tokens/sampled", "tokens/prompt", "tokens/trained", "tokens_cum/sampled", "learning_rate", "time/rollout", "time/snapshot", "datums"):
         assert key in line, key
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     for m in lines:  # a step trains unless every group was degenerate, in which case it says it skipped
@@ -71,7 +71,7 @@ def test_committed_remote_scripts_smoke_on_the_local_backend(tmp_path, name):
                     "dataset.eval=null", "training.steps=2", "training.groups_per_step=2", "training.group_size=2",
                     "sampling.max_tokens=8", "training.eval_every=0", "training.save_every=0")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert _steps(tmp_path / "run") == [0, 1]
+    assert _steps(tmp_path / "run") == [1, 2]
 
 
 def test_sigkill_mid_run_then_resume_gives_contiguous_unique_steps(tmp_path):
@@ -94,7 +94,7 @@ def test_sigkill_mid_run_then_resume_gives_contiguous_unique_steps(tmp_path):
     r = _run_script(ROOT / "generated/quickstart.py", run_dir, "training.steps=8", "training.save_every=2", *SMALL,
                     resume=True)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert _steps(run_dir) == list(range(8))
+    assert _steps(run_dir) == list(range(1, 9))
     assert "resuming from" in r.stderr
 
 
@@ -140,7 +140,7 @@ def test_sail_path_runs_against_loopback_sail_with_local_tinker_stand_in(tmp_pat
 
     fake_sail_server.sampler = sampler
     fake_sail_server.service_time_s = 0.0
-    monkeypatch.setenv("TINKER_API_KEY", "test-key")
+    monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
     monkeypatch.setattr(tinker, "ServiceClient", lambda *a, **k: LocalServiceClient("sailrl/tiny",
                                                                                     base_dir=tmp_path / "ckpt"))
     monkeypatch.chdir(ROOT)
@@ -158,11 +158,11 @@ def test_sail_path_runs_against_loopback_sail_with_local_tinker_stand_in(tmp_pat
     assert json.loads(meta["tinker_adapter_config"])["r"] == 16
     run_id = json.loads((tmp_path / "run" / "config.json").read_text())["run_id"]
     assert re.fullmatch(r"[0-9a-f]{8}", run_id)  # adapters of different runs never share a name on Sail
-    assert meta["tinker_lora_name"] == f"quickstart-{run_id}-step-000000"
-    assert posts[-1]["metadata"]["tinker_lora_name"] == f"quickstart-{run_id}-step-000001"
+    assert meta["tinker_lora_name"] == f"quickstart-{run_id}-step-000001"
+    assert posts[-1]["metadata"]["tinker_lora_name"] == f"quickstart-{run_id}-step-000002"
     assert posts[0]["max_output_tokens"] == 12 and posts[0]["stop"] == ["\n\nUser:"]
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [0, 1]
+    assert [m["step"] for m in lines] == [1, 2]
     for m in lines:
         assert m["reward/total"] == pytest.approx(0.75) and m["correct"] == pytest.approx(0.5)
         assert m["reward/format"] == pytest.approx(0.5) and m["degenerate_frac"] == 0.0

@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from sailrl.cli import main
-from sailrl.runtime.loop import RLRun, RunError
+from sailrl.launch import apply_overrides
+from sailrl.runtime import rl
 from sailrl.runtime.rollout import rollout_groups
+from sailrl.runtime.run import Run, RunError, RunOptions, open_run
 from sailrl.spec.loader import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +24,6 @@ SMALL = ["training.groups_per_step=2", "training.group_size=4", "sampling.max_to
 
 
 def _spec(tmp_path: Path, *overrides: str):
-    from sailrl.runtime.script import apply_overrides
     from sailrl.spec.schema import Spec
 
     loaded = load_spec(QUICKSTART)
@@ -30,9 +31,22 @@ def _spec(tmp_path: Path, *overrides: str):
     return Spec.model_validate(cfg), loaded
 
 
-async def _start(tmp_path: Path, *overrides: str) -> RLRun:
+async def _start(tmp_path: Path, *overrides: str) -> Run:
     spec, loaded = _spec(tmp_path, *overrides)
-    return await RLRun.start(spec, spec_path=str(QUICKSTART), spec_dir=QUICKSTART.parent, spec_sha256=loaded.sha256)
+    return await open_run(spec, RunOptions(spec_path=str(QUICKSTART), spec_dir=QUICKSTART.parent,
+                                           spec_sha256=loaded.sha256))
+
+
+async def _train(run: Run, step: int, data: list):
+    t = run.spec.training
+    adam = __import__("tinker").AdamParams(learning_rate=t.learning_rate)
+
+    async def update():
+        fb = await run.training_client.forward_backward_async(rl.without_mask(data), loss_fn=t.loss_fn)
+        opt = await run.training_client.optim_step_async(adam)
+        return [(await fb.result_async(), await opt.result_async())]
+
+    return await run.apply_update(step, data, update())
 
 
 def test_eval_every_logs_eval_metrics_from_the_held_out_rows(tmp_path, monkeypatch):
@@ -41,7 +55,7 @@ def test_eval_every_logs_eval_metrics_from_the_held_out_rows(tmp_path, monkeypat
                "--set", "training.steps=2", "--set", "training.eval_every=1", "--set", "dataset.eval={count: 6}"])
     assert rc == 0
     lines = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [0, 1]
+    assert [m["step"] for m in lines] == [1, 2]
     for m in lines:
         assert m["eval/groups"] == 6.0 and "eval/reward/total" in m and "eval/reward/correct" in m
         assert "time/eval" in m
@@ -57,7 +71,7 @@ def test_a_backend_fault_names_its_step_and_phase(tmp_path):
         run.training_client.forward_backward_async = broken
         datum = run.prompts.supervised_datum(run.train_rows[0], "{{ answer }}")
         with pytest.raises(RunError, match=r"^step 2, phase 'train': ConnectionError: service unavailable"):
-            await run.train([datum], 2, {}, {})
+            await _train(run, 2, [datum])
 
     asyncio.run(go())
 
@@ -68,9 +82,9 @@ def test_a_failed_group_is_dropped_and_counted_and_the_step_goes_on(tmp_path):
 
     async def go():
         run = await _start(tmp_path, "training.steps=1")
-        path = await run.save_sampler_checkpoint(0, {})
-        good = await run.policy_for(path, 0, {})
-        rows = run.batch(0)
+        path = await run.save_sampler_checkpoint(1)
+        good = (await run.policy_for(path, 1)).completer
+        rows = run.rows(1)
         bad_prompt = tuple(run.prompts.model_input(rows[0]).to_ints())
 
         class FlakyPolicy(SamplingPolicy):
@@ -84,8 +98,12 @@ def test_a_failed_group_is_dropped_and_counted_and_the_step_goes_on(tmp_path):
         batch = await rollout_groups(policy, [run._builder(r, 4) for r in rows])
         assert len(batch.groups) == 1 and [i for i, _ in batch.failed] == [rows[0]["_index"]]
         assert "SailRolloutError: expired after 3 attempts" in batch.failed[0][1]
-        data, metrics = run.assemble(batch, 0)
-        assert metrics["groups_failed"] == 1.0 and metrics["groups"] == 1.0
+        batch.sampler_steps = [1] * len(batch.groups)
+        batch.sampler_paths = [path] * len(batch.groups)
+        run.record_rollouts(1, batch, [], [])
+        run.end_step(1)
+        m = run.history[-1]
+        assert m["groups_failed"] == 1.0 and m["groups"] == 1.0 and m["step"] == 1
 
     asyncio.run(go())
 
@@ -93,22 +111,15 @@ def test_a_failed_group_is_dropped_and_counted_and_the_step_goes_on(tmp_path):
 def test_init_from_starts_at_step_zero_with_those_weights_and_a_fresh_optimizer(tmp_path):
     async def go():
         first = await _start(tmp_path / "a", "training.steps=1", "training.learning_rate=0.05")
-        path = await first.save_sampler_checkpoint(0, {})
-        policy = await first.policy_for(path, 0, {})
-        batch = await first.rollout(policy, first.batch(0), 0, {})
-        data, _ = first.assemble(batch, 0)
-        if not data:  # all groups degenerate: nudge the weights with a supervised step instead
-            datum = first.prompts.supervised_datum(first.train_rows[0], "{{ answer }}")
-            data = [datum]
-            fb = await first.training_client.forward_backward_async(data, loss_fn="cross_entropy")
-            opt = await first.training_client.optim_step_async(first.adam)
-            await fb.result_async()
-            await opt.result_async()
-        else:
-            await first.train(data, 0, {}, {})
+        # nudge the weights with a supervised step
+        data = [first.prompts.supervised_datum(first.train_rows[0], "{{ answer }}")]
+        fb = await first.training_client.forward_backward_async(data, loss_fn="cross_entropy")
+        opt = await first.training_client.optim_step_async(__import__("tinker").AdamParams(learning_rate=0.05))
+        await fb.result_async()
+        await opt.result_async()
         state = await first.save_state(1)
         second = await _start(tmp_path / "b", "training.steps=1", f"training.init_from={state}")
-        assert second.start_step == 0
+        assert second.start_step == 1 and second.completed == 0
         a = {k: v for k, v in first.training_client.peft_model.state_dict().items() if "lora" in k}
         b = {k: v for k, v in second.training_client.peft_model.state_dict().items() if "lora" in k}
         assert a.keys() == b.keys() and a
@@ -140,9 +151,22 @@ def test_a_step_where_every_group_failed_is_a_fault_not_a_degenerate_step(tmp_pa
 
     async def go():
         run = await _start(tmp_path, "training.steps=1")
-        batch = RolloutBatch(groups=[], rows=[], failed=[(3, "SailRolloutError: status failed"), (5, "x")])
-        with pytest.raises(RunError, match=r"^step 4, phase 'rollout': every group failed \(2\): row 3: SailRollout"):
-            run.assemble(batch, 4)
+        failed = [(3, "SailRolloutError: status failed"), (5, "x")]
+
+        async def every_group_fails(policy, builders):
+            return RolloutBatch(groups=[], rows=[], failed=failed)
+
+        import sailrl.runtime.run as run_module
+
+        path = await run.save_sampler_checkpoint(4)
+        policy = await run.policy_for(path, 4)
+        original = run_module.rollout_groups
+        run_module.rollout_groups = every_group_fails
+        try:
+            with pytest.raises(RunError, match=r"^step 4, phase 'rollout': every group failed \(2\): row 3: SailRoll"):
+                await run.rollout(policy, 4)
+        finally:
+            run_module.rollout_groups = original
 
     asyncio.run(go())
 
@@ -150,16 +174,15 @@ def test_a_step_where_every_group_failed_is_a_fault_not_a_degenerate_step(tmp_pa
 def test_train_metrics_include_the_sampler_learner_kl_and_optimizer_metrics(tmp_path):
     async def go():
         run = await _start(tmp_path, "training.steps=1", "training.group_size=8", "training.groups_per_step=4")
-        path = await run.save_sampler_checkpoint(0, {})
-        policy = await run.policy_for(path, 0, {})
-        batch = await run.rollout(policy, run.batch(0), 0, {})
+        path = await run.save_sampler_checkpoint(1)
+        policy = await run.policy_for(path, 1)
+        batch = await run.rollout(policy, 1)
         # The untrained model's groups are degenerate; give them alternating advantages to get training data.
         from tinker_cookbook.rl.data_processing import assemble_training_data
 
         advantages = [torch.tensor([1.0, -1.0] * 4) for _ in batch.groups]
         data, _ = assemble_training_data(batch.groups, advantages)
-        metrics: dict = {}
-        await run.train(data, 0, {}, metrics)
+        metrics = rl.update_metrics(data, await _train(run, 1, data))
         # on-policy: the local sampler serves exactly the weights being trained, so the KL is ~0
         assert abs(metrics["optim/kl_sample_train_v1"]) < 1e-4 and metrics["optim/entropy"] > 0
         assert metrics["datums"] == len(data) and "loss:sum" in metrics

@@ -11,10 +11,11 @@ from tinker_cookbook.rl.data_processing import assemble_training_data, compute_a
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 
 from sailrl.runtime.backends import BackendError, check_keys
-from sailrl.runtime.loop import rollout_metrics, split_degenerate
+from sailrl.launch import apply_overrides
+from sailrl.runtime.report import rollout_metrics, sampled_tokens
+from sailrl.runtime.rl import split_degenerate
 from sailrl.runtime.rollout import RolloutBatch
 from sailrl.runtime.rundir import RunDirectory, spec_changes
-from sailrl.runtime.script import apply_overrides
 
 
 def _group(rewards: list[float], prompt=(1, 2, 3), truncated=None) -> TrajectoryGroup:
@@ -52,12 +53,13 @@ def test_all_degenerate_step_has_nothing_to_train():
 def test_rollout_metrics_are_means_over_every_rollout():
     batch = RolloutBatch(groups=[_group([1, 1, 1, 1]), _group([0, 1, 0, 1], truncated=[1, 0, 0, 0])],
                          rows=[{}, {}], failed=[(7, "SailRolloutError: expired")])
-    m = rollout_metrics(batch, ["correct"])
+    m = rollout_metrics(batch.groups, len(batch.failed), ["correct"])
     assert m["reward/total"] == pytest.approx(6 / 8)
     assert m["reward/correct"] == pytest.approx(6 / 8)
     assert m["correct"] == pytest.approx(6 / 8)
     assert m["frac_truncated"] == pytest.approx(1 / 8)
-    assert m["tokens_sampled"] == 16 and m["groups"] == 2 and m["groups_failed"] == 1
+    assert m["groups"] == 2 and m["groups_failed"] == 1
+    assert sampled_tokens(batch.groups) == (8 * 3, 16)  # each rollout sends its 3-token prompt, samples 2
 
 
 def test_metrics_truncation_on_resume_drops_partial_and_rerun_steps(tmp_path):
@@ -99,7 +101,7 @@ def test_missing_api_key_is_one_line_naming_the_variable(monkeypatch):
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("TINKER_API_KEY is not set")
     assert "sailrl run spec/examples/gsm8k.yaml --sampler local" in msg
-    monkeypatch.setenv("TINKER_API_KEY", "k")
+    monkeypatch.setenv("TINKER_API_KEY", "tml-k")
     with pytest.raises(BackendError, match="^SAIL_API_KEY is not set"):
         check_keys("sail")
     check_keys("tinker")

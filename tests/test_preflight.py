@@ -1,4 +1,5 @@
-"""``sailrl preflight``: data and prompt report, token lengths vs context, static and sampled reward verdicts.
+"""``sailrl preflight``: data and prompt report, token lengths vs context, static and sampled reward verdicts,
+``--set``, the stand-in model for a remote spec, and the run's token and cost estimate.
 
 Most tests sample from a scripted policy (a TokenCompleter that answers from the prompt), so rewards are exact;
 the ``slow`` ones sample the real base policy on the embedded backend (``sailrl/tiny``).
@@ -15,7 +16,7 @@ from tinker_cookbook.completers import TokensWithLogprobs
 from sailrl.cli import main
 from sailrl.runtime import preflight
 from sailrl.runtime.models import get_tokenizer
-from sailrl.runtime.preflight import build_report, constant_reward, context_window
+from sailrl.runtime.preflight import PreflightError, build_report, constant_reward, plan_sampling
 from sailrl.spec.schema import Spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,27 +29,32 @@ QUICKSTART_REWARD = {"rules": [
 ]}
 
 
-def make_spec(*, reward=None, warmup=None, group_size=4, **dataset) -> Spec:
+def make_spec(*, reward=None, warmup=None, group_size=4, sampling=None, model=None, pricing=None,
+              **dataset) -> Spec:
     training = {"group_size": group_size, "groups_per_step": 4}
     if warmup:
         training["warmup"] = warmup
-    return Spec.model_validate({
+    config = {
         "name": "pf",
-        "model": {"name": "sailrl/tiny", "renderer": "role_colon"},
+        "model": model or {"name": "sailrl/tiny", "renderer": "role_colon"},
         "dataset": {"source": "data/addition.jsonl", **dataset},
         "prompt": {"user": "{{ question }}="},
         "reward": reward or QUICKSTART_REWARD,
         "training": training,
-        "sampling": {"sampler": "local", "max_tokens": 8},
-    })
+        "sampling": {"sampler": "local", "max_tokens": 8, **(sampling or {})},
+    }
+    if pricing:
+        config["pricing"] = pricing
+    return Spec.model_validate(config)
 
 
 class ScriptedPolicy:
     """Answers 'a+b=' prompts: even calls correctly, odd calls off by one; or always `fixed` (cut off)."""
 
-    def __init__(self, fixed: str | None = None):
+    def __init__(self, fixed: str | None = None, *, always_wrong: bool = False):
         self.tokenizer = get_tokenizer("sailrl/tiny")
         self.fixed = fixed
+        self.always_wrong = always_wrong
         self.calls = 0
 
     async def __call__(self, model_input, stop, *, max_tokens=None):
@@ -58,6 +64,10 @@ class ScriptedPolicy:
                                       maybe_logprobs=None, stop_reason="length")
         prompt = self.tokenizer.decode(model_input.to_ints())
         a, b = prompt.split("User: ")[1].split("=")[0].split("+")
+        if self.always_wrong:  # never the sum; every other completion adds words (fails the format rule)
+            text = f" {int(a) + int(b) + 1}" + (" maybe" if self.calls % 2 else "")
+            tokens = self.tokenizer.encode(f"{text}\n\nUser:", add_special_tokens=False)
+            return TokensWithLogprobs(tokens=tokens, maybe_logprobs=None, stop_reason="stop")
         value = int(a) + int(b) + (self.calls % 2)
         tokens = self.tokenizer.encode(f" {value}\n\nUser:", add_special_tokens=False)
         return TokensWithLogprobs(tokens=tokens, maybe_logprobs=None, stop_reason="stop")
@@ -101,7 +111,9 @@ def test_data_and_prompt_sections():
     assert first["reference"] == str(sum(map(int, q.split("+"))))
     assert report["stop"] == [repr("\n\nUser:")]
     tok = report["tokens"]
-    assert (tok["min"], tok["max"], tok["context"], tok["max_tokens"], tok["rows_over"]) == (22, 22, 4096, 8, 0)
+    assert (tok["min"], tok["max"], tok["context"], tok["max_tokens"]) == (22, 22, 4096, 8)
+    assert (tok["max_prompt_tokens"], tok["skipped_too_long"]) == (4088, 0)
+    assert tok["context_source"] == "sailrl/tiny config max_position_embeddings"  # from sailrl.spec.models
 
 
 def test_skipped_rows_are_counted_by_reason(tmp_path):
@@ -119,30 +131,30 @@ def test_skipped_rows_are_counted_by_reason(tmp_path):
     assert any(p["message"].startswith("2 of 4 rows are skipped") for p in report["problems"])
 
 
-@pytest.mark.parametrize(("context", "severity", "start"), [
-    (30, None, None),
-    (25, "warning", "100 of 100 prompts plus sampling.max_tokens (8) do not fit"),
-    (22, "error", "even the shortest prompt (22 tokens) fills the model's context window (22 tokens)"),
-])
-def test_prompt_length_against_context(monkeypatch, context, severity, start):
-    monkeypatch.setattr(preflight, "context_window", lambda name, spec_dir=None: (context, "test"))
+def test_prompts_too_long_for_the_context_are_skipped_rows(tmp_path, monkeypatch):
+    rows = [{"question": "1+1", "answer": "2"}, {"question": "100+100", "answer": "200"}, {"question": "2+2", "answer": "4"}]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(preflight, "context_window", lambda name, spec_dir=None: (32, "test"))
+    report = build_report(make_spec(source="rows.jsonl"), tmp_path)
+    assert report["data"]["train"] == 2
+    (skip,) = report["data"]["skipped"]["first"]
+    assert (skip["index"], skip["kind"]) == (1, "too_long")
+    assert skip["reason"] == ("prompt is 26 tokens; the model's context is 32 and sampling.max_tokens is 8, so a "
+                              "prompt may have at most 24")
+    assert report["tokens"]["skipped_too_long"] == 1 and report["tokens"]["max"] == 22
+    assert report["blocking"] is False
+    assert report["verdict"] == ("ready, with 2 warnings: 1 of 3 rows skipped; only 2 training rows for 4 groups "
+                                 "per step")
+
+
+def test_every_prompt_too_long_blocks(monkeypatch):
+    monkeypatch.setattr(preflight, "context_window", lambda name, spec_dir=None: (22, "test"))
     report = build_report(make_spec(), EXAMPLES)
-    problems = [p for p in report["problems"] if "context window" in p["message"]]
-    if severity is None:
-        assert problems == [] and report["tokens"]["rows_over"] == 0
-    else:
-        assert problems[0]["severity"] == severity and problems[0]["message"].startswith(start)
-        assert report["blocking"] is (severity == "error")
-    if severity == "warning":
-        assert problems[0]["fix"].startswith("lower sampling.max_tokens to 3")
-
-
-def test_context_window_sources(tmp_path):
-    assert context_window("sailrl/tiny") == (4096, "sailrl/tiny config max_position_embeddings")
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text('{"max_position_embeddings": 2048}')
-    assert context_window("m", tmp_path)[0] == 2048
-    assert context_window("someone/unknown-model") == (None, "unknown for someone/unknown-model (not in sailrl's table)")
+    assert report["blocking"] is True
+    assert report["verdict"].startswith(
+        "not ready: every one of the 100 selected rows was skipped (100 x prompt too long for the model's context "
+        "(e.g. row ")
+    assert "prompt is 22 tokens; the model's context is 22 and sampling.max_tokens is 8" in report["verdict"]
 
 
 def test_dataset_error_is_reported_not_raised(tmp_path):
@@ -191,6 +203,131 @@ def test_degenerate_base_policy_with_warmup_is_a_warning():
                for p in report["problems"])
 
 
+def test_a_rule_that_never_passes_is_in_the_verdict():
+    # The answer rule passes 0 of 32 completions while the format rule varies: no group is degenerate, and
+    # before this check the verdict read "ready: no problems found".
+    report = build_report(make_spec(), EXAMPLES, sample=8, policy=ScriptedPolicy(always_wrong=True))
+    s = report["sample"]
+    assert (s["completions"], s["rules"]["correct"]["passed"], s["rules"]["format"]["passed"]) == (32, 0, 16)
+    assert s["degenerate_fraction"] == 0.0
+    assert report["blocking"] is False
+    assert report["verdict"] == "ready, with 1 warning: rule 'correct' never passed (0 of 32)"
+    (p,) = report["problems"]
+    assert p["message"] == ("rule 'correct' passed 0 of the 32 sampled completions, so it gives the base policy no "
+                            "signal")
+    assert p["fix"].startswith("check the rule on a few completions with `sailrl rewards`, loosen it")
+    assert p["fix"].endswith("or add a supervised warm-up (training.warmup) that teaches it")
+
+
+def test_a_rule_that_always_passes_is_in_the_verdict():
+    report = build_report(make_spec(), EXAMPLES, sample=3, policy=ScriptedPolicy())
+    assert report["verdict"] == "ready, with 1 warning: rule 'format' always passed (12 of 12)"
+    assert report["problems"][0]["fix"].startswith("make it stricter if it should separate good from bad")
+
+
+def test_a_never_passing_rule_with_a_warmup_says_the_warmup_runs_first():
+    spec = make_spec(warmup={"steps": 10, "completion": " {{ answer }}"})
+    report = build_report(spec, EXAMPLES, sample=2, policy=ScriptedPolicy(always_wrong=True))
+    (p,) = report["problems"]
+    assert p["message"].endswith("; the spec's supervised warm-up (10 steps) runs before RL and may change that")
+    assert p["fix"].endswith("or add a longer supervised warm-up (training.warmup.steps)")
+
+
+# ------------------------------------------------------------------------------------------- which model samples
+
+
+def remote_spec(**sampling):
+    return make_spec(model={"name": "Qwen/Qwen3-8B", "renderer": "qwen3"}, sampling={"sampler": "sail", **sampling})
+
+
+def test_a_remote_model_without_a_key_is_sampled_with_the_stand_in(monkeypatch):
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    spec = remote_spec(max_tokens=512)
+    plan = plan_sampling(spec, None, EXAMPLES, "s.yaml")
+    assert plan.sampler == "local" and plan.spec.model.name == "sailrl/tiny" and plan.spec.model.renderer is None
+    assert plan.spec.sampling.max_tokens == 64 and plan.spec.sampling.sampler == "local"
+    assert spec.model.name == "Qwen/Qwen3-8B" and spec.sampling.max_tokens == 512  # the spec itself is unchanged
+    assert plan.note() == (
+        "sampled with sailrl/tiny on the embedded backend instead of Qwen/Qwen3-8B (Qwen/Qwen3-8B is sampled on "
+        "Tinker, which needs TINKER_API_KEY), max_tokens capped at 64: this checks that prompts render, rollouts "
+        "run and the reward rules score real completions, but the rewards of a tiny model say nothing about "
+        "Qwen/Qwen3-8B's, so they draw no verdict")
+    local = plan_sampling(spec, "local", EXAMPLES, "s.yaml")
+    assert local.stand_in["why"] == ("--sampler local runs on this machine and Qwen/Qwen3-8B is a remote model; to "
+                                     "sample it here, download it and --set model.name=<its folder>")
+
+
+def test_a_remote_model_with_a_key_is_sampled_on_tinker(monkeypatch):
+    monkeypatch.setenv("TINKER_API_KEY", "tml-abc")
+    plan = plan_sampling(remote_spec(), None, EXAMPLES)
+    assert (plan.sampler, plan.stand_in, plan.spec.model.name) == ("tinker", None, "Qwen/Qwen3-8B")
+    monkeypatch.setenv("TINKER_API_KEY", "abc")
+    with pytest.raises(PreflightError, match="^TINKER_API_KEY does not look like a Tinker API key"):
+        plan_sampling(remote_spec(), None, EXAMPLES)
+
+
+def test_a_local_model_samples_itself(monkeypatch):
+    monkeypatch.setenv("TINKER_API_KEY", "tml-abc")
+    plan = plan_sampling(make_spec(), None, EXAMPLES)
+    assert (plan.sampler, plan.stand_in, plan.spec.model.name) == ("local", None, "sailrl/tiny")
+
+
+@pytest.mark.slow
+def test_cli_samples_a_remote_spec_with_the_stand_in(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.setattr(preflight, "_hub_unreachable", lambda name: "the hub is unreachable (test)")
+    text = QUICKSTART.read_text().replace("name: sailrl/tiny", "name: Qwen/Qwen3-8B").replace(
+        "renderer: role_colon", "renderer: qwen3")
+    text = text.replace("source: data/addition.jsonl", f"source: {EXAMPLES / 'data' / 'addition.jsonl'}")
+    spec = tmp_path / "qwen.yaml"
+    spec.write_text(text)
+    assert main(["preflight", str(spec), "--sample", "1", "--set", "training.group_size=2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    s = report["sample"]
+    assert (s["model"], s["sampler"], s["groups"], s["group_size"]) == ("sailrl/tiny", "local", 1, 2)
+    assert s["stand_in"]["instead_of"] == "Qwen/Qwen3-8B" and s["note"].startswith("sampled with sailrl/tiny")
+    assert report["verdict"].endswith("(base-policy rewards not judged: sampled with the sailrl/tiny stand-in)")
+    assert report["overrides"] == ["training.group_size=2"]
+    assert any(p["message"].startswith("cannot load the tokenizer of Qwen/Qwen3-8B: the hub is unreachable (test)")
+               for p in report["problems"])
+    assert report["cost"]["completions"] == "not sampled: 1 to max_tokens (12) tokens each"
+
+
+# ------------------------------------------------------------------------------------------- cost estimate
+
+
+def test_the_cost_estimate_without_sampling_uses_the_max_tokens_bound():
+    spec = make_spec(sampling={"sampler": "tinker"}, pricing={"tinker": {"train": 1, "prefill": 1, "sample": 1}})
+    report = build_report(spec, EXAMPLES)
+    # 7 steps x 4 groups x 4 rollouts = 112 rollouts of 22 prompt tokens (2,464) and 1..8 sampled tokens;
+    # trained: 0 (every group degenerate) to prompt + completion - 1 of every rollout (2,464 + 112 x 7 = 3,248).
+    # Total 2,464 + 112 + 0 = 2,576 to 2,464 + 896 + 3,248 = 6,608 tokens, at $1 per million each.
+    assert report["cost"]["summary"] == ("tokens: 2,576-6,608 (completions of 1 to max_tokens (8) tokens); cost: "
+                                         "$0.002576-$0.006608 (estimate)")
+    assert report["cost"]["tokens"]["prompt"] == {"low": 2464.0, "high": 2464.0, "expected": 2464.0}
+
+
+def test_the_cost_estimate_uses_sampled_completion_lengths_of_the_spec_model():
+    spec = make_spec(sampling={"sampler": "tinker", "max_tokens": 12},
+                     pricing={"tinker": {"train": 1, "prefill": 1, "sample": 1}})
+    report = build_report(spec, EXAMPLES, sample=3, policy=ScriptedPolicy())
+    assert report["cost"]["completions"].startswith("12 sampled completions: 10th-90th percentile")
+    assert "(completion lengths from the sampled base policy)" in report["cost"]["summary"]
+    lengths = report["sample"]["completion_lengths"]
+    assert len(lengths) == 12 and report["cost"]["completion_tokens"]["expected"] == sum(lengths) / 12
+
+
+def test_a_local_run_costs_nothing_and_an_unpriced_one_says_what_to_add():
+    assert report_cost(make_spec()).endswith("cost: $0 (the embedded backend bills nothing)")
+    assert report_cost(make_spec(sampling={"sampler": "tinker"})).endswith(
+        "cost: unknown: add pricing.tinker.prefill, pricing.tinker.sample, pricing.tinker.train (USD per million "
+        "tokens) to the spec")
+
+
+def report_cost(spec):
+    return build_report(spec, EXAMPLES)["cost"]["summary"]
+
+
 # ------------------------------------------------------------------------------------------- command line
 
 
@@ -229,23 +366,27 @@ def test_cli_remote_sampler_without_key_is_one_line(monkeypatch, capsys):
     assert err.startswith("sailrl preflight: TINKER_API_KEY is not set")
 
 
-def test_cli_local_sampler_refuses_a_hub_model_before_loading_anything(tmp_path, capsys):
-    text = QUICKSTART.read_text().replace("name: sailrl/tiny", "name: Qwen/Qwen3-8B").replace(
-        "renderer: role_colon", "renderer: qwen3")
-    text = text.replace("source: data/addition.jsonl", f"source: {EXAMPLES / 'data' / 'addition.jsonl'}")
-    spec = tmp_path / "qwen.yaml"
-    spec.write_text(text)
-    assert main(["preflight", str(spec), "--sample", "1"]) == 1
-    err = capsys.readouterr().err.strip()
-    assert err == (f"sailrl preflight: the embedded backend runs sailrl/tiny or a local model folder, not "
-                   f"Qwen/Qwen3-8B. Sample the base model remotely: sailrl preflight {spec} --sample N --sampler "
-                   f"tinker (TINKER_API_KEY) or --sampler sail (SAIL_API_KEY)")
-
-
 def test_cli_sail_sampler_without_key(monkeypatch, capsys):
     monkeypatch.delenv("SAIL_API_KEY", raising=False)
     assert main(["preflight", str(QUICKSTART), "--sample", "1", "--sampler", "sail"]) == 1
     assert capsys.readouterr().err.startswith("sailrl preflight: SAIL_API_KEY is not set: --sampler sail needs it")
+
+
+def test_cli_set_overrides_the_spec(capsys):
+    assert main(["preflight", str(QUICKSTART), "--set", "sampling.max_tokens=4", "--set", "dataset.limit=10",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tokens"]["max_tokens"] == 4 and report["data"]["selected"] == 10
+    assert report["overrides"] == ["sampling.max_tokens=4", "dataset.limit=10"]
+
+
+def test_cli_set_errors(capsys):
+    assert main(["preflight", str(QUICKSTART), "--set", "training.group_size"]) == 2
+    assert capsys.readouterr().err.strip() == ("sailrl preflight: error: --set expects KEY=VALUE, got "
+                                               "'training.group_size'")
+    assert main(["preflight", str(QUICKSTART), "--set", "training.group_size=many"]) == 1
+    err = capsys.readouterr().err
+    assert "training.group_size" in err and "(these come from the --set overrides: training.group_size=many)" in err
 
 
 # ------------------------------------------------------------------------------------------- embedded backend

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sailrl.runtime.sail_adapter import (
+from sailrl.runtime.sail import (
     SailCheckpointError,
     signed_checkpoint_url,
     signed_url_problem,

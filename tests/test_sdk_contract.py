@@ -8,7 +8,7 @@ import inspect
 import sail
 import tinker
 
-from sailrl.runtime.sail_adapter import tinker_rest_client_class
+from sailrl.runtime.sail import tinker_rest_client_class
 
 # (class, method, keyword arguments runtime/loop.py and runtime/sail_adapter.py pass)
 CALLS = [

@@ -9,8 +9,14 @@ import pytest
 from conftest import MINIMAL_SPEC
 
 from sailrl.spec.errors import SpecError, SpecErrors
-from sailrl.spec.loader import load_spec, load_spec_text
-from sailrl.spec.renderers import KNOWN_RENDERERS, UnknownModelError, default_renderer
+from sailrl.compiler.validate import validate_file, validate_text
+from sailrl.spec.renderers import (
+    COOKBOOK_RENDERERS,
+    KNOWN_RENDERERS,
+    SAILRL_RENDERERS,
+    UnknownModelError,
+    default_renderer,
+)
 
 N = MINIMAL_SPEC.count("\n")  # lines of the minimal spec; appended sections start at line N + 1
 
@@ -18,7 +24,7 @@ N = MINIMAL_SPEC.count("\n")  # lines of the minimal spec; appended sections sta
 def problems(write_spec, text: str) -> tuple[Path, list[SpecError], SpecErrors]:
     path = write_spec(text)
     with pytest.raises(SpecErrors) as info:
-        load_spec(path)
+        validate_file(path)
     return path, info.value.errors, info.value
 
 
@@ -97,7 +103,7 @@ def test_yaml_syntax_error_is_located(write_spec):
 
 def test_bad_indentation_is_a_located_syntax_error():
     with pytest.raises(SpecErrors) as info:
-        load_spec_text("name: x\nmodel:\n  name: a\n   lora_rank: 8\n", "s.yaml")
+        validate_text("name: x\nmodel:\n  name: a\n   lora_rank: 8\n", "s.yaml")
     err = info.value.errors[0]
     assert (err.file, err.line) == ("s.yaml", 4)
     assert err.message.startswith("YAML syntax error")
@@ -145,7 +151,7 @@ def test_exponent_floats_are_floats(write_spec):
     text = MINIMAL_SPEC + (
         "training:\n  learning_rate: 1e-5\n  warmup:\n    steps: 2\n    learning_rate: 2E-5\n"
     )
-    loaded = load_spec(write_spec(text))
+    loaded = validate_file(write_spec(text))
     assert loaded.spec.training.learning_rate == 1e-5
     assert loaded.spec.training.warmup.learning_rate == 2e-5
     assert loaded.data["training"]["learning_rate"] == 1e-5  # plain data is YAML 1.2 too
@@ -157,7 +163,7 @@ def test_string_fields_keep_the_typed_text(write_spec):
         .replace("  source: rows.jsonl\n", "  source: rows.jsonl\n  config: 010\n  split: 1_000\n")
         + "description: NO\n"
     )
-    loaded = load_spec(write_spec(text))
+    loaded = validate_file(write_spec(text))
     spec = loaded.spec
     assert (spec.name, spec.description, spec.dataset.config, spec.dataset.split) == ("yes", "NO", "010", "1_000")
     # YAML 1.2 core values in the plain data: yes/NO/1_000 are strings, 010 is decimal ten (not octal 8)
@@ -213,7 +219,7 @@ def test_double_quoted_backslash_b_became_a_backspace(write_spec):
 
 
 def test_single_quoted_word_boundary_is_fine(write_spec):
-    loaded = load_spec(write_spec(with_rule("'\\bcat\\b'")))
+    loaded = validate_file(write_spec(with_rule("'\\bcat\\b'")))
     assert loaded.spec.reward.rules[1].pattern == "\\bcat\\b"
 
 
@@ -247,12 +253,12 @@ def test_system_and_warmup_templates_are_checked(write_spec):
 
 def test_undeclared_fields_are_not_checked_without_dataset_fields(write_spec):
     text = MINIMAL_SPEC.replace("  fields: [question, answer]\n", "").replace("{{ question }}", "{{ anything }}")
-    assert load_spec(write_spec(text)).spec.prompt.user == "{{ anything }}"
+    assert validate_file(write_spec(text)).spec.prompt.user == "{{ anything }}"
 
 
 def test_fields_mapping_declares_its_keys(write_spec):
     text = MINIMAL_SPEC.replace("[question, answer]", "{question: problem, answer: solution}")
-    assert load_spec(write_spec(text)).spec.dataset.fields == {"question": "problem", "answer": "solution"}
+    assert validate_file(write_spec(text)).spec.dataset.fields == {"question": "problem", "answer": "solution"}
 
 
 # -- sampling, training, model -----------------------------------------------------------------------------
@@ -300,7 +306,7 @@ def test_resume_from_a_sampler_checkpoint(write_spec):
 
 def test_resume_from_a_state_checkpoint_is_fine(write_spec):
     text = MINIMAL_SPEC + "training:\n  resume_from: tinker://run-1/weights/000007\n"
-    assert load_spec(write_spec(text)).spec.training.resume_from == "tinker://run-1/weights/000007"
+    assert validate_file(write_spec(text)).spec.training.resume_from == "tinker://run-1/weights/000007"
 
 
 def test_unknown_renderer_lists_the_known_ones(write_spec):
@@ -316,7 +322,7 @@ def test_unknown_renderer_lists_the_known_ones(write_spec):
 def test_lora_rank_power_of_two(write_spec, rank, ok):
     text = MINIMAL_SPEC.replace("  name: sailrl/tiny\n", f"  name: sailrl/tiny\n  lora_rank: {rank}\n")
     if ok:
-        assert load_spec(write_spec(text)).spec.model.lora_rank == rank
+        assert validate_file(write_spec(text)).spec.model.lora_rank == rank
         return
     _, errors, _ = problems(write_spec, text)
     err = only(errors, "model.lora_rank")
@@ -341,8 +347,12 @@ def test_default_renderer():
 
 def test_default_renderer_for_a_local_model_directory(tmp_path):
     (tmp_path / "my-model").mkdir()
-    assert default_renderer(str(tmp_path / "my-model")) == "role_colon"
-    assert default_renderer("my-model", base_dir=tmp_path) == "role_colon"
+    (tmp_path / "my-model" / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+    assert default_renderer(str(tmp_path / "my-model")) == "chat_template"
+    assert default_renderer("my-model", base_dir=tmp_path) == "chat_template"
+    (tmp_path / "plain").mkdir()  # a tokenizer without a chat template: the user must name a renderer
+    with pytest.raises(UnknownModelError, match="'plain' has no chat template.*set model.renderer"):
+        default_renderer("plain", base_dir=tmp_path)
 
 
 def test_known_renderers_match_installed_tinker_cookbook():
@@ -360,7 +370,8 @@ def test_known_renderers_match_installed_tinker_cookbook():
         and isinstance(node.ops[0], ast.Eq) and isinstance(node.comparators[0], ast.Constant)
     }
     assert len(names) > 20
-    assert names == set(KNOWN_RENDERERS)
+    assert names == set(COOKBOOK_RENDERERS)
+    assert set(KNOWN_RENDERERS) == names | set(SAILRL_RENDERERS) and not names & set(SAILRL_RENDERERS)
     assert len(KNOWN_RENDERERS) == len(set(KNOWN_RENDERERS))
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from sailrl.spec.base import Plain
 from sailrl.spec.errors import SpecErrors
+from sailrl.compiler.validate import validate_file, validate_text
 from sailrl.spec.loader import load_spec, load_spec_text, parse_yaml, resolve_plain
 from sailrl.spec.schema import Spec
 
@@ -113,7 +114,7 @@ def test_byte_order_mark_and_crlf(write_spec, minimal_spec):
 def test_missing_local_data_file(write_spec, minimal_spec):
     path = write_spec(minimal_spec.replace("rows.jsonl", "nothere.jsonl"))
     with pytest.raises(SpecErrors) as info:
-        load_spec(path)
+        validate_file(path)
     err = info.value.errors[0]
     assert (err.key_path, err.line, err.column) == ("dataset.source", 5, 11)
     assert err.message == f"data file not found: {path.parent / 'nothere.jsonl'}"
@@ -122,24 +123,24 @@ def test_missing_local_data_file(write_spec, minimal_spec):
 def test_reward_example_disagreement_is_reported(write_spec, minimal_spec):
     text = minimal_spec + "examples:\n  - completion: 'so \\boxed{4}'\n    fields: {answer: '4'}\n    expect_total: 0.0\n"
     with pytest.raises(SpecErrors) as info:
-        load_spec(write_spec(text))
+        validate_file(write_spec(text))
     assert [e.key_path.split(".")[0] for e in info.value.errors] == ["examples"]
 
 
 def test_reward_examples_that_agree(write_spec, minimal_spec):
     text = minimal_spec + "examples:\n  - completion: 'so \\boxed{4}'\n    fields: {answer: '4'}\n    expect_total: 1.0\n"
-    assert load_spec(write_spec(text)).spec.examples[0].expect_total == 1.0
+    assert validate_file(write_spec(text)).spec.examples[0].expect_total == 1.0
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (SPEC_DIR / "examples").glob("*.yaml")))
 def test_shipped_example_specs_validate(name):
-    loaded = load_spec(SPEC_DIR / "examples" / name)
+    loaded = validate_file(SPEC_DIR / "examples" / name)
     assert loaded.spec.name
 
 
 def test_starter_spec_validates():
     # (`sailrl init` copies data/addition.jsonl beside it; tests/test_cli_spec.py validates that as a file)
-    spec = load_spec_text((SPEC_DIR / "starter.yaml").read_text(encoding="utf-8"), "<starter>").spec
+    spec = validate_text((SPEC_DIR / "starter.yaml").read_text(encoding="utf-8"), "<starter>").spec
     assert spec.model.name == "sailrl/tiny" and spec.sampling.sampler == "local"
     assert spec.dataset.source == "data/addition.jsonl"
     assert spec.examples, "the starter shows worked reward examples"

@@ -9,7 +9,7 @@ import pytest
 
 from sailrl.cli import main
 from sailrl.runtime.backends import BackendError, open_backend
-from sailrl.runtime.script import apply_overrides, build_spec
+from sailrl.launch import apply_overrides, build_spec
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.loader import load_spec, load_spec_text
 
@@ -57,14 +57,18 @@ def test_unknown_jinja_filter_and_include_are_located_errors():
 
 
 def test_set_overrides_go_through_every_spec_check(capsys):
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(SpecErrors) as e:
         build_spec(CONFIG, ["training.group_size=1"], SPEC_DIR)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "training.group_size" in err and "nothing trains" in err and "--set overrides" in err
-    with pytest.raises(SystemExit):
+    assert "training.group_size" in str(e.value) and "nothing trains" in str(e.value)
+    with pytest.raises(SpecErrors) as e:
         build_spec(CONFIG, ["training.stepz=2"], SPEC_DIR)
-    assert "did you mean 'steps'" in capsys.readouterr().err
+    assert "did you mean 'steps'" in str(e.value)
+    from sailrl import launch
+
+    rc = launch.main(None, CONFIG, spec_path="spec.yaml", spec_dir=SPEC_DIR, spec_sha256="0" * 64,
+                     argv=["--set", "training.group_size=1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "nothing trains" in err and "(these come from the --set overrides: training.group_size=1)" in err
     spec = build_spec(CONFIG, ["reward.rules.0.weight=1", "prompt.user={{ question }} = ?"], SPEC_DIR)
     assert spec.reward.rules[0].weight == 1 and spec.prompt.user == "{{ question }} = ?"
 
@@ -102,7 +106,7 @@ def test_a_tinker_client_that_cannot_start_is_one_line(monkeypatch):
     def refuse(*a, **k):
         raise tinker.TinkerError("The api_key must start with the 'tml-' prefix")
 
-    monkeypatch.setenv("TINKER_API_KEY", "x")
+    monkeypatch.setenv("TINKER_API_KEY", "tml-x")
     monkeypatch.setattr(tinker, "ServiceClient", refuse)
     spec = load_spec(ROOT / "spec/examples/gsm8k.yaml").spec
     with pytest.raises(BackendError, match=r"Tinker could not start a client: .*tml-.*check TINKER_API_KEY"):

@@ -1,14 +1,16 @@
 """The embedded backend: an in-process implementation of the Tinker client interface.
 
 ``LocalServiceClient`` (torch + transformers + peft) creates training and sampling clients that
-``tinker_cookbook``'s RL functions use unchanged. See ``service.py`` for the entry point and
-``docs/architecture.md`` for where it sits.
+``tinker_cookbook``'s RL functions use unchanged. See ``service.py`` for the entry point,
+``sources.py`` for the models it loads (built-in, folder, GGUF file, hub id) and
+``docs/architecture.md`` for where it sits. ``check_model_source`` checks a model before a run
+writes anything.
 """
 
 from sailrl.runtime.local.checkpoints import CheckpointPathError
 from sailrl.runtime.local.sampling import LocalSamplingClient
 from sailrl.runtime.local.service import LocalServiceClient
-from sailrl.runtime.local.tiny import BaseModelError
+from sailrl.runtime.local.sources import BaseModelError, check_model_source
 from sailrl.runtime.local.training import LocalTrainingClient
 
 __all__ = [
@@ -17,4 +19,5 @@ __all__ = [
     "LocalSamplingClient",
     "LocalServiceClient",
     "LocalTrainingClient",
+    "check_model_source",
 ]

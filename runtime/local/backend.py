@@ -1,9 +1,19 @@
-"""Shared state of one ``LocalServiceClient``: worker thread, checkpoint store, base models, samplers."""
+"""Shared state of one ``LocalServiceClient``: worker threads, checkpoint store, base models, samplers.
+
+Two worker threads (``futures.Worker``): ``worker`` runs the training clients' operations in
+order (forward_backward, optim_step, saves, loads, sampler snapshots of the training weights);
+``sample_worker`` runs sample batches and builds samplers from checkpoints. A sampler always
+decodes with its own merged copy of the weights (``merged_model``) -- from the adapter file a save
+wrote, or from a copy of the adapter tensors taken in order on the training worker -- so a step
+can train while the previous weights sample, and what a sampler returns does not depend on what
+trains meanwhile. Each worker sets its torch intra-op threads to ``worker_threads()``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -16,13 +26,49 @@ from sailrl.runtime.local.sampling import LocalSamplingClient, SampleBatcher
 from sailrl.runtime.local.tiny import BaseModelCache, BaseModelSpec
 
 
+def worker_threads() -> int:
+    """Torch intra-op threads for each worker thread: the calling thread's ``torch.get_num_threads()``.
+
+    ``LocalServiceClient`` sets that from its ``num_threads`` (default ``device.thread_count``:
+    ``SAILRL_THREADS``, else 1 for the built-in models) just before it builds the backend, so the
+    thread policy lives in one place. ``torch.set_num_threads`` is per thread: a worker would
+    otherwise keep the count it inherits when it starts.
+    """
+    return max(1, torch.get_num_threads())
+
+
+class _LockedBaseModels:
+    """``BaseModelCache`` behind a lock: both workers load and copy base models, and a first load of a
+    built-in model seeds torch's global RNG (``tiny.build_tiny_model``)."""
+
+    def __init__(self, cache: BaseModelCache, lock: threading.RLock):
+        self._cache = cache
+        self._lock = lock
+
+    def get(self, spec: BaseModelSpec) -> Any:
+        with self._lock:
+            return self._cache.get(spec)
+
+    def tokenizer(self, spec: BaseModelSpec) -> Any:
+        with self._lock:
+            return self._cache.tokenizer(spec)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cache, name)
+
+
 def max_context_of(model: Any) -> int:
     """The model's context window in tokens (``config.max_position_embeddings``, else 2048)."""
     return int(getattr(model.config, "max_position_embeddings", None) or 2048)
 
 
 class LocalBackend:
-    """Everything the local clients share; all model work runs on ``self.worker`` in order."""
+    """Everything the local clients share: ``worker`` (training), ``sample_worker`` (sampling),
+    the checkpoint store, the base models and a small cache of samplers per checkpoint path.
+
+    ``model_lock`` guards base-model loading and anything else that seeds torch's global RNG
+    (a LoRA init) against the other worker.
+    """
 
     def __init__(
         self,
@@ -33,17 +79,26 @@ class LocalBackend:
         coalesce_window_s: float = 0.003,
         sampler_cache_size: int = 2,
     ):
-        self.worker = Worker()
+        self.num_threads = worker_threads()
+        self.worker = Worker("sailrl-local-train", num_threads=self.num_threads)
+        self.sample_worker = Worker("sailrl-local-sample", num_threads=self.num_threads)
+        self.model_lock = threading.RLock()
         self.store = CheckpointStore(base_dir)
-        self.bases = BaseModelCache(dtype, device)
+        self.bases = _LockedBaseModels(BaseModelCache(dtype, device), self.model_lock)
         self.device = device
         self.dtype = dtype
         self.seed = seed
         self.sample_generator = torch.Generator().manual_seed(seed)
         self.coalesce_window_s = coalesce_window_s
         self._samplers: OrderedDict[str, LocalSamplingClient] = OrderedDict()
+        self._samplers_lock = threading.Lock()
         self._sampler_cache_size = sampler_cache_size
         self._clients_made = 0
+
+    def close(self) -> None:
+        """Stop both worker threads once their queued work is done."""
+        self.worker.close()
+        self.sample_worker.close()
 
     def next_lora_seed(self) -> int:
         """Seed for a LoRA init when the caller gives none: derived from the backend seed."""
@@ -51,12 +106,13 @@ class LocalBackend:
         return self.seed * 1_000_003 + self._clients_made
 
     def sampling_client(self, model: Any, spec: BaseModelSpec, model_path: str | None) -> LocalSamplingClient:
-        """A sampling client over ``model`` (already merged, eval mode, never trained in place)."""
+        """A sampling client over ``model`` (a copy owned by the sampler: merged, eval mode, frozen);
+        its batches run on ``sample_worker``."""
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
         batcher = SampleBatcher(
-            self.worker,
+            self.sample_worker,
             model,
             self.bases.tokenizer(spec),
             max_context_of(model),
@@ -72,11 +128,14 @@ class LocalBackend:
     def sampling_client_from_path(self, model_path: str) -> LocalSamplingClient:
         """Load ``local://...`` (or an adapter directory) and return a sampler; cached per path.
 
-        Raises ``CheckpointPathError`` for a bad or missing path. Runs on the worker thread.
+        The adapter is read from the files the save wrote and merged into a fresh copy of the base,
+        so later training never changes what this sampler decodes with. Raises
+        ``CheckpointPathError`` for a bad or missing path. Runs on ``sample_worker``.
         """
-        if model_path in self._samplers:
-            self._samplers.move_to_end(model_path)
-            return self._samplers[model_path]
+        with self._samplers_lock:
+            if model_path in self._samplers:
+                self._samplers.move_to_end(model_path)
+                return self._samplers[model_path]
         from safetensors.torch import load_file
 
         directory = model_path if os.path.isdir(model_path) else self.store.existing(model_path)
@@ -85,7 +144,8 @@ class LocalBackend:
             adapter_config = json.load(f)
         state = load_file(os.path.join(directory, "adapter_model.safetensors"))
         client = self.sampling_client(self.merged_model(spec, state, adapter_config), spec, model_path)
-        self._samplers[model_path] = client
-        while len(self._samplers) > self._sampler_cache_size:
-            self._samplers.popitem(last=False)
+        with self._samplers_lock:
+            self._samplers[model_path] = client
+            while len(self._samplers) > self._sampler_cache_size:
+                self._samplers.popitem(last=False)
         return client

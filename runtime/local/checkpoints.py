@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 from tinker import types
 
+from sailrl.spec.errors import ModelError
+
 SCHEME = "local://"
 Kind = Literal["sampler_weights", "weights"]
 KINDS: tuple[str, ...] = ("sampler_weights", "weights")
@@ -34,8 +36,9 @@ TRAINING_STATE_FILE = "training_state.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-class CheckpointPathError(ValueError):
-    """A checkpoint path that is not ``local://<run>/<kind>/<name>`` or names no saved checkpoint."""
+class CheckpointPathError(ModelError):
+    """A checkpoint path that is not ``local://<run>/<kind>/<name>`` or names no saved checkpoint (a
+    ``ValueError``)."""
 
 
 @dataclass(frozen=True)

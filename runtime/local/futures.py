@@ -1,9 +1,12 @@
-"""Futures and the single worker thread of the embedded backend.
+"""Futures and the worker threads of the embedded backend.
 
-Every model operation (forward_backward, optim_step, save, sample batches) runs on ONE worker
-thread in submission order, like Tinker's per-model request sequencing: a ``forward_backward``
-followed by an ``optim_step`` submitted before the first result is read (as
-``tinker_cookbook.rl.train.train_step`` does) still runs in that order. Results come back as
+A ``Worker`` is one thread running its jobs in submission order. The backend has two
+(``backend.LocalBackend``): the training worker runs every operation of the training clients
+(forward_backward, optim_step, saves, loads) in order, like Tinker's per-model request
+sequencing -- a ``forward_backward`` followed by an ``optim_step`` submitted before the first
+result is read (as ``tinker_cookbook.rl.train.train_step`` does) still runs in that order -- and
+the sampling worker runs sample batches and loads sampler checkpoints, so sampling can proceed
+while a step trains. Results come back as
 ``tinker.lib.public_interfaces.api_future.AwaitableConcurrentFuture`` -- the SDK's own
 ``APIFuture`` class -- so ``.result()``, ``await future`` and ``await future.result_async()`` all
 work as with the real client.
@@ -17,17 +20,23 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
+import torch
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 
 T = TypeVar("T")
 
 
 class Worker:
-    """One daemon thread running submitted callables in FIFO order."""
+    """One daemon thread running submitted callables in FIFO order.
 
-    def __init__(self, name: str = "sailrl-local-worker"):
+    ``num_threads``: torch intra-op threads for this thread (``torch.set_num_threads`` is per
+    thread); ``None`` keeps what the thread inherits.
+    """
+
+    def __init__(self, name: str = "sailrl-local-worker", num_threads: int | None = None):
         self._queue: queue.Queue[tuple[Callable[[], Any], Future] | None] = queue.Queue()
         self._name = name
+        self._num_threads = num_threads
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -38,6 +47,8 @@ class Worker:
                 self._thread.start()
 
     def _run(self) -> None:
+        if self._num_threads is not None:
+            torch.set_num_threads(self._num_threads)
         while True:
             item = self._queue.get()
             if item is None:

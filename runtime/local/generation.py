@@ -2,15 +2,37 @@
 
 ``generate(model, requests, ...)`` takes every request waiting in the sampler (coalesced by
 ``sampling.SampleBatcher``), prefills each DISTINCT prompt once (left-padded batch), copies the
-prompt's KV cache to each of its samples (``DynamicCache.batch_select_indices`` with repeated
-indices), then decodes all rows one token per step with the model's ``past_key_values``.
-Finished rows are dropped from the cache so later steps only compute live rows.
+prompt's KV cache to each of its samples, then decodes all rows one token per step with the
+model's ``past_key_values``. Works for any Hugging Face causal LM with a KV cache, on any device
+and dtype.
+
+Per decode step the work outside the model is a fixed number of tensor operations on the whole
+batch, however many rows it has:
+
+- **Sampling** by inverse CDF: each row's uniforms are drawn up front, one per token it may
+  generate (``(num_samples, max_tokens)`` per request from its generator), and the step samples
+  every row with one ``cumsum`` + ``searchsorted`` over the (top-k / top-p filtered) probabilities.
+- **Stop token ids and max_tokens** from per-row tables (a ``(stop sets, vocab)`` bool table
+  indexed by the sampled tokens; the step count against per-row limits).
+- **Stop strings** from a per-(tokenizer, stop strings) table of the tokens whose text may
+  complete one (``StopStringMatcher``): only rows whose new token is in it decode their last few
+  tokens (``4 * len(stop) + 8``) to look for the string.
+- **Finished rows** stay in the batch (masked out) until at least 1/8 of it has finished, then the
+  batch and its KV cache are compacted in one indexing operation.
+
+KV cache: the model's ``DynamicCache`` layers (transformers >= 4.56) are moved into preallocated
+buffers that are written in place (``_GrowingLayer``) instead of concatenated every step; other
+layer kinds (sliding window, linear attention) and older caches are used as the model made them.
+Decode steps of grouped-query-attention models on SDPA attend with the query heads grouped per
+key/value head instead of repeating the key/value heads (``_decode_attention``); prefill is
+unchanged.
 
 Per-row sampling (``tinker.SamplingParams``): ``temperature`` (0 = greedy), ``top_k`` (-1 = off),
 ``top_p`` (1 = off), ``max_tokens`` (``None`` = up to the context length), ``stop`` (``None`` =
 the tokenizer's EOS; ``[]`` = never stop; strings = those strings or EOS, as vLLM does and as
 tinker-cookbook's ``role_colon`` parser expects; token ids = exactly those ids), ``seed`` (a
-request-private ``torch.Generator``; otherwise the sampler's own generator). A sequence that
+request-private ``torch.Generator``; otherwise the sampler's own generator, drawn in request
+order). A seeded request yields the same tokens whatever else is in its batch. A sequence that
 stops on a stop string or id keeps the stop tokens at its end (``stop_reason="stop"``), as Tinker
 does; one that hits ``max_tokens`` ends with ``stop_reason="length"``.
 
@@ -24,8 +46,11 @@ the model's own logprobs, so the learner's importance ratio is 1 on-policy. Gree
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,6 +58,8 @@ import torch
 from tinker import types
 
 GREEDY_TEMPERATURE = 1e-6
+COMPACT_FRACTION = 8  # compact the batch once 1/8 of its rows have finished
+_INITIAL_RESERVE = 256  # generated positions preallocated in the KV cache before it grows
 
 
 @dataclass
@@ -48,73 +75,321 @@ class SampleRequest:
     request_id: str = "r"
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Stops:
     token_ids: frozenset[int]
     strings: tuple[str, ...]
-    trigger_chars: frozenset[str] = field(default_factory=frozenset)
-    window: int = 0
 
 
 def _stops_for(params: types.SamplingParams, eos_token_id: int | None) -> _Stops:
     stop = params.stop
+    eos = frozenset() if eos_token_id is None else frozenset([eos_token_id])
     if stop is None:
-        return _Stops(frozenset() if eos_token_id is None else frozenset([eos_token_id]), ())
+        return _Stops(eos, ())
     if isinstance(stop, str):
         stop = [stop]
     stop = list(stop)
     if not stop:
         return _Stops(frozenset(), ())
     if all(isinstance(s, str) for s in stop):
-        strings = tuple(s for s in stop if s)
-        return _Stops(
-            frozenset() if eos_token_id is None else frozenset([eos_token_id]),
-            strings,
-            frozenset(s[-1] for s in strings),
-            max((4 * len(s) + 8 for s in strings), default=0),
-        )
+        return _Stops(eos, tuple(dict.fromkeys(s for s in stop if s)))
     if all(isinstance(s, int) and not isinstance(s, bool) for s in stop):
         return _Stops(frozenset(int(s) for s in stop), ())
     raise ValueError("SamplingParams.stop must be a string, a list of strings or a list of token ids.")
 
 
-class _PieceCache:
-    """Lone-token decodes, to skip the window decode when a token cannot end a stop string."""
+# ---------------------------------------------------------------------------------------------- stop strings
+class StopStringMatcher:
+    """Which tokens may complete one of ``strings``, and the window check for those that may.
 
-    def __init__(self, tokenizer: Any):
+    A token may complete a stop string when its text (``tokenizer.decode([token])``, decoded the
+    first time the token is sampled and then kept) contains the last character of a stop string.
+    Two cases where a token adds text its lone decode does not show are covered too: a token that
+    is part of a multi-byte character (lone decode empty or containing U+FFFD) may complete a
+    non-ASCII character, and a tokenizer may add a leading space in context -- so a stop string
+    ending in a non-ASCII character makes every partial token a candidate, and one ending in
+    whitespace makes every token a candidate. ``matches`` decodes the last ``window`` tokens
+    (``4 * len(longest stop) + 8``) and looks for any stop string in the text.
+    """
+
+    def __init__(self, tokenizer: Any, strings: tuple[str, ...]):
         self._tokenizer = tokenizer
-        self._pieces: dict[int, str] = {}
+        self.strings = strings
+        self.window = max(4 * len(s) + 8 for s in strings)
+        self._last_chars = frozenset(s[-1] for s in strings)
+        self._every_token = any(c.isspace() for c in self._last_chars)
+        self._partial_may_end = any(ord(c) > 127 for c in self._last_chars)
+        self._table = torch.full((0,), -1, dtype=torch.int8)  # -1 unknown, 0 no, 1 may complete
+        self._lock = threading.Lock()
 
-    def may_end(self, token: int, stops: _Stops) -> bool:
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._tokenizer.decode([token])
-            self._pieces[token] = piece
-        if piece == "" or "\ufffd" in piece:
-            return True  # part of a multi-byte character: decide on the window
-        return any(c in piece for c in stops.trigger_chars)
+    def _piece_may_end(self, piece: str) -> bool:
+        if any(c in piece for c in self._last_chars):
+            return True
+        return self._partial_may_end and (piece == "" or "\ufffd" in piece)
+
+    def candidates(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``(A,)`` bool CPU tensor: which of ``tokens`` (``(A,)`` int64 CPU) may complete a stop string."""
+        if self._every_token:
+            return torch.ones(tokens.shape, dtype=torch.bool)
+        with self._lock:
+            top = int(tokens.max()) + 1 if tokens.numel() else 0
+            if top > self._table.numel():
+                grown = torch.full((top,), -1, dtype=torch.int8)
+                grown[: self._table.numel()] = self._table
+                self._table = grown
+            flags = self._table[tokens]
+            unknown = tokens[flags < 0].unique().tolist()
+            if unknown:
+                pieces = self._tokenizer.batch_decode([[t] for t in unknown])
+                self._table[torch.tensor(unknown)] = torch.tensor(
+                    [1 if self._piece_may_end(p) else 0 for p in pieces], dtype=torch.int8
+                )
+                flags = self._table[tokens]
+        return flags > 0
+
+    def matches(self, tail: list[int]) -> bool:
+        """True if the text of ``tail`` (a row's last ``window`` tokens) contains a stop string."""
+        text = self._tokenizer.decode(tail)
+        return any(s in text for s in self.strings)
 
 
+_MATCHERS: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], StopStringMatcher]] = weakref.WeakKeyDictionary()
+_MATCHERS_LOCK = threading.Lock()
+
+
+def stop_string_matcher(tokenizer: Any, strings: tuple[str, ...]) -> StopStringMatcher:
+    """The shared ``StopStringMatcher`` for ``(tokenizer, strings)`` (its token table persists across calls)."""
+    with _MATCHERS_LOCK:
+        try:
+            per_tokenizer = _MATCHERS.setdefault(tokenizer, {})
+        except TypeError:  # a tokenizer that cannot be weakly referenced: no sharing
+            return StopStringMatcher(tokenizer, strings)
+        if strings not in per_tokenizer:
+            per_tokenizer[strings] = StopStringMatcher(tokenizer, strings)
+        return per_tokenizer[strings]
+
+
+# ---------------------------------------------------------------------------------------------- KV cache
+try:  # transformers >= 4.56: caches are lists of layers
+    from transformers.cache_utils import DynamicLayer as _DynamicLayer
+except ImportError:  # pragma: no cover - older transformers: the model's own cache is used
+    _DynamicLayer = None
+
+
+if _DynamicLayer is not None:
+
+    class _GrowingLayer(_DynamicLayer):
+        """A ``DynamicLayer`` whose keys / values are views of preallocated buffers, written in place.
+
+        ``keys`` / ``values`` are ``buffer[:, :, :length]`` (``(batch, kv_heads, length, head_dim)``),
+        so everything that reads a ``DynamicLayer`` reads this one. When the buffer is full it grows
+        to twice the generated part (at most ``limit`` positions), so the copies add up to O(length).
+        """
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int, limit: int):
+            super().__init__()
+            self.dtype, self.device = keys.dtype, keys.device
+            self.is_initialized = True
+            self._limit = limit
+            self._length = keys.shape[-2]
+            self._kbuf = self._alloc(keys, capacity)
+            self._vbuf = self._alloc(values, capacity)
+            self._views()
+
+        @staticmethod
+        def _alloc(src: torch.Tensor, capacity: int) -> torch.Tensor:
+            buf = src.new_empty((*src.shape[:2], capacity, src.shape[-1]))
+            buf[:, :, : src.shape[-2]] = src
+            return buf
+
+        def _views(self) -> None:
+            self.keys = self._kbuf[:, :, : self._length]
+            self.values = self._vbuf[:, :, : self._length]
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+            new = key_states.shape[-2]
+            end = self._length + new
+            if end > self._kbuf.shape[-2]:
+                capacity = max(end, min(self._limit, 2 * self._kbuf.shape[-2]))
+                self._kbuf = self._alloc(self.keys, capacity)
+                self._vbuf = self._alloc(self.values, capacity)
+            self._kbuf[:, :, self._length : end] = key_states
+            self._vbuf[:, :, self._length : end] = value_states
+            self._length = end
+            self._views()
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self._kbuf = self._kbuf[indices]
+            self._vbuf = self._vbuf[indices]
+            self._views()
+
+        def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+            self.batch_select_indices(beam_idx.to(self._kbuf.device))
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self._kbuf = self._kbuf.repeat_interleave(repeats, dim=0)
+            self._vbuf = self._vbuf.repeat_interleave(repeats, dim=0)
+            self._views()
+
+        def crop(self, max_length: int) -> None:
+            if max_length < 0:
+                max_length = self._length - abs(max_length)
+            self._length = max(0, min(self._length, max_length))
+            self._views()
+
+        def get_seq_length(self) -> int:
+            return self._length
+
+
+def _expand_cache(cache: Any, index: torch.Tensor, reserve: int, limit: int) -> Any:
+    """Rows of the prompt cache for each sample (``index``: sample -> prompt), in preallocated buffers.
+
+    ``reserve``: positions to preallocate past the prompt; ``limit``: the most positions a row can
+    reach. Layers that are not plain ``DynamicLayer`` (and caches without layers) are indexed as
+    the model made them.
+    """
+    layers = getattr(cache, "layers", None)
+    if _DynamicLayer is None or layers is None:
+        cache.batch_select_indices(index)
+        return cache
+    for i, layer in enumerate(layers):
+        if type(layer) is _DynamicLayer and layer.is_initialized and layer.keys.dim() == 4:
+            length = layer.keys.shape[-2]
+            layers[i] = _GrowingLayer(
+                layer.keys[index], layer.values[index], min(limit, length + reserve), limit
+            )
+        else:
+            layer.batch_select_indices(index)
+    return cache
+
+
+# ---------------------------------------------------------------------------------------------- attention
+_DECODE_ATTENTION = "sailrl_grouped_decode"
+_DECODE_REGISTERED: bool | None = None
+
+
+def _grouped_decode_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
+                         **kwargs):
+    """SDPA attention; for one query token with grouped key/value heads, without repeating them.
+
+    ``query``: ``(B, H, q, D)``; ``key`` / ``value``: ``(B, H_kv, L, D)``. With ``q == 1`` and
+    ``H = g * H_kv``, query head ``h`` attends with key/value head ``h // g`` (as ``repeat_kv``), so
+    the ``g`` query heads of a group are batched as ``g`` queries of one head. Otherwise the call
+    goes to transformers' ``sdpa_attention_forward``. Returns ``((B, q, H, D), None)``.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = int(getattr(module, "num_key_value_groups", 1) or 1)
+    b, h, q, d = query.shape
+    if q != 1 or groups == 1 or kwargs.get("output_attentions") or (module.training and dropout):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal,
+            **kwargs,
+        )
+    grouped = query.reshape(b, h // groups, groups, d)
+    out = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask,
+                                                           scale=scaling)
+    return out.reshape(b, h, 1, d).transpose(1, 2), None
+
+
+def _decode_attention_available() -> bool:
+    global _DECODE_REGISTERED
+    if _DECODE_REGISTERED is None:
+        try:
+            from transformers import AttentionInterface
+            from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+            AttentionInterface.register(_DECODE_ATTENTION, _grouped_decode_sdpa)
+            AttentionMaskInterface.register(_DECODE_ATTENTION, sdpa_mask)
+            _DECODE_REGISTERED = True
+        except ImportError:  # pragma: no cover - transformers without the attention interface
+            _DECODE_REGISTERED = False
+    return _DECODE_REGISTERED
+
+
+@contextmanager
+def _decode_attention(model: Any) -> Iterator[None]:
+    """Within the block, a model on SDPA attention decodes with ``_grouped_decode_sdpa``."""
+    config = getattr(model, "config", None)
+    if (
+        config is None
+        or getattr(config, "_attn_implementation", None) != "sdpa"
+        or not getattr(model, "_supports_attention_backend", False)
+        or not _decode_attention_available()
+    ):
+        yield
+        return
+    config._attn_implementation = _DECODE_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = "sdpa"
+
+
+# ---------------------------------------------------------------------------------------------- sampling
 def _upcast(x: torch.Tensor) -> torch.Tensor:
     """Half-precision logits to float32; float32 / float64 stay as they are."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def _filter_logprobs(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Mask (to -inf) tokens outside each row's top-k / nucleus. ``scaled``: ``(A, V)`` logprobs."""
+    """Mask (to -inf) tokens outside each row's top-k / nucleus. ``scaled``: ``(A, V)`` logprobs.
+
+    ``top_k``: ``(A,)`` int (``<= 0`` = off); ``top_p``: ``(A,)`` float (``>= 1`` = off). The nucleus
+    keeps the most likely tokens until their mass reaches ``top_p`` (always at least one).
+    """
     needs_k = top_k > 0
     needs_p = top_p < 1.0
-    if not bool(needs_k.any() or needs_p.any()):
-        return scaled
     sorted_lp, order = torch.sort(scaled, dim=-1, descending=True)
     probs = sorted_lp.exp()
     before = probs.cumsum(-1) - probs  # mass strictly above each token
     remove = needs_p[:, None] & (before > top_p[:, None])
-    ranks = torch.arange(scaled.shape[-1]).expand_as(scaled)
+    ranks = torch.arange(scaled.shape[-1], device=scaled.device).expand_as(scaled)
     remove |= needs_k[:, None] & (ranks >= top_k[:, None])
     remove[:, 0] = False
     mask = torch.zeros_like(remove).scatter(-1, order, remove)
     return scaled.masked_fill(mask, float("-inf"))
+
+
+@dataclass
+class _RowParams:
+    """Per-row sampling parameters on the model's device (``(B,)`` each) and batch-wide flags."""
+
+    temps: torch.Tensor  # greedy rows hold 1.0
+    greedy: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    any_greedy: bool
+    all_greedy: bool
+    any_filter: bool
+
+    def select(self, pos: torch.Tensor) -> _RowParams:
+        return _RowParams(self.temps[pos], self.greedy[pos], self.top_k[pos], self.top_p[pos],
+                          self.any_greedy, self.all_greedy, self.any_filter)
+
+
+def _sample(logits: torch.Tensor, rp: _RowParams, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row. ``logits``: ``(B, V)``; ``uniforms``: ``(B,)`` in ``[0, 1)``.
+
+    Returns ``(tokens (B,) int64, logprobs (B,) float)`` with the logprob of each token under
+    ``log_softmax(logits / temperature)``. Sampled rows take the first token whose cumulative
+    filtered probability exceeds ``u * total`` (inverse CDF); greedy rows take the argmax.
+    """
+    logits = _upcast(logits)
+    if rp.all_greedy:
+        scaled = torch.log_softmax(logits, dim=-1)
+        choice = scaled.argmax(-1)
+        return choice, scaled.gather(-1, choice[:, None]).squeeze(-1)
+    scaled = torch.log_softmax(logits / rp.temps[:, None], dim=-1)
+    filtered = _filter_logprobs(scaled, rp.top_k, rp.top_p) if rp.any_filter else scaled
+    exact = torch.float32 if filtered.device.type == "mps" else torch.float64
+    cdf = filtered.exp().cumsum(-1, dtype=exact)
+    target = uniforms.to(exact) * cdf[:, -1]
+    choice = torch.searchsorted(cdf, target[:, None], right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
+    if rp.any_greedy:
+        choice = torch.where(rp.greedy, scaled.argmax(-1), choice)
+    return choice, scaled.gather(-1, choice[:, None]).squeeze(-1)
 
 
 def _prompt_logprob_outputs(
@@ -128,8 +403,8 @@ def _prompt_logprob_outputs(
     if req.include_prompt_logprobs:
         vals = np.full(n, np.nan, dtype=np.float32)
         if n > 1:
-            got = lp.gather(-1, torch.tensor(req.prompt[1:]).unsqueeze(-1)).squeeze(-1)
-            vals[1:] = got.numpy()
+            got = lp.gather(-1, torch.tensor(req.prompt[1:], device=lp.device).unsqueeze(-1)).squeeze(-1)
+            vals[1:] = got.float().cpu().numpy()
             vals[:first] = np.nan
         out_lp = vals
     out_topk = None
@@ -138,12 +413,24 @@ def _prompt_logprob_outputs(
         out_topk = [None] * n
         if n > 1:
             top_v, top_i = lp.topk(k, dim=-1)
+            top_v, top_i = top_v.tolist(), top_i.tolist()
             for pos in range(max(first, 1), n):
-                out_topk[pos] = list(zip(top_i[pos - 1].tolist(), top_v[pos - 1].tolist(), strict=False))
+                out_topk[pos] = list(zip(top_i[pos - 1], top_v[pos - 1], strict=False))
     return out_lp, out_topk
 
 
-@torch.no_grad()
+def _check_prompts(requests: Sequence[SampleRequest], max_context: int) -> None:
+    for req in requests:
+        if not req.prompt:
+            raise ValueError("Cannot sample from an empty prompt: give at least one token.")
+        if len(req.prompt) >= max_context:
+            raise ValueError(
+                f"The prompt has {len(req.prompt)} tokens, which fills the model's context window "
+                f"of {max_context}; shorten the prompt."
+            )
+
+
+@torch.inference_mode()
 def generate(
     model: Any,
     requests: Sequence[SampleRequest],
@@ -154,149 +441,87 @@ def generate(
 ) -> list[types.SampleResponse]:
     """Serve ``requests`` with one batched prefill + decode; returns one ``SampleResponse`` each.
 
-    Raises ``ValueError`` for an empty prompt or a prompt that fills the context window.
+    ``generator``: a CPU ``torch.Generator`` for requests without ``SamplingParams.seed``.
+    Raises ``ValueError`` for an empty prompt, a prompt that fills the context window of
+    ``max_context`` tokens, or a malformed ``stop``.
     """
+    _check_prompts(requests, max_context)
     device = next(model.parameters()).device
     eos = getattr(tokenizer, "eos_token_id", None)
-    pieces = _PieceCache(tokenizer)
 
-    # Distinct prompts, prefilled once each.
+    # Distinct prompts, prefilled once each (left-padded).
     prompt_index: dict[tuple[int, ...], int] = {}
     for req in requests:
-        if not req.prompt:
-            raise ValueError("Cannot sample from an empty prompt: give at least one token.")
-        if len(req.prompt) >= max_context:
-            raise ValueError(
-                f"The prompt has {len(req.prompt)} tokens, which fills the model's context window "
-                f"of {max_context}; shorten the prompt."
-            )
         prompt_index.setdefault(tuple(req.prompt), len(prompt_index))
     prompts = list(prompt_index)
-    lens = [len(p) for p in prompts]
-    width = max(lens)
+    lens = torch.tensor([len(p) for p in prompts])
+    width = int(lens.max())
     ids = torch.zeros((len(prompts), width), dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.bool)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        mask[i, width - len(p) :] = True
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
     want_prompt = any(r.include_prompt_logprobs or r.topk_prompt_logprobs > 0 for r in requests)
+
+    # Rows: one per sample, in request order, with their limits, stops and uniforms.
+    req_of_row = torch.repeat_interleave(torch.arange(len(requests)), torch.tensor([r.num_samples for r in requests]))
+    n_rows = int(req_of_row.numel())
+    stops = [_stops_for(r.params, eos) for r in requests]
+    req_limit = []
+    for req in requests:
+        room = max_context - len(req.prompt)
+        mt = req.params.max_tokens
+        req_limit.append(max(0, room if mt is None else min(int(mt), room)))
+    limits = torch.tensor(req_limit, dtype=torch.long)[req_of_row]
+    max_new = int(limits.max()) if n_rows else 0
+    req_greedy = [float(r.params.temperature) <= GREEDY_TEMPERATURE for r in requests]
+    uniforms = torch.zeros((n_rows, max(max_new, 1)))
+    start = 0
+    for r_i, req in enumerate(requests):
+        if not req_greedy[r_i] and req_limit[r_i] > 0:
+            g = generator if req.params.seed is None else torch.Generator().manual_seed(int(req.params.seed))
+            uniforms[start : start + req.num_samples, : req_limit[r_i]] = torch.rand(
+                (req.num_samples, req_limit[r_i]), generator=g
+            )
+        start += req.num_samples
+
     out = model(
         input_ids=ids.to(device),
-        attention_mask=mask.to(device),
+        attention_mask=mask.long().to(device),
         position_ids=positions.to(device),
         use_cache=True,
         logits_to_keep=0 if want_prompt else 1,
     )
-    cache = out.past_key_values
-    prefill_logits = _upcast(out.logits).cpu() if want_prompt else None
-    last_logits = _upcast(out.logits[:, -1, :]).cpu()
+    prefill_logits = out.logits if want_prompt else None
+    tokens_out = torch.zeros((n_rows, max(max_new, 1)), dtype=torch.long)
+    logprobs_out = torch.zeros((n_rows, max(max_new, 1)), dtype=torch.float32)
+    final_len = torch.zeros(n_rows, dtype=torch.long)
+    stopped = torch.zeros(n_rows, dtype=torch.bool)
 
-    # Rows: one per sample, in request order.
-    row_prompt: list[int] = []
-    row_req: list[int] = []
-    for r_i, req in enumerate(requests):
-        p_i = prompt_index[tuple(req.prompt)]
-        row_prompt += [p_i] * req.num_samples
-        row_req += [r_i] * req.num_samples
-    n_rows = len(row_prompt)
-    stops = [_stops_for(r.params, eos) for r in requests]
-    gens = [
-        generator if r.params.seed is None else torch.Generator().manual_seed(int(r.params.seed))
-        for r in requests
-    ]
-    temps = torch.tensor([float(requests[r].params.temperature) for r in row_req])
-    top_k = torch.tensor([int(requests[r].params.top_k) for r in row_req])
-    top_p = torch.tensor([float(requests[r].params.top_p) for r in row_req])
-    limits = []
-    for r in row_req:
-        room = max_context - len(requests[r].prompt)
-        mt = requests[r].params.max_tokens
-        limits.append(room if mt is None else min(int(mt), room))
-    tokens: list[list[int]] = [[] for _ in range(n_rows)]
-    logprobs: list[list[float]] = [[] for _ in range(n_rows)]
-    reasons: list[str] = ["length"] * n_rows
-
-    index = torch.tensor(row_prompt)
-    if n_rows:
-        cache.batch_select_indices(index.to(device))
-    logits = last_logits[index]
-    attn = mask[index]
-    next_pos = torch.tensor([lens[p] for p in row_prompt])
-    active = [i for i in range(n_rows) if limits[i] > 0]
-    if len(active) < n_rows and active:
-        sel = torch.tensor([row for row in range(n_rows) if limits[row] > 0])
-        cache.batch_select_indices(sel.to(device))
-        logits, attn, next_pos = logits[sel], attn[sel], next_pos[sel]
-
-    while active:
-        act = torch.tensor(active)
-        t = temps[act]
-        greedy = t <= GREEDY_TEMPERATURE
-        scaled = torch.log_softmax(logits / torch.where(greedy, 1.0, t)[:, None], dim=-1)
-        filtered = _filter_logprobs(scaled, top_k[act], top_p[act])
-        # Gumbel-max sampling, noise from each request's generator (rows in request order).
-        noise = torch.empty_like(filtered)
-        groups: dict[int, list[int]] = {}
-        for pos, row in enumerate(active):
-            groups.setdefault(id(gens[row_req[row]]), []).append(pos)
-        for pos_list in groups.values():
-            g = gens[row_req[active[pos_list[0]]]]
-            u = torch.rand((len(pos_list), filtered.shape[-1]), generator=g)
-            noise[pos_list] = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
-        choice = torch.where(greedy, filtered.argmax(-1), (filtered + noise).argmax(-1))
-        chosen_lp = scaled.gather(-1, choice[:, None]).squeeze(-1)
-        choice_l, lp_l = choice.tolist(), chosen_lp.tolist()
-
-        still: list[int] = []
-        keep: list[int] = []
-        for pos, row in enumerate(active):
-            tok = choice_l[pos]
-            tokens[row].append(tok)
-            logprobs[row].append(lp_l[pos])
-            st = stops[row_req[row]]
-            done = tok in st.token_ids
-            if not done and st.strings and pieces.may_end(tok, st):
-                text = tokenizer.decode(tokens[row][-st.window :])
-                done = any(s in text for s in st.strings)
-            if done:
-                reasons[row] = "stop"
-            elif len(tokens[row]) >= limits[row]:
-                reasons[row] = "length"
-            else:
-                still.append(row)
-                keep.append(pos)
-        if not still:
-            break
-        if len(keep) < len(active):
-            sel = torch.tensor(keep)
-            cache.batch_select_indices(sel.to(device))
-            attn, next_pos, choice = attn[sel], next_pos[sel], choice[sel]
-        active = still
-        attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype)], dim=1)
-        out = model(
-            input_ids=choice[:, None].to(device),
-            attention_mask=attn.to(device),
-            position_ids=next_pos[:, None].to(device),
-            past_key_values=cache,
-            use_cache=True,
+    live_rows = torch.nonzero(limits > 0).squeeze(-1)
+    if live_rows.numel():
+        _decode(
+            model, out, mask, lens, width, live_rows, req_of_row, requests, limits, stops, uniforms,
+            req_greedy, tokenizer, device, tokens_out, logprobs_out, final_len, stopped,
         )
-        cache = out.past_key_values
-        logits = _upcast(out.logits[:, -1, :]).cpu()
-        next_pos = next_pos + 1
 
+    tokens_np = tokens_out.numpy().astype(np.int32)
+    logprobs_np = logprobs_out.numpy()
+    final = final_len.tolist()
+    stopped_l = stopped.tolist()
     responses: list[types.SampleResponse] = []
     row = 0
-    pad_of = {p_i: width - lens[p_i] for p_i in range(len(prompts))}
     for req in requests:
         seqs = []
         for s in range(req.num_samples):
+            n = final[row]
             seqs.append(
                 types.SampledSequence(
-                    stop_reason=reasons[row],  # type: ignore[arg-type]
+                    stop_reason="stop" if stopped_l[row] else "length",
                     sequence_id=f"{req.request_id}-{s}",
-                    tokens_np=np.asarray(tokens[row], dtype=np.int32),
-                    logprobs_np=np.asarray(logprobs[row], dtype=np.float32),
+                    tokens_np=tokens_np[row, :n].copy(),
+                    logprobs_np=logprobs_np[row, :n].copy(),
                 )
             )
             row += 1
@@ -304,10 +529,122 @@ def generate(
         if req.include_prompt_logprobs or req.topk_prompt_logprobs > 0:
             p_i = prompt_index[tuple(req.prompt)]
             assert prefill_logits is not None
-            prompt_lp, topk = _prompt_logprob_outputs(req, prefill_logits[p_i], pad_of[p_i])
+            prompt_lp, topk = _prompt_logprob_outputs(req, _upcast(prefill_logits[p_i]), width - len(req.prompt))
         responses.append(
-            types.SampleResponse(
-                sequences=seqs, prompt_logprobs_np=prompt_lp, _topk_prompt_logprobs_list=topk
-            )
+            types.SampleResponse(sequences=seqs, prompt_logprobs_np=prompt_lp, _topk_prompt_logprobs_list=topk)
         )
     return responses
+
+
+def _decode(
+    model: Any,
+    out: Any,
+    mask: torch.Tensor,
+    lens: torch.Tensor,
+    width: int,
+    rows: torch.Tensor,
+    req_of_row: torch.Tensor,
+    requests: Sequence[SampleRequest],
+    limits: torch.Tensor,
+    stops: list[_Stops],
+    uniforms: torch.Tensor,
+    req_greedy: list[bool],
+    tokenizer: Any,
+    device: torch.device,
+    tokens_out: torch.Tensor,
+    logprobs_out: torch.Tensor,
+    final_len: torch.Tensor,
+    stopped: torch.Tensor,
+) -> None:
+    """The decode loop over ``rows`` (the rows with ``limits > 0``); fills the ``*_out`` tensors in place."""
+    # Prompt of each row, its cache rows and logits.
+    prompt_index: dict[tuple[int, ...], int] = {}
+    for req in requests:
+        prompt_index.setdefault(tuple(req.prompt), len(prompt_index))
+    prompt_of_req = torch.tensor([prompt_index[tuple(r.prompt)] for r in requests])
+    prompt_of_row = prompt_of_req[req_of_row[rows]]
+    max_new = int(limits[rows].max())
+    cache = _expand_cache(out.past_key_values, prompt_of_row.to(device), reserve=min(max_new, _INITIAL_RESERVE),
+                          limit=width + max_new)
+    logits = out.logits[:, -1, :][prompt_of_row.to(device)]
+
+    # Per-request tables -> per-row tensors.
+    r_rows = req_of_row[rows]
+    temps = torch.tensor([1.0 if g else float(r.params.temperature) for r, g in zip(requests, req_greedy,
+                                                                                     strict=True)])
+    top_k = torch.tensor([int(r.params.top_k) for r in requests])
+    top_p = torch.tensor([float(r.params.top_p) for r in requests])
+    greedy = torch.tensor(req_greedy)
+    rg = greedy[r_rows]
+    rp = _RowParams(
+        temps[r_rows].to(device), rg.to(device), top_k[r_rows].to(device), top_p[r_rows].to(device),
+        any_greedy=bool(rg.any()), all_greedy=bool(rg.all()),
+        any_filter=bool(((top_k[r_rows] > 0) & ~rg).any() or ((top_p[r_rows] < 1.0) & ~rg).any()),
+    )
+    vocab = logits.shape[-1]
+    id_sets = list(dict.fromkeys(s.token_ids for s in stops))
+    id_table = torch.zeros((len(id_sets), vocab), dtype=torch.bool)
+    for k, ids in enumerate(id_sets):
+        valid = [i for i in ids if 0 <= i < vocab]
+        if valid:
+            id_table[k, valid] = True
+    id_set = torch.tensor([id_sets.index(s.token_ids) for s in stops])[r_rows]
+    string_sets = list(dict.fromkeys(s.strings for s in stops if s.strings))
+    matchers = [stop_string_matcher(tokenizer, strings) for strings in string_sets]
+    string_set = torch.tensor([string_sets.index(s.strings) if s.strings else -1 for s in stops])[r_rows]
+    limit = limits[rows]
+    u_rows = uniforms[rows].to(device)
+
+    # Batch state: position -> row, alive flags, attention mask with room for every new token.
+    batch_rows = rows.clone()
+    alive = torch.ones(rows.numel(), dtype=torch.bool)
+    attn = torch.zeros((rows.numel(), width + max_new), dtype=torch.long, device=device)
+    attn[:, :width] = mask[prompt_of_row].to(device)
+    next_pos = lens[prompt_of_row].to(device)[:, None]
+
+    with _decode_attention(model):
+        step = 0
+        while True:
+            choice, lp = _sample(logits, rp, u_rows[:, step])
+            choice_c, lp_c = choice.cpu(), lp.float().cpu()
+            tokens_out[batch_rows, step] = choice_c
+            logprobs_out[batch_rows, step] = lp_c
+            hit = id_table[id_set, choice_c]
+            for m_i, matcher in enumerate(matchers):
+                check = alive & (string_set == m_i) & ~hit
+                if bool(check.any()):
+                    pos = torch.nonzero(check).squeeze(-1)
+                    cand = pos[matcher.candidates(choice_c[pos])]
+                    lo = max(0, step + 1 - matcher.window)
+                    for p in cand.tolist():
+                        if matcher.matches(tokens_out[batch_rows[p], lo : step + 1].tolist()):
+                            hit[p] = True
+            done = alive & (hit | (limit <= step + 1))
+            if bool(done.any()):
+                done_rows = batch_rows[done]
+                final_len[done_rows] = step + 1
+                stopped[done_rows] = hit[done]
+                alive &= ~done
+                n_alive = int(alive.sum())
+                if n_alive == 0:
+                    return
+                if alive.numel() - n_alive >= max(1, alive.numel() // COMPACT_FRACTION):
+                    keep = torch.nonzero(alive).squeeze(-1)
+                    keep_d = keep.to(device)
+                    cache.batch_select_indices(keep_d)
+                    batch_rows, alive, limit = batch_rows[keep], alive[keep], limit[keep]
+                    id_set, string_set = id_set[keep], string_set[keep]
+                    rp, u_rows, attn, next_pos = rp.select(keep_d), u_rows[keep_d], attn[keep_d], next_pos[keep_d]
+                    choice = choice[keep_d]
+            attn[:, width + step] = 1
+            out = model(
+                input_ids=choice[:, None],
+                attention_mask=attn[:, : width + step + 1],
+                position_ids=next_pos,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :]
+            next_pos = next_pos + 1
+            step += 1

@@ -2,7 +2,9 @@
 
 ``train_attn`` / ``train_mlp`` / ``train_unembed`` select the linear layers that get an adapter:
 attention projections (modules under a path containing ``attn``/``attention``), MLP projections
-(under ``mlp``/``feed_forward``/``ffn``), and the output embedding (``lm_head``). ``lora_alpha`` is
+(under ``mlp``/``feed_forward``/``ffn``), and the output embedding (``lm_head``). Linear layers are
+``torch.nn.Linear`` and transformers' ``Conv1D`` (GPT-2 style, weight stored transposed: the adapter is
+then created with ``fan_in_fan_out=True``). ``lora_alpha`` is
 fixed at 32 -- the value tinker-cookbook's ``hyperparam_utils.get_lora_lr_over_full_finetune_lr``
 assumes for Tinker -- so the adapter scale is ``32 / rank``. No dropout. peft's default init:
 ``A`` Kaiming-uniform (drawn under ``torch.manual_seed(seed)``), ``B`` zeros, so a fresh adapter
@@ -20,6 +22,18 @@ _ATTN_WORDS = ("attn", "attention")
 _MLP_WORDS = ("mlp", "feed_forward", "ffn")
 
 
+def _linear_types() -> tuple[type, ...]:
+    from transformers.pytorch_utils import Conv1D
+
+    return (torch.nn.Linear, Conv1D)
+
+
+def _has_conv1d(model: Any, targets: list[str]) -> bool:
+    from transformers.pytorch_utils import Conv1D
+
+    return any(isinstance(m, Conv1D) and n.split(".")[-1] in targets for n, m in model.named_modules())
+
+
 def lora_target_modules(model: Any, *, train_mlp: bool, train_attn: bool, train_unembed: bool) -> list[str]:
     """Module-name suffixes (as peft ``target_modules``) for the chosen layer families.
 
@@ -30,7 +44,7 @@ def lora_target_modules(model: Any, *, train_mlp: bool, train_attn: bool, train_
     out_emb = model.get_output_embeddings()
     targets: set[str] = set()
     for name, module in model.named_modules():
-        if not isinstance(module, torch.nn.Linear):
+        if not isinstance(module, _linear_types()):
             continue
         parts = name.split(".")
         if module is out_emb:
@@ -58,13 +72,13 @@ def attach_lora(
 
     if rank < 1:
         raise ValueError(f"LoRA rank must be at least 1, got {rank}.")
+    targets = lora_target_modules(base, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed)
     config = LoraConfig(
         r=rank,
         lora_alpha=LORA_ALPHA,
         lora_dropout=0.0,
-        target_modules=lora_target_modules(
-            base, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed
-        ),
+        target_modules=targets,
+        fan_in_fan_out=_has_conv1d(base, targets),
         bias="none",
         task_type="CAUSAL_LM",
     )
@@ -90,13 +104,17 @@ def merge_adapter(base: Any, state: dict[str, torch.Tensor], adapter_config: dic
     ``adapter_config`` is the content of ``adapter_config.json``. The result equals
     ``PeftModel.from_pretrained(base, dir).merge_and_unload()`` for the adapters this backend
     writes (plain LoRA, no rank/alpha patterns, no rsLoRA, no DoRA); others raise ``ValueError``.
+    An adapter on a tied output embedding unties it first, so the input embedding stays the base's.
     """
     if adapter_config.get("use_rslora") or adapter_config.get("use_dora"):
         raise ValueError("Only plain LoRA adapters can be merged (no rsLoRA / DoRA).")
     if adapter_config.get("rank_pattern") or adapter_config.get("alpha_pattern"):
         raise ValueError("Only adapters with one rank and one alpha can be merged.")
+    from transformers.pytorch_utils import Conv1D as conv1d
+
     scale = float(adapter_config["lora_alpha"]) / float(adapter_config["r"])
     modules = dict(base.named_modules())
+    out_emb, in_emb = base.get_output_embeddings(), base.get_input_embeddings()
     prefix = "base_model.model."
     with torch.no_grad():
         for key, a in state.items():
@@ -108,7 +126,10 @@ def merge_adapter(base: Any, state: dict[str, torch.Tensor], adapter_config: dic
             if module is None:
                 raise ValueError(f"The adapter targets {name!r}, which the base model does not have.")
             delta = (b.to(torch.float32) @ a.to(torch.float32)) * scale
-            if adapter_config.get("fan_in_fan_out"):
+            if module is out_emb and in_emb is not None and module.weight is in_emb.weight:
+                # tied embeddings: the adapter changes the output projection only, so untie before adding
+                module.weight = torch.nn.Parameter(module.weight.detach().clone(), requires_grad=False)
+            if isinstance(module, conv1d):  # weight stored (in, out): peft's fan_in_fan_out layers
                 delta = delta.T
             module.weight += delta.to(module.weight.dtype)
     return base

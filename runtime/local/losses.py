@@ -22,6 +22,8 @@ from collections.abc import Mapping
 
 import torch
 
+from sailrl.spec.errors import ConfigError
+
 LOSS_FNS = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
 DEFAULT_CLIP_LOW = 0.8
 DEFAULT_CLIP_HIGH = 1.2
@@ -44,8 +46,9 @@ _CONFIG_KEYS = {
 }
 
 
-class LossInputError(ValueError):
-    """A loss name, a loss_fn_inputs key or a loss_fn_config key the embedded backend rejects."""
+class LossInputError(ConfigError):
+    """A loss name, a loss_fn_inputs key or a loss_fn_config key the embedded backend rejects (a
+    ``ValueError``)."""
 
 
 def check_loss_request(

@@ -1,7 +1,9 @@
 """``LocalServiceClient``: an in-process stand-in for ``tinker.ServiceClient`` (torch + transformers + peft).
 
-Everything runs on this machine with no keys and no download: ``sailrl/tiny`` (built from a config
-and a seed, byte tokenizer) or a local Hugging Face model directory. Method names, parameters and
+Everything runs on this machine with no keys: a built-in model (``sailrl/tiny``, built from a config and a
+seed; ``sailrl/tiny-arith``, shipped weights; byte tokenizer), a local Hugging Face model folder, a GGUF file, or
+a hub model (cached, or downloaded once; see ``sources``). Device, dtype and torch threads follow
+``device.py`` (``SAILRL_DEVICE``, ``SAILRL_DTYPE``, ``SAILRL_THREADS``). Method names, parameters and
 return kinds follow tinker 0.38 (checked by ``tests/test_local_drift.py``): the creation methods
 return a future of the client that can also be used as the client; their ``*_async`` variants are
 coroutines returning the client itself. Checkpoints live under ``base_dir`` (see ``checkpoints``).
@@ -20,31 +22,33 @@ from tinker.lib.public_interfaces.api_future import APIFuture
 
 from sailrl.runtime.local.backend import LocalBackend, max_context_of
 from sailrl.runtime.local.checkpoints import TRAINING_STATE_FILE
+from sailrl.runtime.local.device import local_device, local_dtype, thread_count
 from sailrl.runtime.local.futures import ClientFuture, completed
 from sailrl.runtime.local.lora import attach_lora
 from sailrl.runtime.local.rest import LocalRestClient
 from sailrl.runtime.local.sampling import LocalSamplingClient
 from sailrl.runtime.local.tiny import BaseModelSpec, resolve_base_model
 from sailrl.runtime.local.training import LocalTrainingClient
-from sailrl.runtime.models import TINY_MODEL_NAME
+from sailrl.spec.models import TINY_MODEL_NAME
 
 
 class LocalServiceClient:
     """Create local training / sampling / rest clients.
 
     Args:
-    - ``model_name``: the default base model (``"sailrl/tiny"`` or a local HF model directory),
-      used by ``get_server_capabilities``; each ``create_*`` call names its own base model.
-    - ``device``: torch device, default ``"cpu"``.
-    - ``dtype``: parameter dtype, default ``torch.float32``.
+    - ``model_name``: the default base model (a built-in name, a folder, a ``.gguf`` file or a hub id),
+      used by ``get_server_capabilities`` and the device / thread defaults; each ``create_*`` call names
+      its own base model.
+    - ``device``: torch device; default ``device.local_device(model_name)``.
+    - ``dtype``: parameter dtype; default ``device.local_dtype(device)`` (bfloat16 on a CUDA device that
+      supports it, else float32).
     - ``base_dir``: directory for checkpoints (``local://<run>/...`` maps below it); default a
       fresh temporary directory.
     - ``seed``: seeds the ``sailrl/tiny`` base weights, LoRA inits given no seed, and sampling
       without ``SamplingParams.seed``.
-    - ``num_threads``: ``torch.set_num_threads`` value (process-wide). Default: 1 for
-      ``sailrl/tiny`` -- its matrices are too small to split, and on a 2-core machine that is also
-      running anything else, 2 intra-op threads measured 5-10x SLOWER than 1 (thread contention;
-      ``benchmarks/bench_local_sampling.py --threads``) -- and torch's own default otherwise.
+    - ``num_threads``: ``torch.set_num_threads`` value (process-wide); default
+      ``device.thread_count(model_name)`` (``SAILRL_THREADS``, else the measured policy there).
+    - ``model_dir``: the folder relative model paths are looked up in first (the spec's folder).
     """
 
     def __init__(
@@ -52,24 +56,26 @@ class LocalServiceClient:
         model_name: str = TINY_MODEL_NAME,
         *,
         device: str | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         base_dir: str | os.PathLike | None = None,
         seed: int = 0,
         num_threads: int | None = None,
         coalesce_window_s: float = 0.003,
+        model_dir: str | os.PathLike | None = None,
     ):
-        if num_threads is None and model_name == TINY_MODEL_NAME:
-            num_threads = 1
+        if num_threads is None:
+            num_threads = thread_count(model_name)
         if num_threads is not None:
             torch.set_num_threads(num_threads)
+        device = device or local_device(model_name)
+        dtype = dtype or local_dtype(device)
         self.model_name = model_name
+        self.model_dir = os.fspath(model_dir) if model_dir is not None else None
         self.base_dir = (
             os.fspath(base_dir) if base_dir is not None else tempfile.mkdtemp(prefix="sailrl-local-")
         )
         os.makedirs(self.base_dir, exist_ok=True)
-        self._backend = LocalBackend(
-            self.base_dir, device or "cpu", dtype, seed, coalesce_window_s=coalesce_window_s
-        )
+        self._backend = LocalBackend(self.base_dir, device, dtype, seed, coalesce_window_s=coalesce_window_s)
 
     # ------------------------------------------------------------------ training clients
     def _new_lora_client(
@@ -81,16 +87,17 @@ class LocalServiceClient:
         train_attn: bool,
         train_unembed: bool,
     ) -> LocalTrainingClient:
-        spec = resolve_base_model(base_model, self._backend.seed)
+        spec = resolve_base_model(base_model, self._backend.seed, self.model_dir)
         lora_seed = self._backend.next_lora_seed() if seed is None else seed
-        model = attach_lora(
-            self._backend.bases.get(spec),
-            rank=rank,
-            seed=lora_seed,
-            train_mlp=train_mlp,
-            train_attn=train_attn,
-            train_unembed=train_unembed,
-        )
+        with self._backend.model_lock:  # the LoRA init seeds torch's global RNG; the sampling worker may load a base
+            model = attach_lora(
+                self._backend.bases.get(spec),
+                rank=rank,
+                seed=lora_seed,
+                train_mlp=train_mlp,
+                train_attn=train_attn,
+                train_unembed=train_unembed,
+            )
         lora = types.LoraConfig(
             rank=rank, seed=lora_seed, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed
         )
@@ -111,7 +118,7 @@ class LocalServiceClient:
 
         ``seed=None`` derives the LoRA init seed from the service seed. Raises ``ValueError`` if no
         layer family is chosen or ``optimizer`` is not Adam; the future fails with
-        ``tiny.BaseModelError`` for a model the backend cannot load.
+        ``sources.BaseModelError`` (a ``ModelError``) for a model the backend cannot load.
         """
         if not (train_mlp or train_attn or train_unembed):
             raise ValueError("At least one of train_mlp, train_attn or train_unembed must be True.")
@@ -205,7 +212,7 @@ class LocalServiceClient:
         if model_path is not None:
             return self._backend.sampling_client_from_path(model_path)
         assert base_model is not None
-        spec = resolve_base_model(base_model, self._backend.seed)
+        spec = resolve_base_model(base_model, self._backend.seed, self.model_dir)
         return self._backend.sampling_client(self._backend.bases.get(spec), spec, None)
 
     def create_sampling_client(
@@ -222,7 +229,7 @@ class LocalServiceClient:
         """
         if model_path is None and base_model is None:
             raise ValueError("Either model_path or base_model must be provided.")
-        return ClientFuture(self._backend.worker.submit(lambda: self._sampler(model_path, base_model)))
+        return ClientFuture(self._backend.sample_worker.submit(lambda: self._sampler(model_path, base_model)))
 
     async def create_sampling_client_async(
         self,
@@ -239,7 +246,7 @@ class LocalServiceClient:
         return LocalRestClient(self._backend.worker, self._backend.store)
 
     def _capabilities(self) -> types.GetServerCapabilitiesResponse:
-        spec = resolve_base_model(self.model_name, self._backend.seed)
+        spec = resolve_base_model(self.model_name, self._backend.seed, self.model_dir)
         context = max_context_of(self._backend.bases.get(spec))
         return types.GetServerCapabilitiesResponse(
             supported_models=[
@@ -257,8 +264,8 @@ class LocalServiceClient:
         return await self._backend.worker.submit(self._capabilities)
 
     def close(self, status: str, detail: str | None = None) -> APIFuture[None]:
-        """Stop the worker thread once queued work is done (``status`` / ``detail`` are ignored)."""
-        self._backend.worker.close()
+        """Stop the worker threads once queued work is done (``status`` / ``detail`` are ignored)."""
+        self._backend.close()
         return completed(None)
 
     def __enter__(self) -> LocalServiceClient:  # noqa: PYI034

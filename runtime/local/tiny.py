@@ -1,59 +1,81 @@
-"""Base models for the embedded backend: ``sailrl/tiny`` built from a config, or a local HF dir.
+"""Base models for the embedded backend: the built-in ones, and the others through ``sources``.
 
-``sailrl/tiny`` is a Qwen3-architecture causal LM (hidden 128, 2 layers, 4 query / 2 key-value
-heads of 32, MLP 384, vocabulary 259 = the byte tokenizer's size, untied input/output
-embeddings, 0.46 M parameters), randomly initialised under ``torch.manual_seed(seed)``. It is
-reproducible from ``(TINY_CONFIG, seed)`` on the same torch version, so a checkpoint stores only
-its LoRA adapter plus ``base_model.json`` (name, seed, config) and the base is rebuilt on load.
-Untied embeddings matter: with LoRA on ``lm_head`` a random base can learn an output format,
-with a frozen tied unembedding it cannot (measured: supervised loss stalls near 3.3 in 300 steps).
+``sailrl/tiny`` is a Qwen3-architecture causal LM (``sailrl.spec.models.TINY_CONFIG``: hidden 128, 2 layers,
+vocabulary 259 = the byte tokenizer's size, untied input/output embeddings, 0.46 M parameters), randomly
+initialised under ``torch.manual_seed(seed)``: reproducible from ``(TINY_CONFIG, seed)`` on the same torch
+version, so a checkpoint stores only its LoRA adapter plus ``base_model.json`` (name, seed, config) and the
+base is rebuilt on load. Untied embeddings matter: with LoRA on ``lm_head`` a random base can learn an output
+format, with a frozen tied unembedding it cannot (measured: supervised loss stalls near 3.3 in 300 steps).
+
+``sailrl/tiny-arith`` is the same architecture with the weights shipped in ``pretrained/tiny_arith.safetensors``
+(made by ``pretrained/make_tiny_arith.py``); ``base_model.json`` records their sha256 as ``revision`` and a
+checkpoint made on other weights is refused. Folders, GGUF files and hub ids load through ``sources``.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from sailrl.runtime.models import TINY_MODEL_NAME, get_tokenizer, is_local_model_dir, is_tiny
+from sailrl.runtime.local.sources import (
+    BaseModelError,
+    ResolvedModel,
+    load_model,
+    load_tokenizer,
+    resolve_model,
+)
+from sailrl.runtime.models import get_tokenizer
+from sailrl.spec.models import BUILTIN_MODELS, TINY_CONFIG, is_builtin
+
+__all__ = [
+    "BASE_MODEL_FILE",
+    "PRETRAINED_WEIGHTS",
+    "TINY_CONFIG",
+    "BaseModelCache",
+    "BaseModelError",
+    "BaseModelSpec",
+    "build_tiny_model",
+    "load_base_model",
+    "resolve_base_model",
+    "tiny_config",
+]
 
 BASE_MODEL_FILE = "base_model.json"
-
-TINY_CONFIG: dict[str, Any] = {
-    "hidden_size": 128,
-    "intermediate_size": 384,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-    "vocab_size": 259,
-    "max_position_embeddings": 4096,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-    "bos_token_id": None,
-    "eos_token_id": 1,
-    "pad_token_id": 0,
+#: Shipped weights of the pretrained built-in models.
+PRETRAINED_WEIGHTS: dict[str, Path] = {
+    "sailrl/tiny-arith": Path(__file__).with_name("pretrained") / "tiny_arith.safetensors",
 }
 
 
 @dataclass(frozen=True)
 class BaseModelSpec:
-    """What is needed to rebuild a base model: its name, the init seed (``sailrl/tiny``) and config."""
+    """What is needed to rebuild a base model.
+
+    ``model_name``: a built-in name, an absolute folder or ``.gguf`` path, or a hub id. ``seed``: the init seed
+    of ``sailrl/tiny``. ``config``: a built-in model's config. ``revision``: the sha256 of shipped weights, or
+    the hub commit of a downloaded snapshot (``None`` for folders and files).
+    """
 
     model_name: str
     seed: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    revision: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"model_name": self.model_name, "seed": self.seed, "config": self.config}
+        return {"model_name": self.model_name, "seed": self.seed, "config": self.config, "revision": self.revision}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BaseModelSpec:
-        return cls(model_name=data["model_name"], seed=data.get("seed"), config=data.get("config") or {})
+        return cls(model_name=data["model_name"], seed=data.get("seed"), config=data.get("config") or {},
+                   revision=data.get("revision"))
 
     def write(self, directory: str) -> None:
         with open(os.path.join(directory, BASE_MODEL_FILE), "w") as f:
@@ -88,39 +110,61 @@ def build_tiny_model(seed: int, dtype: torch.dtype = torch.float32, config: dict
     return model.to(dtype).eval()
 
 
-class BaseModelError(ValueError):
-    """The base model name is neither ``sailrl/tiny`` nor a local model directory."""
+@functools.cache
+def weights_sha256(path: Path) -> str:
+    """sha256 (hex) of a shipped weights file."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _pretrained(spec: BaseModelSpec, dtype: torch.dtype):
+    from safetensors.torch import load_file
+
+    path = PRETRAINED_WEIGHTS[spec.model_name]
+    if not path.is_file():
+        raise BaseModelError(f"the weights of {spec.model_name} are missing from this install ({path}): "
+                             "reinstall sailrl")
+    if spec.revision is not None and spec.revision != weights_sha256(path):
+        raise BaseModelError(
+            f"this checkpoint was trained on other weights of {spec.model_name} (sha256 {spec.revision[:12]}..., "
+            f"this install ships {weights_sha256(path)[:12]}...): use the sailrl version that made it")
+    model = build_tiny_model(0, dtype=torch.float32, config=spec.config or None)
+    model.load_state_dict(load_file(str(path)), strict=True)
+    return model.to(dtype).eval()
+
+
+def _resolved(spec: BaseModelSpec) -> ResolvedModel:
+    return resolve_model(spec.model_name, revision=spec.revision)
 
 
 def load_base_model(spec: BaseModelSpec, dtype: torch.dtype = torch.float32, device: str = "cpu"):
-    """Build or load the base model described by ``spec`` (see ``resolve_base_model``)."""
-    if is_tiny(spec.model_name):
-        model = build_tiny_model(spec.seed or 0, dtype=dtype, config=spec.config or None)
-    elif is_local_model_dir(spec.model_name):
-        from transformers import AutoModelForCausalLM
+    """Build or load the base model described by ``spec`` (see ``resolve_base_model``), in eval mode.
 
-        model = AutoModelForCausalLM.from_pretrained(spec.model_name, local_files_only=True, dtype=dtype)
-        model.eval()
-    else:
-        raise BaseModelError(
-            f"The embedded backend cannot load the model {spec.model_name!r}: it runs "
-            f"{TINY_MODEL_NAME!r} or a local Hugging Face model directory (one with config.json). "
-            "Use a Tinker API key for hub models, or download the model and give its folder."
-        )
-    return model.to(device)
+    Raises :class:`BaseModelError` (a ``ModelError``) when it cannot be found or loaded.
+    """
+    if is_builtin(spec.model_name):
+        if BUILTIN_MODELS[spec.model_name].pretrained:
+            model = _pretrained(spec, dtype)
+        else:
+            model = build_tiny_model(spec.seed or 0, dtype=dtype, config=spec.config or None)
+        return model.to(device)
+    return load_model(_resolved(spec), dtype, device)
 
 
-def resolve_base_model(model_name: str, seed: int) -> BaseModelSpec:
-    """The ``BaseModelSpec`` for a model name: ``sailrl/tiny`` keeps ``seed`` and the config."""
-    if is_tiny(model_name):
-        return BaseModelSpec(model_name=model_name, seed=seed, config=dict(TINY_CONFIG))
-    if is_local_model_dir(model_name):
-        return BaseModelSpec(model_name=os.path.abspath(model_name))
-    raise BaseModelError(
-        f"The embedded backend cannot load the model {model_name!r}: it runs {TINY_MODEL_NAME!r} "
-        "or a local Hugging Face model directory (one with config.json). Use a Tinker API key "
-        "for hub models, or download the model and give its folder."
-    )
+def resolve_base_model(model_name: str, seed: int, base_dir: str | os.PathLike | None = None) -> BaseModelSpec:
+    """The ``BaseModelSpec`` for a model name: ``sailrl/tiny`` keeps ``seed`` and its config; a pretrained
+    built-in model records its weights' sha256; a folder or GGUF file its absolute path; a hub id the commit
+    of its snapshot (downloaded here when not cached). Relative paths are looked up under ``base_dir``, then
+    the current folder. Raises :class:`BaseModelError` (see ``sources.resolve_model``)."""
+    if is_builtin(model_name):
+        info = BUILTIN_MODELS[model_name]
+        if info.pretrained:
+            return BaseModelSpec(model_name, config=dict(info.config),
+                                 revision=weights_sha256(PRETRAINED_WEIGHTS[model_name]))
+        return BaseModelSpec(model_name=model_name, seed=seed, config=dict(info.config))
+    resolved = resolve_model(model_name, base_dir)
+    if resolved.kind == "hub":
+        return BaseModelSpec(model_name=model_name, revision=resolved.revision)
+    return BaseModelSpec(model_name=str(resolved.path))
 
 
 class BaseModelCache:
@@ -142,6 +186,11 @@ class BaseModelCache:
         return copy.deepcopy(self._models[key])
 
     def tokenizer(self, spec: BaseModelSpec) -> Any:
-        if spec.model_name not in self._tokenizers:
-            self._tokenizers[spec.model_name] = get_tokenizer(spec.model_name)
-        return self._tokenizers[spec.model_name]
+        """The tokenizer of ``spec``'s model (built-in: the byte tokenizer; else ``sources.load_tokenizer``)."""
+        key = self._key(spec)
+        if key not in self._tokenizers:
+            if is_builtin(spec.model_name):
+                self._tokenizers[key] = get_tokenizer(spec.model_name)
+            else:
+                self._tokenizers[key] = load_tokenizer(_resolved(spec))
+        return self._tokenizers[key]

@@ -25,6 +25,7 @@ from sailrl.runtime.local.backend import LocalBackend
 from sailrl.runtime.local.checkpoints import (
     OPTIMIZER_FILE,
     TRAINING_STATE_FILE,
+    CheckpointPathError,
     LocalPath,
     check_name,
 )
@@ -304,7 +305,9 @@ class LocalTrainingClient:
 
         directory = self._backend.store.existing(path)
         if BaseModelSpec.read(directory) != self._spec:
-            raise ValueError(f"The checkpoint {path} was trained on a different base model than this client.")
+            raise CheckpointPathError(
+                f"The checkpoint {path} was trained on a different base model than this client "
+                f"({BaseModelSpec.read(directory).model_name}, not {self._spec.model_name}).")
         state = load_file(os.path.join(directory, "adapter_model.safetensors"))
         from peft import set_peft_model_state_dict
 
@@ -388,7 +391,7 @@ class LocalTrainingClient:
     ) -> ClientFuture[LocalSamplingClient]:
         """A sampler over saved weights at ``model_path`` (``local://...``)."""
         return ClientFuture(
-            self._backend.worker.submit(lambda: self._backend.sampling_client_from_path(model_path))
+            self._backend.sample_worker.submit(lambda: self._backend.sampling_client_from_path(model_path))
         )
 
     async def create_sampling_client_async(

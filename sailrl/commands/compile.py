@@ -15,11 +15,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def compile_spec(spec_path: str, output: str | None) -> tuple[str, str]:
-    """(output path, script text). Raises SpecErrors when the spec is invalid."""
+    """(output path, script text). Raises SpecErrors when the spec is invalid (every check of `sailrl validate`)."""
+    from sailrl.commands._common import print_warnings
     from sailrl.compiler.render import default_output_path, render_script
-    from sailrl.spec.loader import load_spec
+    from sailrl.compiler.validate import validate_file
 
-    loaded = load_spec(spec_path)
+    loaded = validate_file(spec_path)
+    print_warnings(loaded, sys.stderr.isatty())
     out = output or default_output_path(spec_path, loaded.spec)
     text = render_script(loaded.spec, spec_path=spec_path, spec_bytes=loaded.text.encode("utf-8"),
                          output_path=out if out != "-" else default_output_path(spec_path, loaded.spec))
@@ -32,9 +34,13 @@ def stale_diff(path: str, fresh: str, spec_path: str) -> str | None:
     from pathlib import Path
 
     p = Path(path)
-    if not p.exists():
+    try:
+        old = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return f"{path} is missing. Generate it with:\n    sailrl compile {spec_path} -o {path}\n"
-    old = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path} cannot be read ({getattr(exc, 'strerror', None) or exc}); regenerate it with:\n" \
+               f"    sailrl compile {spec_path} -o {path}\n"
     if old == fresh:
         return None
     diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), fresh.splitlines(keepends=True),
@@ -68,7 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if out == "-":
         sys.stdout.write(text)
         return 0
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(text, encoding="utf-8")
+    try:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(f"wrote {out}")
     return 0

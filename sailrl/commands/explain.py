@@ -1,7 +1,9 @@
 """``sailrl explain SPEC``: print a spec's reward formula in plain words.
 
 One line per rule ("correct: +1 if the last \\boxed{...} answer in the completion equals the reference answer
-... as a number; otherwise 0."), then the total with its range and what the logged 'correct' means.
+... as a number; otherwise 0."), then the total with its range and what the logged 'correct' means, then the
+run's estimated tokens and cost by kind (``sailrl.runtime.cost.estimate_run`` without data: completions of 1 to
+``max_tokens`` tokens, prompt tokens not counted; ``sailrl preflight`` measures them).
 Never imports torch. Exit 0, or 1 when the spec is invalid.
 """
 
@@ -16,12 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from sailrl.commands._common import load_spec_lenient, spec_missing, use_color
 
-    from sailrl.commands.rewards import load_spec_lenient
-    from sailrl.commands.validate import use_color
-
-    if not Path(args.spec).is_file():
+    if spec_missing(args.spec):
         print(f"error: spec not found: {args.spec}", file=sys.stderr)
         return 1
     spec = load_spec_lenient(args.spec, use_color("auto", sys.stderr))
@@ -35,4 +34,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {line}")
     if spec.examples:
         print(f"{len(spec.examples)} worked example(s) in the spec are checked by `sailrl validate`.")
+    from sailrl.runtime.cost import estimate_run
+
+    print()  # the cost before paying: completions from 1 to max_tokens tokens, prompts not measured here
+    print("\n".join(estimate_run(spec, None).render()))
     return 0

@@ -1,4 +1,5 @@
-"""``sailrl plot RUN_DIR [-o PNG]``: reward (total and per rule) and degenerate fraction per step."""
+"""``sailrl plot RUN_DIR [-o PNG]``: reward (total, per rule, eval) and the degenerate and truncated fractions per
+step."""
 
 from __future__ import annotations
 

@@ -2,8 +2,13 @@
 
 Reports rows loaded and skipped (and why), the train / eval split, the first prompts exactly as the model sees
 them with their reference answers, prompt token lengths against the context window and ``max_tokens``, the
-reward formula, and with ``--sample N`` the base policy's reward per rule, degenerate groups and truncated
-completions, ending with a plain-words verdict. The report logic is ``sailrl.runtime.preflight``.
+reward formula, the whole run's token and cost estimate, and with ``--sample N`` the base policy's reward per
+rule, degenerate groups and truncated completions, ending with a plain-words verdict. The report is built by
+``sailrl.runtime.preflight.build_report``; :func:`render_report` prints it.
+
+``--set KEY=VALUE`` overrides spec values as ``sailrl run`` does (checked like ``sailrl validate``). ``--sample``
+samples the spec's model where it can (see ``sailrl.runtime.preflight.plan_sampling``); a remote model without
+its key is replaced by ``sailrl/tiny`` on the embedded backend, and the report says so.
 
 Exit codes: 0 ready (warnings allowed); 1 invalid spec, unusable data or a blocking problem (e.g. a reward that
 cannot vary, every sampled group degenerate); 2 usage error.
@@ -13,18 +18,34 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec YAML file")
     p.add_argument("--sample", type=int, default=0, metavar="N",
                    help="sample N groups (training.group_size rollouts each) from the base policy and score them")
-    p.add_argument("--sampler", choices=("local", "tinker", "sail"), default="local",
-                   help="where --sample samples: the embedded backend (default, no keys), Tinker "
-                        "(TINKER_API_KEY) or Sail (SAIL_API_KEY)")
+    p.add_argument("--sampler", choices=("auto", "local", "tinker", "sail"), default="auto",
+                   help="where --sample samples: auto (default: a local model here; a remote model on Tinker when "
+                        "TINKER_API_KEY is set, else sailrl/tiny here as a stand-in), local (the embedded "
+                        "backend), tinker (TINKER_API_KEY) or sail (SAIL_API_KEY)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a spec value by dotted key (VALUE is YAML), e.g. --set model.name=sailrl/tiny")
     p.add_argument("--show", type=int, default=3, metavar="K",
                    help="how many prompts, skipped rows and sampled completions to show (default 3)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+
+def _with_overrides(loaded: Any, overrides: list[str], spec_dir: Any) -> Any:
+    """The spec with ``--set`` overrides, checked as ``sailrl run`` checks them (raises ValueError / SpecErrors)."""
+    from sailrl.launch import build_spec
+
+    return build_spec(loaded.spec.resolved(), overrides, spec_dir)
+
+
+def _overridden(key: str, overrides: list[str]) -> bool:
+    keys = [o.partition("=")[0] for o in overrides]
+    return any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in keys)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,33 +55,148 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from sailrl.compiler.validate import validate_file
     from sailrl.spec.errors import SpecErrors
-    from sailrl.spec.loader import load_spec
 
     color = sys.stderr.isatty()
     try:
-        loaded = load_spec(args.spec)
+        loaded = validate_file(args.spec)
     except SpecErrors as exc:
         print(exc.format(color=color), file=sys.stderr)
         return 1
-
-    from sailrl.runtime.preflight import PreflightError, build_report, render_report
-
     spec_dir = Path(args.spec).resolve().parent
+    spec = loaded.spec
+    if args.overrides:
+        try:
+            spec = _with_overrides(loaded, args.overrides, spec_dir)
+        except ValueError as exc:
+            print(f"sailrl preflight: error: {exc}", file=sys.stderr)
+            return 2
+        except SpecErrors as exc:
+            print(exc.format(color=color), file=sys.stderr)
+            print("(these come from the --set overrides: " + " ".join(args.overrides) + ")", file=sys.stderr)
+            return 1
+
+    from sailrl.runtime.preflight import PreflightError, build_report
+
     try:
-        report = build_report(loaded.spec, spec_dir, sample=args.sample, show=args.show, sampler=args.sampler,
-                              spec_path=args.spec, loaded=loaded)
+        report = build_report(spec, spec_dir, sample=args.sample, show=args.show,
+                              sampler=None if args.sampler == "auto" else args.sampler, spec_path=args.spec,
+                              loaded=loaded)
     except PreflightError as exc:
         print(f"sailrl preflight: {exc}", file=sys.stderr)
         return 1
+    report["overrides"] = list(args.overrides)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
         from rich.console import Console
 
         data = report.get("data") or {}
-        if data.get("error") and data.get("key"):
-            print(SpecErrors([loaded.error(data["key"], data["error"])], loaded.text).format(color=color),
+        if data.get("error") and data.get("key") and not _overridden(data["key"], args.overrides):
+            print(SpecErrors([loaded.error(data["key"], data["error"], code="S227")], loaded.text).format(color=color),
                   file=sys.stderr)
         render_report(report, Console(highlight=False))
     return 1 if report["blocking"] else 0
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def render_report(report: dict[str, Any], console: Any) -> None:
+    """Print a ``build_report`` report for people with rich: tables for data, prompts, tokens, rewards, the
+    sampled base policy and the cost estimate, then the problems and the verdict."""
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.table import Table
+
+    overrides = report.get("overrides") or []
+    console.print(f"[bold]preflight[/bold] {escape(str(report.get('spec') or report['name']))}  "
+                  f"(model {escape(report['model'])})" + (f"  with --set {escape(' '.join(overrides))}"
+                                                          if overrides else ""))
+    data = report.get("data") or {}
+    if data and "error" not in data:  # a data error is listed with the problems below
+        t = Table(title="data", show_header=False, title_justify="left")
+        t.add_row("source", escape(data["source"]))
+        t.add_row("columns", escape(", ".join(data["columns"])))
+        t.add_row("rows", f"{data['loaded']} in the split, {data['selected']} selected")
+        t.add_row("train / eval", f"{data['train']} / {data['eval']}")
+        t.add_row("skipped", str(data["skipped"]["count"]))
+        console.print(t)
+        if data["skipped"]["count"]:
+            s = Table(title="skipped rows by reason", title_justify="left")
+            s.add_column("count", justify="right")
+            s.add_column("reason")
+            s.add_column("rows (first)")
+            for item in data["skipped"]["by_reason"]:
+                s.add_row(str(item["count"]), escape(item["reason"]), ", ".join(map(str, item["rows"])))
+            console.print(s)
+    for p in report.get("prompts") or []:
+        tokens = f", {p['tokens']} tokens" if p.get("tokens") is not None else ""
+        console.print(Panel(escape(p["text"]), title=f"prompt: row {p['index']}{tokens}",
+                            subtitle=f"reference: {escape(repr(p['reference']))}", title_align="left",
+                            subtitle_align="left"))
+    if report.get("stop"):
+        console.print(f"stop sequences: {escape(', '.join(map(str, report['stop'])))}")
+    tok = report.get("tokens")
+    if tok:
+        ctx = f"{tok['context']} ({escape(tok['context_source'])})" if tok["context"] else escape(tok["context_source"])
+        too_long = (f"; {tok['skipped_too_long']} rows skipped as too long" if tok.get("skipped_too_long") else "")
+        console.print(f"prompt tokens: min {tok['min']}, median {_fmt(tok['median'])}, max {tok['max']} over "
+                      f"{tok['measured_rows']} rows; max_tokens {tok['max_tokens']}; context {ctx}{too_long}")
+    reward = report.get("reward") or {}
+    if reward:
+        console.print("[bold]reward[/bold]")
+        for line in reward["formula"]:
+            console.print(f"  {escape(line)}")
+    sample = report.get("sample")
+    if sample:
+        _render_sample(sample, console)
+    cost = report.get("cost")
+    if cost:
+        console.print(f"[bold]run estimate[/bold] {escape(cost['summary'])}")
+        for line in cost["lines"]:
+            console.print(f"  {escape(line)}")
+    for p in report["problems"]:
+        style = "red bold" if p["severity"] == "error" else "yellow"
+        console.print(f"[{style}]{p['severity']}:[/{style}] {escape(p['message'])}")
+        if p.get("fix"):
+            console.print(f"  [cyan]fix:[/cyan] {escape(p['fix'])}")
+    style = "red bold" if report["blocking"] else "green bold"
+    console.print(f"[{style}]{escape(report['verdict'])}[/{style}]")
+
+
+def _render_sample(sample: dict[str, Any], console: Any) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    if sample.get("note"):
+        console.print(f"[yellow]note:[/yellow] {escape(sample['note'])}")
+    t = Table(title=f"base policy of {escape(sample.get('model') or '')}: {sample['groups']} groups x "
+                    f"{sample['group_size']} rollouts ({sample['sampler']})", title_justify="left")
+    t.add_column("rule")
+    t.add_column("passed", justify="right")
+    t.add_column("mean contribution", justify="right")
+    for name, r in sample["rules"].items():
+        t.add_row(escape(name), f"{r['passed']} of {sample['completions']}", _fmt(r["mean"]))
+    tot = sample["total"]
+    t.add_row("[bold]total[/bold]", "", f"{_fmt(tot.get('mean'))} (min {_fmt(tot.get('min'))}, "
+                                        f"max {_fmt(tot.get('max'))})")
+    console.print(t)
+    console.print(f"degenerate groups: {_pct(sample['degenerate_fraction'])}; truncated completions: "
+                  f"{_pct(sample['truncated_fraction'])}; failed groups: {len(sample['failed_groups'])}")
+    for ex in sample["examples"]:
+        console.print(f"  row {ex['index']}: {escape(repr(ex['completion']))} -> {_fmt(ex['total'])}"
+                      + (" (truncated)" if ex["truncated"] else ""))

@@ -70,30 +70,6 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     return items
 
 
-def load_spec_lenient(path: str, color: bool) -> Any:
-    """The spec at ``path``, or None after printing its problems.
-
-    A spec whose only problems are its worked ``examples:`` disagreeing still loads (the problems are printed
-    as warnings): that is when scoring completions by hand helps most.
-    """
-    from sailrl.compiler.reward_checks import is_example_error
-    from sailrl.spec.errors import SpecErrors
-    from sailrl.spec.loader import load_spec, parse_yaml
-
-    try:
-        return load_spec(path).spec
-    except SpecErrors as exc:
-        print(exc.format(color=color), file=sys.stderr)
-        if not exc.errors or not all(is_example_error(e) for e in exc.errors):
-            return None
-        print("(the reward examples disagree; scoring anyway)\n", file=sys.stderr)
-    from sailrl.spec.schema import Spec
-
-    text = Path(path).read_text(encoding="utf-8").removeprefix("\ufeff")
-    tree = parse_yaml(text, path)[0]
-    return Spec.model_validate(tree)
-
-
 def _dataset_row(spec: Any, spec_path: str, n: int) -> dict[str, Any]:
     from sailrl.runtime.data import DatasetError, load_rows
 
@@ -119,7 +95,7 @@ def _dataset_row(spec: Any, spec_path: str, n: int) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from sailrl.commands.validate import use_color
+    from sailrl.commands._common import load_spec_lenient, spec_missing, use_color
 
     color = use_color("auto", sys.stderr)
     try:
@@ -136,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if not items:
         print("sailrl rewards: error: give completions with --completion TEXT or --jsonl FILE", file=sys.stderr)
         return 2
-    if not Path(args.spec).is_file():
+    if spec_missing(args.spec):
         print(f"error: spec not found: {args.spec}", file=sys.stderr)
         return 1
     spec = load_spec_lenient(args.spec, color)

@@ -1,8 +1,10 @@
-"""``sailrl run SPEC``: compile the spec and execute the training script now.
+"""``sailrl run SPEC``: compile the spec (with its ``--set`` overrides) and run the training script now.
 
-The script is written to ``<run dir>/train.py`` (so the run directory records exactly what ran) and executed
-in this process. Without ``--sampler`` the spec's sampler is used, except that when the spec asks for Sail or
-Tinker and their API keys are not set, sailrl says so in one line (use ``--sampler local``).
+The script is rendered from the overridden spec, so it carries exactly the loop features the run uses, and is
+executed in this process; the run records it as ``<run dir>/train.py`` once the run has opened (a run refused
+for a missing key, an unusable model or data, or a run directory in the way writes nothing). Without
+``--sampler`` the spec's sampler is used; Sail and Tinker need their API keys (one line says so otherwise).
+Exit status: 0 done, 1 invalid spec or failed run, 2 bad override, 3 budget reached, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -22,61 +24,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import runpy
+    import shlex
     from pathlib import Path
 
+    from sailrl import launch
     from sailrl.compiler.render import render_script
-    from sailrl.runtime.script import apply_overrides
+    from sailrl.runtime.run import RunOptions, run_dir_path
     from sailrl.spec.errors import SpecErrors
-    from sailrl.spec.loader import load_spec
 
     try:
-        loaded = load_spec(args.spec)
+        loaded = _validate_file(args.spec)
     except SpecErrors as exc:
         print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"error: cannot read {args.spec}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    overrides = list(args.overrides)
-    if args.sampler:
-        overrides.append(f"sampling.sampler={args.sampler}")
+    overrides = list(args.overrides) + ([f"sampling.sampler={args.sampler}"] if args.sampler else [])
+    spec_dir = Path(args.spec).parent
     try:
-        resolved = apply_overrides(loaded.spec.resolved(), overrides)
+        spec = launch.build_spec(loaded.spec.resolved(), overrides, spec_dir) if overrides else loaded.spec
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    run_dir = Path(str((resolved.get("output") or {}).get("run_dir", "runs/{name}")).replace("{name}",
-                   str(resolved.get("name"))))
-    script_path = run_dir / "train.py"
-    if not args.resume and not args.overwrite:
-        from sailrl.runtime.rundir import RunDirectory
-
-        if run_dir.exists() and RunDirectory(run_dir).has_metrics():
-            steps = len(RunDirectory(run_dir).read_metrics())
-            print(f"error: {run_dir} already holds a run ({steps} steps logged). Continue it with --resume, start "
-                  "it over with --overwrite, or set output.run_dir to a new directory.", file=sys.stderr)
-            return 1
-    text = render_script(loaded.spec, spec_path=Path(args.spec).as_posix(), spec_bytes=loaded.text.encode("utf-8"),
+    except SpecErrors as exc:
+        print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
+        print("(these come from the --set overrides: " + " ".join(overrides) + ")", file=sys.stderr)
+        return 2
+    script_path = run_dir_path(spec, spec_dir) / "train.py"
+    text = render_script(spec, spec_path=Path(args.spec).as_posix(), spec_bytes=loaded.text.encode("utf-8"),
                          output_path=script_path.as_posix())
-    run_dir.mkdir(parents=True, exist_ok=True)
-    script_path.write_text(text, encoding="utf-8")
-    argv = [str(script_path)] + (["--resume"] if args.resume else []) + (["--overwrite"] if args.overwrite else [])
-    for o in overrides:
-        argv += ["--set", o]
-    import os
-    import shlex
-
     resume = ["sailrl", "run", args.spec, *sum((["--set", o] for o in args.overrides), [])]
     if args.sampler:
         resume += ["--sampler", args.sampler]
-    os.environ["SAILRL_RESUME_COMMAND"] = shlex.join([*resume, "--resume"])
-    old_argv = sys.argv
-    sys.argv = argv
+    options = RunOptions(spec_path=Path(args.spec).as_posix(), spec_dir=spec_dir, spec_sha256=loaded.sha256,
+                         resume=args.resume, overwrite=args.overwrite, overrides=overrides,
+                         resume_command=shlex.join([*resume, "--resume"]), script_text=text)
+    return launch.run_compiled(text, spec, options)
+
+
+def _validate_file(path: str):
+    """The spec file loaded and checked like ``sailrl validate`` does; raises ``SpecErrors``."""
     try:
-        runpy.run_path(str(script_path), run_name="__main__")
-    except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
-    finally:
-        sys.argv = old_argv
-    return 0
+        from sailrl.compiler.validate import validate_file
+    except ImportError:
+        from sailrl.spec.loader import load_spec as validate_file
+    return validate_file(path)

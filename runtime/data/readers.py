@@ -1,0 +1,477 @@
+"""Reading one split of a dataset into rows (``list[dict]``), with every problem located in the data file.
+
+Sources (relative paths are relative to the spec file's folder):
+
+- ``.jsonl``: parsed here line by line; a ``.json`` file holds a JSON array of objects, one object, or JSON
+  Lines. Values keep their JSON types. Refused, each with ``file:line``: malformed JSON, a line that is not an
+  object, an object with the same key twice (JSON would keep only the last value), an integer of more than
+  :data:`MAX_NUMBER_DIGITS` digits, a value nested more than :data:`MAX_JSON_DEPTH` levels.
+- ``.csv``: read with Python's ``csv`` module. The first record is the header; every cell stays the text typed
+  (``"007"`` stays ``"007"``), an empty cell becomes ``None``, blank lines are ignored. Refused, each with its
+  line: a record whose cell count differs from the header's, a duplicate or empty column name, a cell longer
+  than :data:`MAX_CSV_CELL_CHARS` characters, a header with no rows under it.
+- ``.parquet``: ``datasets``' parquet builder.
+- a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``: ``datasets.load_from_disk``.
+- anything else is a Hugging Face dataset id: ``datasets.load_dataset(id, config, split=split)``.
+
+Every failure is a :class:`~sailrl.runtime.data.base.DatasetError` in plain words.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import json.decoder
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sailrl.runtime.data.base import DatasetError
+from sailrl.spec.messages import did_you_mean
+
+__all__ = [
+    "LOCAL_SUFFIXES",
+    "MAX_CSV_CELL_CHARS",
+    "MAX_JSON_DEPTH",
+    "MAX_NUMBER_DIGITS",
+    "Source",
+    "is_local",
+    "load_split",
+    "resolve",
+]
+
+LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+MAX_JSON_DEPTH = 100  # lists / objects inside each other, the row object itself counting as level 1
+MAX_NUMBER_DIGITS = 1000  # digits of a JSON integer (Python refuses to convert more than 4,300)
+MAX_CSV_CELL_CHARS = 1_000_000  # characters in one CSV cell
+
+
+def dym(name: str, candidates: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest candidate, or ``""``."""
+    close = did_you_mean(name, candidates)
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def is_local(source: str, spec_dir: Path) -> bool:
+    """True when ``source`` names a local file or folder (a data suffix, a path prefix, or an existing path)."""
+    s = source.strip()
+    if s.lower().endswith(LOCAL_SUFFIXES) or s.startswith(("./", "../", "/", "~", ".\\", "..\\")):
+        return True
+    return (spec_dir / s).exists()
+
+
+def resolve(source: str, spec_dir: Path) -> Path:
+    """``source`` as a path: ``~`` expanded, relative paths under ``spec_dir``."""
+    p = Path(source).expanduser()
+    return p if p.is_absolute() else (spec_dir / p)
+
+
+def read_text(path: Path) -> str:
+    """The file's text (UTF-8, an optional BOM dropped). Raises :class:`DatasetError` naming the path (and the
+    line of the first byte that is not UTF-8)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file not found: {path}. Relative paths are relative to the spec file's "
+                           f"folder.", key="dataset.source", path=str(path)) from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}", key="dataset.source",
+                           path=str(path)) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DatasetError(f"{path}:{line}: not UTF-8 text (byte {exc.start}); save the file as UTF-8",
+                           path=str(path), line=line) from None
+
+
+# --------------------------------------------------------------------------------------------- JSON
+
+
+class _Refused(Exception):
+    """A JSON value sailrl will not read; ``str(exc)`` says why (no location: the caller adds it)."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for dup, _ in pairs:
+            if dup in seen:
+                break
+            seen.add(dup)
+        raise _Refused(f"key {dup!r} appears twice in one object; JSON keeps only the last value, so remove "
+                       f"or rename one of them")
+    return obj
+
+
+def _integer(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_NUMBER_DIGITS:
+        raise _Refused(f"a number has {digits:,} digits, more than the {MAX_NUMBER_DIGITS:,} sailrl reads; "
+                       f"write it as a string (in double quotes) if it is meant as text")
+    return int(text)
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_int=_integer)
+_WS = json.decoder.WHITESPACE
+
+
+def _too_deep() -> _Refused:
+    return _Refused(f"a value is nested more than {MAX_JSON_DEPTH} levels deep (lists or objects inside each "
+                    f"other), more than sailrl reads; flatten it")
+
+
+def _depth_ok(value: Any, text: str) -> None:
+    """Raise :class:`_Refused` when ``value`` nests deeper than :data:`MAX_JSON_DEPTH` (``text``: its source,
+    used to skip the walk when it has too few brackets to be that deep)."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise _too_deep()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def _decode_at(text: str, start: int) -> tuple[Any, int]:
+    """``(value, end)`` of the JSON value at ``text[start:]``; raises ``JSONDecodeError`` or :class:`_Refused`."""
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except RecursionError:
+        raise _too_deep() from None
+    _depth_ok(value, text[start:end])
+    return value, end
+
+
+def _line_rows(text: str, path: Path) -> list[dict]:
+    rows: list[dict] = []
+    for lineno, line in enumerate(io.StringIO(text), start=1):
+        start = _WS.match(line, 0).end()
+        if start == len(line):
+            continue
+        try:
+            obj, end = _decode_at(line, start)
+            if _WS.match(line, end).end() != len(line):
+                raise json.JSONDecodeError("Extra data", line, _WS.match(line, end).end())
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{lineno}:{exc.colno}: malformed JSON line: {exc.msg}. Each line must be "
+                               f"one JSON object, e.g. {{\"question\": \"3+4\", \"answer\": \"7\"}}",
+                               path=str(path), line=lineno) from None
+        except _Refused as exc:
+            raise DatasetError(f"{path}:{lineno}: {exc}", path=str(path), line=lineno) from None
+        if not isinstance(obj, dict):
+            raise DatasetError(f"{path}:{lineno}: the line is a JSON {_json_type(obj)}, not an object with "
+                               f"named fields", path=str(path), line=lineno)
+        rows.append(obj)
+    return rows
+
+
+def _json_type(value: Any) -> str:
+    return {list: "list", str: "string", bool: "boolean", int: "number", float: "number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _array_rows(text: str, path: Path, start: int) -> list[dict]:
+    """The objects of the JSON array starting at ``text[start] == "["``, item by item, so each problem is
+    located at its item's line."""
+    rows: list[dict] = []
+    line, counted = 1, 0  # the line number of offset ``counted``
+
+    def line_of(offset: int) -> int:
+        nonlocal line, counted
+        line += text.count("\n", counted, offset)
+        counted = offset
+        return line
+
+    def unclosed() -> DatasetError:
+        return DatasetError(f"{path}: malformed JSON: the array is not closed with ']'", path=str(path))
+
+    i = _WS.match(text, start + 1).end()
+    if text.startswith("]", i):
+        i += 1
+    else:
+        while True:
+            if i >= len(text):
+                raise unclosed()
+            item_line = line_of(i)
+            try:
+                obj, i = _decode_at(text, i)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}", path=str(path),
+                                   line=exc.lineno) from None
+            except _Refused as exc:
+                raise DatasetError(f"{path}:{item_line}: item {len(rows)} of the array: {exc}", path=str(path),
+                                   line=item_line) from None
+            if not isinstance(obj, dict):
+                raise DatasetError(f"{path}:{item_line}: item {len(rows)} of the array is a JSON "
+                                   f"{_json_type(obj)}, not an object with named fields", path=str(path),
+                                   line=item_line)
+            rows.append(obj)
+            i = _WS.match(text, i).end()
+            if text.startswith(",", i):
+                i = _WS.match(text, i + 1).end()
+                if text.startswith("]", i):
+                    bad = line_of(i)
+                    raise DatasetError(f"{path}:{bad}: malformed JSON: a ',' after the last item of the array; "
+                                       f"remove it", path=str(path), line=bad)
+                continue
+            if text.startswith("]", i):
+                i += 1
+                break
+            if i >= len(text):
+                raise unclosed()
+            bad = line_of(i)
+            raise DatasetError(f"{path}:{bad}: malformed JSON: expected ',' or ']' after item {len(rows) - 1} "
+                               f"of the array", path=str(path), line=bad)
+    rest = _WS.match(text, i).end()
+    if rest != len(text):
+        bad = line_of(rest)
+        raise DatasetError(f"{path}:{bad}: malformed JSON: extra text after the array", path=str(path), line=bad)
+    return rows
+
+
+def json_rows(text: str, path: Path, *, lines: bool) -> list[dict]:
+    """Rows of a JSON Lines file (``lines``) or of a .json file (an array of objects, one object, or JSON
+    Lines). Raises :class:`DatasetError` with ``file:line`` (see the module docstring for what is refused)."""
+    if not lines:
+        start = _WS.match(text, 0).end()
+        if text.startswith("[", start):
+            return _array_rows(text, path, start)
+        if text.startswith("{", start):
+            try:
+                obj, end = _decode_at(text, start)
+            except (json.JSONDecodeError, _Refused):
+                obj, end = None, 0  # not one object: read as JSON Lines below, which locates the problem
+            if isinstance(obj, dict) and _WS.match(text, end).end() == len(text):
+                keys = [k for k, v in obj.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
+                if keys:
+                    raise DatasetError(f"{path}: the file is one JSON object whose rows are under {keys[0]!r}; "
+                                       f"write the rows as a JSON array or as JSON Lines (one object per line)",
+                                       path=str(path))
+                return [obj]
+    return _line_rows(text, path)
+
+
+# --------------------------------------------------------------------------------------------- CSV
+
+
+def csv_rows(text: str, path: Path) -> list[dict]:
+    """Rows of a CSV file (see the module docstring). Raises :class:`DatasetError` with ``file:line``."""
+    old_limit = csv.field_size_limit(MAX_CSV_CELL_CHARS)
+    try:
+        return _csv_records(text, path)
+    finally:
+        csv.field_size_limit(old_limit)
+
+
+def _csv_records(text: str, path: Path) -> list[dict]:
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: list[str] | None = None
+    header_line = 1
+    rows: list[dict] = []
+    last = 0  # reader.line_num after the previous record
+    while True:
+        start = last + 1
+        try:
+            record = next(reader, None)
+        except csv.Error as exc:
+            line = reader.line_num or start
+            msg = str(exc)
+            if "field larger than field limit" in msg:
+                msg = f"a cell is longer than {MAX_CSV_CELL_CHARS:,} characters, the most sailrl reads from one cell"
+            elif "NUL" in msg:
+                msg = "the line contains a NUL byte; is this a CSV text file?"
+            raise DatasetError(f"{path}:{line}: cannot read the CSV record: {msg}", path=str(path),
+                               line=line) from None
+        if record is None:
+            break
+        last = reader.line_num
+        if not record:  # a blank line
+            continue
+        if header is None:
+            header, header_line = record, start
+            for col, name in enumerate(header, start=1):
+                if not name.strip():
+                    raise DatasetError(f"{path}:{start}: column {col} of the header has no name; name it, or "
+                                       f"remove the extra delimiter", path=str(path), line=start)
+                if header.index(name) != col - 1:
+                    raise DatasetError(f"{path}:{start}: column {name!r} appears twice in the header",
+                                       path=str(path), line=start)
+            continue
+        if len(record) != len(header):
+            where = f"{start}" if last == start else f"{start}-{last}"
+            raise DatasetError(
+                f"{path}:{start}: the record on line{'s' if last != start else ''} {where} has {len(record)} "
+                f"cell{'s' if len(record) != 1 else ''}, but the header (line {header_line}) has {len(header)} "
+                f"columns ({', '.join(header)}); a cell that contains a comma must be in double quotes, e.g. "
+                '"3,4"',
+                path=str(path), line=start)
+        rows.append({name: (cell if cell != "" else None) for name, cell in zip(header, record, strict=True)})
+    if header is None:
+        raise DatasetError(f"{path}: the CSV file is empty (no header line)", path=str(path), line=1)
+    if not rows:
+        raise DatasetError(f"{path} has a header and no rows; add rows under the header line "
+                           f"({', '.join(header)})", path=str(path), line=header_line)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------- datasets
+
+
+class _Quiet:
+    """Silence datasets' progress bars while loading, restoring the user's setting."""
+
+    def __enter__(self) -> None:
+        import datasets
+
+        self._was = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()
+
+    def __exit__(self, *exc: object) -> None:
+        import datasets
+
+        if self._was:
+            datasets.enable_progress_bars()
+
+
+def first_line(exc: BaseException) -> str:
+    """``"TypeName: first line of the message"`` of an exception from a library."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def parquet_rows(path: Path) -> list[dict]:
+    """Rows of a local parquet file through ``datasets``' builder (cached in a temp dir, kept in memory)."""
+    import datasets
+
+    if not path.is_file():
+        read_text(path)  # raises the plain "not found" / "cannot read" error
+    with tempfile.TemporaryDirectory(prefix="sailrl-datasets-") as cache, _Quiet():
+        try:
+            ds = datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=cache,
+                                       keep_in_memory=True)
+        except Exception as exc:  # noqa: BLE001 -- pyarrow parse errors, reworded for the user
+            raise DatasetError(f"cannot read {path} as parquet: {first_line(exc)}", path=str(path)) from None
+        rows = ds.to_list()
+    if not rows:
+        raise DatasetError(f"{path} has columns and no rows", path=str(path))
+    return rows
+
+
+def _split_of(obj: Any, split: str, where: str, key: str) -> Any:
+    """Pick ``split`` from a DatasetDict (did-you-mean on a wrong name); a plain Dataset only has 'train'."""
+    if isinstance(obj, Mapping):  # DatasetDict is a dict of split name -> Dataset
+        names = list(obj.keys())
+        if split not in names:
+            raise DatasetError(f"{where} has no split {split!r}{dym(split, names)}; its splits are: "
+                               f"{', '.join(names)}", key=key)
+        return obj[split]
+    if split != "train":
+        raise DatasetError(f"{where} holds a single split of rows, so split {split!r} does not exist; use the "
+                           f"default split (train), or carve evaluation rows with eval.count / eval.fraction",
+                           key=key)
+    return obj
+
+
+def columns_of(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every key of ``rows`` in first-seen order."""
+    seen: dict[str, None] = {}
+    for r in rows:
+        for k in r:
+            seen.setdefault(k, None)
+    return list(seen)
+
+
+@dataclass
+class Source:
+    """A loaded split before selection: ``rows`` (list of dicts) or ``dataset`` (a ``datasets.Dataset``)."""
+
+    columns: list[str]
+    rows: list[dict] | None = None
+    dataset: Any = None
+
+    def __len__(self) -> int:
+        return len(self.rows) if self.rows is not None else len(self.dataset)
+
+    def select(self, start: int, stop: int) -> list[dict]:
+        """Rows ``[start, stop)`` as dicts."""
+        if self.rows is not None:
+            return self.rows[start:stop]
+        return self.dataset.select(range(start, stop)).to_list()
+
+
+def load_split(spec: Any, spec_dir: Path, split: str, key: str) -> tuple[Source, str]:
+    """``(Source, description)`` of split ``split`` of the spec's ``dataset.source``.
+
+    key: the spec key a wrong split name belongs to (``dataset.split`` / ``dataset.eval.split``). A local file
+    has the single split ``train``. Raises :class:`DatasetError`.
+    """
+    ds_spec = spec.dataset
+    source = ds_spec.source
+    if is_local(source, spec_dir):
+        path = resolve(source, spec_dir)
+        suffix = path.suffix.lower()
+        if path.is_dir():
+            return _load_disk_dir(path, split, key), f"{path} [{split}]"
+        if suffix in LOCAL_SUFFIXES:
+            if split != "train":
+                _split_of([], split, f"the file {path}", key)  # raises: a file has one split
+            if suffix == ".parquet":
+                rows = parquet_rows(path)
+            elif suffix == ".csv":
+                rows = csv_rows(read_text(path), path)
+            else:
+                rows = json_rows(read_text(path), path, lines=suffix == ".jsonl")
+            return Source(columns=columns_of(rows), rows=rows), str(path)
+        if not path.exists():
+            read_text(path)
+        raise DatasetError(f"dataset.source {source!r}: unsupported file type {suffix or '(none)'}; use a "
+                           f".jsonl, .json, .csv or .parquet file", key="dataset.source")
+    return _load_hub(source, ds_spec.config, split, key), f"{source}" + (
+        f" ({ds_spec.config})" if ds_spec.config else "") + f" [{split}]"
+
+
+def _load_disk_dir(path: Path, split: str, key: str) -> Source:
+    import datasets
+
+    try:
+        obj = datasets.load_from_disk(str(path), keep_in_memory=True)
+    except FileNotFoundError:
+        raise DatasetError(f"{path} is a folder but not one written by Dataset.save_to_disk; point "
+                           f"dataset.source at a .jsonl, .json, .csv or .parquet file inside it",
+                           key="dataset.source") from None
+    ds = _split_of(obj, split, f"the dataset folder {path}", key)
+    return Source(columns=list(ds.column_names), dataset=ds)
+
+
+def _load_hub(source: str, config: str | None, split: str, key: str) -> Source:
+    import datasets
+
+    try:
+        with _Quiet():
+            ds = datasets.load_dataset(source, config, split=split)
+    except ValueError as exc:
+        msg = str(exc)
+        if "split" in msg.lower():
+            raise DatasetError(f"dataset {source!r} has no split {split!r}: {first_line(exc)}", key=key) from None
+        if "config" in msg.lower():
+            raise DatasetError(f"dataset {source!r}: config {config!r} is not valid: {first_line(exc)}",
+                               key="dataset.config") from None
+        raise DatasetError(f"cannot load dataset {source!r}: {first_line(exc)}", key="dataset.source") from None
+    except Exception as exc:  # noqa: BLE001 -- hub, network and builder errors, reworded for the user
+        raise DatasetError(
+            f"cannot load dataset {source!r} from the Hugging Face hub: {first_line(exc)}. Check the id and your "
+            f"network; for a local file give a path ending in .jsonl, .json, .csv or .parquet (relative to the "
+            f"spec file)", key="dataset.source") from None
+    if isinstance(ds, Mapping):  # a DatasetDict despite split=
+        ds = _split_of(ds, split, f"dataset {source!r}", key)
+    return Source(columns=list(ds.column_names), dataset=ds)

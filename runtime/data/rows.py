@@ -1,0 +1,240 @@
+"""Rows of a split -> the rows a run can use: range / limit, field mapping, and a check of every row.
+
+A row that cannot be used is skipped with its index and a reason (:class:`~sailrl.runtime.data.base.SkippedRow`),
+never rendered with empty strings. The reasons, by ``kind`` (:data:`SKIP_KINDS`), in the order they are checked:
+
+- ``missing_field`` / ``null_field``: a field a template or reward rule uses is absent or null;
+- ``template``: the prompt (or the warm-up completion) template fails on the row;
+- ``reference``: the reward rules cannot read the row's reference answer (``reward_fn.reference_problem``);
+- ``too_long``: the rendered prompt plus ``sampling.max_tokens`` does not fit the model's context window
+  (measured only when the caller gives a renderer and the context window);
+- ``renderer``: an extra check the caller passes (``renderer_check``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sailrl.runtime.data.base import DatasetError, SkippedRow
+from sailrl.runtime.data.readers import Source, dym
+
+__all__ = [
+    "SKIP_KINDS",
+    "PromptLimit",
+    "RowChecker",
+    "check_required",
+    "field_mapping",
+    "group_by_reason",
+    "map_and_check",
+    "required_fields",
+    "select",
+    "skip_summary",
+]
+
+SKIP_KINDS = ("missing_field", "null_field", "template", "reference", "too_long", "renderer")
+
+
+def field_mapping(spec: Any, columns: Sequence[str]) -> dict[str, str]:
+    """``{field name: dataset column}`` from ``dataset.fields`` (None: every column under its own name).
+
+    Raises :class:`DatasetError` (key ``dataset.fields...``) when a mapped column is not in ``columns``, naming
+    the columns the dataset has and the closest one.
+    """
+    fields = spec.dataset.fields
+    if fields is None:
+        mapping = {c: c for c in columns}
+    elif isinstance(fields, list):
+        mapping = {f: f for f in fields}
+    else:
+        mapping = dict(fields)
+    missing = [(i, name, col) for i, (name, col) in enumerate(mapping.items()) if col not in columns]
+    if missing:
+        i, name, col = missing[0]
+        which = f"field {name!r} maps to column {col!r}" if name != col else f"column {col!r}"
+        key = ("dataset.source" if fields is None else
+               f"dataset.fields.{i}" if isinstance(fields, list) else f"dataset.fields.{name}")
+        raise DatasetError(
+            f"{which}, but the dataset has no such column{dym(col, columns)}. The dataset's columns are: "
+            f"{', '.join(columns) or '(none)'}",
+            key=key,
+        )
+    return mapping
+
+
+def required_fields(spec: Any) -> dict[str, str]:
+    """``{field name: what needs it}``: template variables, reference fields of answer rules, warm-up template."""
+    from sailrl.runtime.prompts import template_variables
+
+    need: dict[str, str] = {}
+    if spec.prompt.system:
+        for v in sorted(template_variables(spec.prompt.system)):
+            need.setdefault(v, "prompt.system")
+    for v in sorted(template_variables(spec.prompt.user)):
+        need.setdefault(v, "prompt.user")
+    for i, rule in enumerate(spec.reward.rules):
+        if getattr(rule, "kind", None) == "answer":
+            ref = rule.reference.field or spec.prompt.reference_field
+            need.setdefault(ref, f"reward.rules.{i} ({rule.name}) reference")
+    warm = spec.training.warmup
+    if warm is not None and warm.steps > 0:
+        for v in sorted(template_variables(warm.completion)):
+            need.setdefault(v, "training.warmup.completion")
+    return need
+
+
+def check_required(need: Mapping[str, str], mapping: Mapping[str, str], columns: Sequence[str], spec: Any) -> None:
+    """Raise :class:`DatasetError` (key ``dataset.fields``) when a field in ``need`` is not mapped."""
+    names = list(mapping)
+    for name, user in need.items():
+        if name in mapping:
+            continue
+        if spec.dataset.fields is None:
+            raise DatasetError(
+                f"{user} uses field {name!r}, but the dataset has no column {name!r}{dym(name, columns)}. The "
+                f"dataset's columns are: {', '.join(columns) or '(none)'}. Map it under dataset.fields "
+                f"(e.g. {name}: <column>)", key="dataset.fields")
+        raise DatasetError(
+            f"{user} uses field {name!r}, but dataset.fields does not declare it{dym(name, names)}. Declared "
+            f"fields: {', '.join(names) or '(none)'}; the dataset's columns are: {', '.join(columns)}",
+            key="dataset.fields")
+
+
+@dataclass(frozen=True)
+class PromptLimit:
+    """The prompt length a row may have: ``context_window - max_tokens`` tokens.
+
+    renderer: the ``tinker_cookbook`` renderer that turns the row's messages into tokens. context_window: the
+    model's context (tokens). max_tokens: ``sampling.max_tokens``.
+    """
+
+    renderer: Any
+    context_window: int
+    max_tokens: int
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        return self.context_window - self.max_tokens
+
+    def reason(self, n: int) -> str:
+        """E.g. "prompt is 5,000 tokens; the model's context is 4,096 and sampling.max_tokens is 1,024"."""
+        fit = self.max_prompt_tokens
+        room = (f"so a prompt may have at most {fit:,}" if fit > 0 else
+                "so no prompt fits; lower sampling.max_tokens")
+        return (f"prompt is {n:,} tokens; the model's context is {self.context_window:,} and sampling.max_tokens "
+                f"is {self.max_tokens:,}, {room}")
+
+
+@dataclass
+class RowChecker:
+    """Checks one mapped row (see the module docstring for the order).
+
+    need: :func:`required_fields`. builder: a ``PromptBuilder`` (its renderer may be None). warm_template: the
+    warm-up completion template to render, or None. reward_fn: an object with ``reference_problem(row)``, or
+    None. limit: a :class:`PromptLimit`, or None. renderer_check: ``row -> reason | None``, or None.
+    """
+
+    need: Mapping[str, str]
+    builder: Any
+    warm_template: str | None = None
+    reward_fn: Any = None
+    limit: PromptLimit | None = None
+    renderer_check: Callable[[dict], str | None] | None = None
+
+    def problem(self, row: dict) -> tuple[str, str] | None:
+        """``(kind, reason)`` when ``row`` cannot be used, else None."""
+        from sailrl.runtime.prompts import PromptError
+
+        for name, user in self.need.items():
+            if name not in row:
+                return "missing_field", f"field {name!r} is missing (used by {user})"
+            if row[name] is None:
+                return "null_field", f"field {name!r} is empty (null) (used by {user})"
+        try:
+            messages = self.builder.messages(row)
+            if self.warm_template is not None:
+                self.builder.completion(row, self.warm_template)
+        except PromptError as exc:
+            return "template", str(exc).removeprefix(f"row {row.get('_index')}: ")
+        if self.reward_fn is not None:
+            problem = self.reward_fn.reference_problem(row)
+            if problem:
+                return "reference", f"reference rejected by the reward rules: {problem}"
+        if self.limit is not None:
+            n = self.limit.renderer.build_generation_prompt(messages).length
+            if n > self.limit.max_prompt_tokens:
+                return "too_long", self.limit.reason(n)
+        if self.renderer_check is not None:
+            problem = self.renderer_check(row)
+            if problem:
+                return "renderer", problem
+        return None
+
+
+def select(src: Source, split_label: str, *, rng: tuple[int, int] | None, limit: int | None,
+           key_prefix: str, notes: list[str]) -> list[tuple[int, dict]]:
+    """``(source index, raw row)`` pairs of ``range`` then ``limit``; a range clipped to the data adds a note.
+
+    Raises :class:`DatasetError` for an empty split or a range that selects nothing.
+    """
+    n = len(src)
+    if n == 0:
+        raise DatasetError(f"the {split_label} split is empty: it has no rows", key=f"{key_prefix}.split")
+    start, stop = 0, n
+    if rng is not None:
+        start, stop = int(rng[0]), int(rng[1])
+        if start < 0 or stop <= start:
+            raise DatasetError(f"{key_prefix}.range [{start}, {stop}) is not a valid range: need 0 <= start < end",
+                               key=f"{key_prefix}.range")
+        if start >= n:
+            raise DatasetError(f"{key_prefix}.range [{start}, {stop}) selects no rows: the {split_label} split has "
+                               f"only {n} rows (indices 0..{n - 1})", key=f"{key_prefix}.range")
+        if stop > n:
+            notes.append(f"{key_prefix}.range ends at {stop} but the {split_label} split has {n} rows; "
+                         f"using rows {start}..{n - 1}")
+        stop = min(stop, n)
+    if limit is not None:
+        stop = min(stop, start + int(limit))
+    return [(start + offset, r) for offset, r in enumerate(src.select(start, stop))]
+
+
+def map_and_check(raw_rows: list[tuple[int, dict]], mapping: Mapping[str, str], checker: RowChecker,
+                  split: str) -> tuple[list[dict], list[SkippedRow]]:
+    """``(kept rows, skipped rows)``: each raw row mapped to the spec's field names plus ``_index``, then checked."""
+    kept: list[dict] = []
+    skipped: list[SkippedRow] = []
+    for idx, raw in raw_rows:
+        row = {name: raw[col] for name, col in mapping.items() if col in raw}
+        row["_index"] = idx
+        problem = checker.problem(row)
+        if problem is None:
+            kept.append(row)
+        else:
+            kind, reason = problem
+            skipped.append(SkippedRow(index=idx, reason=reason, row=row, kind=kind, split=split))
+    return kept, skipped
+
+
+def group_by_reason(skipped: Sequence[SkippedRow]) -> list[tuple[str, list[SkippedRow]]]:
+    """``[(reason, rows)]``, the most frequent reason first.
+
+    Rows skipped as ``too_long`` (whose reasons differ only in their token counts) form one group, labelled
+    with the first such row's reason after "e.g. row N:".
+    """
+    groups: dict[str, list[SkippedRow]] = {}
+    labels: dict[str, str] = {}
+    for s in skipped:
+        key = "\0too_long" if s.kind == "too_long" else s.reason
+        labels.setdefault(key, f"prompt too long for the model's context (e.g. row {s.index}: {s.reason})"
+                          if s.kind == "too_long" else s.reason)
+        groups.setdefault(key, []).append(s)
+    return [(labels[k], rows) for k, rows in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+
+
+def skip_summary(skipped: Sequence[SkippedRow], limit: int = 3) -> str:
+    """``"3 x reason; 1 x other reason"``: the most frequent reasons first, at most ``limit`` of them."""
+    groups = group_by_reason(skipped)
+    parts = [f"{len(rows)} x {reason}" for reason, rows in groups[:limit]]
+    more = "" if len(groups) <= limit else f"; and {len(groups) - limit} more reasons"
+    return "; ".join(parts) + more

@@ -1,0 +1,67 @@
+"""Device, dtype and CPU thread count of the embedded backend.
+
+- Device (:func:`local_device`): ``$SAILRL_DEVICE`` when set (``cpu``, ``cuda``, ``cuda:1``, ...); else the CPU for
+  the built-in models (at 0.46 M parameters a GPU only adds transfer overhead); else CUDA when
+  ``torch.cuda.is_available()``; else the CPU.
+- Dtype (:func:`local_dtype`): ``$SAILRL_DTYPE`` when set (``float32``, ``bfloat16``, ``float16``); else
+  bfloat16 on a CUDA device that supports it (``torch.cuda.is_bf16_supported()``); else float32. LoRA weights
+  stay float32 (peft upcasts adapters) and losses are computed on float32 logits.
+- Threads (:func:`thread_count`): ``$SAILRL_THREADS`` when set; else 1 for the built-in models (see
+  ``THREADS_MEASUREMENT``); else torch's default (all cores) for larger models, whose matrices are big enough
+  to split.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from sailrl.spec.errors import ConfigError
+from sailrl.spec.models import is_builtin
+
+__all__ = ["THREADS_MEASUREMENT", "local_device", "local_dtype", "thread_count"]
+
+#: What the built-in models' thread default rests on (``benchmarks/bench_threads.py``).
+THREADS_MEASUREMENT = "see benchmarks/bench_threads.py"
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+def local_device(model_name: str) -> str:
+    """The torch device for ``model_name`` (see the module docstring). Raises ``ConfigError`` when
+    ``SAILRL_DEVICE`` names CUDA and no CUDA device is present."""
+    chosen = os.environ.get("SAILRL_DEVICE", "").strip()
+    if chosen:
+        if chosen.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"SAILRL_DEVICE={chosen} but torch sees no CUDA device (torch {torch.__version__}); "
+                              "unset it to run on the CPU, or install a CUDA build of torch")
+        return chosen
+    if is_builtin(model_name):
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def local_dtype(device: str) -> torch.dtype:
+    """The parameter dtype on ``device`` (see the module docstring). Raises ``ConfigError`` for an unknown
+    ``SAILRL_DTYPE``."""
+    chosen = os.environ.get("SAILRL_DTYPE", "").strip().lower()
+    if chosen:
+        if chosen not in _DTYPES:
+            raise ConfigError(f"SAILRL_DTYPE={chosen} is not a dtype sailrl knows: use float32, bfloat16 or float16")
+        return _DTYPES[chosen]
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def thread_count(model_name: str) -> int | None:
+    """``torch.set_num_threads`` value for ``model_name``, or None for torch's default. Raises ``ConfigError``
+    when ``SAILRL_THREADS`` is not a positive integer."""
+    chosen = os.environ.get("SAILRL_THREADS", "").strip()
+    if chosen:
+        if not chosen.isdigit() or int(chosen) < 1:
+            raise ConfigError(f"SAILRL_THREADS={chosen} must be a positive whole number of threads")
+        return int(chosen)
+    return 1 if is_builtin(model_name) else None

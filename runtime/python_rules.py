@@ -1,0 +1,334 @@
+"""``kind: python`` reward rules: a function in a Python file next to the spec, run in worker processes.
+
+The rule names it as ``function: module:function``. ``module`` is a file next to the spec: ``rewards`` is
+``<spec dir>/rewards.py``; a dotted name is a package folder (``pkg.scoring`` is ``<spec dir>/pkg/scoring.py`` or
+``<spec dir>/pkg/scoring/__init__.py``). The spec's folder is put first on the worker's ``sys.path`` (so the
+file can import its neighbours) and is its working directory.
+
+The contract (checked by ``sailrl validate``, enforced while scoring):
+
+* signature: ``fn(completion: str, fields: dict) -> float | dict[str, float]``. ``completion`` is the text the
+  rules read (``reward.text``); ``fields`` is a copy of the dataset row (its field names -> values), so changing
+  it changes nothing. ``inspect.signature(fn).bind(completion, fields)`` must succeed; ``async def`` is refused.
+* result: a finite number (``bool``, ``int``, ``float``, numpy scalars), or a dict of at most
+  :data:`MAX_SUBSCORES` named finite numbers (names of at most :data:`SUBSCORE_NAME_CHARS` characters), whose
+  sum is the value. Anything else fails the rule with the reason.
+* time: each call may take ``timeout_s`` seconds (the rule's key, default 1). The worker interrupts the
+  function at the limit (SIGALRM); a function that does not stop is killed :data:`GRACE_S` seconds later and its
+  worker replaced. Loading the file may take :data:`IMPORT_TIMEOUT_S` seconds.
+* an exception, a timeout or a bad result fails the rule (its fail score), is counted and gives the reason
+  with the file and line; it is never raised into the training loop.
+
+Workers (:class:`sailrl.runtime.workers.WorkerPool`, up to :data:`POOL_SIZE` processes per file) import the
+file once and serve every function of it; one pool per file version (path, size, modification time) is shared by
+the process, so an edited file is loaded afresh.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import math
+import numbers
+import os
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sailrl.runtime.workers import GRACE_S, WorkerPool, WorkerStartError, _Alarm, _TimeLimit
+
+__all__ = [
+    "GRACE_S",
+    "IMPORT_TIMEOUT_S",
+    "MAX_SUBSCORES",
+    "POOL_SIZE",
+    "SUBSCORE_NAME_CHARS",
+    "PythonFunction",
+    "PythonResult",
+    "module_file",
+    "split_ref",
+]
+
+#: Seconds a worker may take to import the rule's file.
+IMPORT_TIMEOUT_S = 30.0
+#: Most named sub-scores one call may return.
+MAX_SUBSCORES = 32
+#: Longest sub-score name.
+SUBSCORE_NAME_CHARS = 64
+#: Worker processes per python function.
+POOL_SIZE = min(4, os.cpu_count() or 1)
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """``"pkg.mod:fn"`` -> ``("pkg.mod", "fn")`` (``ref`` as ``sailrl.spec.rewards.FUNCTION_REF`` checks it)."""
+    module, _, func = ref.partition(":")
+    return module, func
+
+
+def module_file(spec_dir: Path, module: str) -> Path | None:
+    """The file ``module`` names next to the spec (``a.b`` -> ``a/b.py`` or ``a/b/__init__.py``), or None."""
+    base = Path(spec_dir).joinpath(*module.split("."))
+    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def describe(ref: str) -> str:
+    """``"rewards:score"`` -> ``"rewards.py:score"`` (the file and function, as a user finds them)."""
+    module, func = split_ref(ref)
+    return f"{module.replace('.', '/')}.py:{func}"
+
+
+# ------------------------------------------------------------------------------------------------ child side
+
+
+class _LoadError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _user_frame(exc: BaseException, root: Path) -> str:
+    """`` (at rewards.py:12)`` for the innermost traceback frame inside ``root``, else ``""``."""
+    where = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        try:
+            rel = Path(frame.filename).resolve().relative_to(root)
+        except (ValueError, OSError):
+            continue
+        where = f" (at {rel.as_posix()}:{frame.lineno})"
+    return where
+
+
+def _exc_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text if len(text) <= 140 else text[:137] + "..."
+
+
+class PythonJob:
+    """The child side: import the module once (raising _LoadError with a code), then answer ``load`` (check one
+    function) and ``call`` requests."""
+
+    def __init__(self, init: dict[str, Any]) -> None:
+        self.root = Path(init["spec_dir"]).resolve()
+        module = init["module"]
+        path = module_file(self.root, module)
+        if path is None:
+            want = module.replace(".", "/") + ".py"
+            raise _LoadError("missing_module", f"there is no file {want} next to the spec (in {self.root})")
+        self.rel = path.resolve().relative_to(self.root).as_posix()
+        sys.path.insert(0, str(self.root))
+        try:
+            with _TimeLimit(IMPORT_TIMEOUT_S):
+                mod = importlib.import_module(module)
+        except _Alarm:
+            raise _LoadError("import_error",
+                             f"importing {self.rel} took longer than {IMPORT_TIMEOUT_S:g} s") from None
+        except BaseException as exc:  # noqa: BLE001 - SystemExit too: the user's file is reported, not raised
+            raise _LoadError("import_error",
+                             f"importing {self.rel} raised {_exc_text(exc)}{_user_frame(exc, self.root)}") from None
+        loaded_from = Path(getattr(mod, "__file__", "") or "").resolve()
+        if loaded_from != path.resolve():
+            raise _LoadError("shadowed", f"the name '{module}' is taken by the installed module {loaded_from}, so "
+                             f"{self.rel} is never loaded: rename {self.rel} (and the function: key)")
+        self.module = mod
+        self.functions: dict[str, Any] = {}
+        self.info: dict[str, Any] = {"file": self.rel}
+
+    def _function(self, func: str) -> tuple[Any, dict[str, Any]]:
+        """The function and its info, or raises _LoadError."""
+        mod = self.module
+        label = f"{self.rel}:{func}"
+        fn = getattr(mod, func, None)
+        if fn is None:
+            names = [n for n, v in vars(mod).items() if callable(v) and not n.startswith("_")
+                     and getattr(v, "__module__", None) == mod.__name__]
+            guess = difflib.get_close_matches(func, names, n=1)
+            hint = f" -- did you mean '{guess[0]}'?" if guess else (
+                f" (its functions: {', '.join(sorted(names)[:8])})" if names else "")
+            raise _LoadError("missing_function", f"{self.rel} has no function '{func}'{hint}")
+        if not callable(fn):
+            raise _LoadError("not_callable", f"{label} is a {type(fn).__name__}, not a function")
+        if inspect.iscoroutinefunction(fn):
+            raise _LoadError("signature", f"{label} is an async def; write a plain def {func}(completion, fields)")
+        try:
+            sig: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):
+            sig = None
+        if sig is not None:
+            try:
+                sig.bind("", {})
+            except TypeError as exc:
+                raise _LoadError("signature", f"{label}{sig} cannot be called as {func}(completion, fields) "
+                                 f"({exc}); write def {func}(completion, fields):") from None
+        line = getattr(getattr(fn, "__code__", None), "co_firstlineno", None)
+        return fn, {"signature": f"{func}{sig}" if sig is not None else func, "line": line}
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        func = req["function"]
+        fn = self.functions.get(func)
+        if fn is None:
+            try:
+                fn, info = self._function(func)
+            except _LoadError as exc:
+                return {"result": "unloadable", "error": exc.code, "message": str(exc)}
+            self.functions[func] = fn
+            if req["op"] == "load":
+                return {"result": "ok", **info}
+        if req["op"] == "load":
+            return {"result": "ok"}
+        limit = _TimeLimit(float(req["timeout_s"]))
+        try:
+            with limit:
+                value = fn(req["completion"], req["fields"])
+        except _Alarm:
+            return {"result": "timeout"}
+        except BaseException as exc:  # noqa: BLE001 - the user's exception fails the rule, with its line
+            if limit.fired:
+                return {"result": "timeout"}
+            return {"result": "error", "message": f"raised {_exc_text(exc)}{_user_frame(exc, self.root)}"}
+        if limit.fired:  # the function caught the alarm and went on
+            return {"result": "timeout"}
+        return _check_result(value)
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, numbers.Real):
+        try:
+            f = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        return f if math.isfinite(f) else None
+    return None
+
+
+def _check_result(value: Any) -> dict[str, Any]:
+    if isinstance(value, numbers.Real):
+        f = _finite(value)
+        if f is None:
+            return {"result": "error", "message": f"returned {value!r}; return a finite number"}
+        return {"result": "ok", "value": f, "subscores": None}
+    if isinstance(value, dict):
+        if not value:
+            return {"result": "error", "message": "returned an empty dict; return a number or named numbers"}
+        if len(value) > MAX_SUBSCORES:
+            return {"result": "error", "message": f"returned {len(value)} sub-scores; at most {MAX_SUBSCORES}"}
+        subs: dict[str, float] = {}
+        for k, v in value.items():
+            if not isinstance(k, str) or not k or len(k) > SUBSCORE_NAME_CHARS or "/" in k:
+                return {"result": "error", "message": f"returned a sub-score named {str(k)[:40]!r}; names are "
+                        f"non-empty strings of at most {SUBSCORE_NAME_CHARS} characters without '/'"}
+            f = _finite(v)
+            if f is None:
+                return {"result": "error", "message": f"returned {str(v)[:40]!r} for sub-score '{k}'; "
+                        "return finite numbers"}
+            subs[k] = f
+        return {"result": "ok", "value": math.fsum(subs.values()), "subscores": subs}
+    shown = type(value).__name__
+    return {"result": "error",
+            "message": f"returned a {shown}; return a number or a dict of named numbers, e.g. {{'style': 0.5}}"}
+
+
+# ------------------------------------------------------------------------------------------------ parent side
+
+
+@dataclass
+class PythonResult:
+    """One call's outcome. value: the number (sum of ``subscores`` when a dict came back), None on failure.
+    problem: why it failed (plain words). timed_out: the failure was the time limit."""
+
+    value: float | None
+    subscores: dict[str, float] | None = None
+    problem: str | None = None
+    timed_out: bool = False
+
+
+_POOLS: dict[tuple[Any, ...], WorkerPool] = {}
+_POOLS_LOCK = threading.Lock()
+#: Seconds a worker may take to check a function (the module is already imported).
+_LOAD_TIMEOUT_S = 10.0
+
+
+class PythonFunction:
+    """A rule's ``function:`` next to ``spec_dir``, called in worker processes (one pool per file version).
+
+    ``spec_dir`` None (a caller that does not know the spec's folder) makes every call fail with that reason.
+    """
+
+    def __init__(self, spec_dir: Path | str | None, ref: str, timeout_s: float) -> None:
+        self.spec_dir = Path(spec_dir).resolve() if spec_dir is not None else None
+        self.ref = ref
+        self.module, self.function = split_ref(ref)
+        self.timeout_s = float(timeout_s)
+        self.label = describe(ref)
+
+    def _pool(self) -> WorkerPool:
+        assert self.spec_dir is not None
+        path = module_file(self.spec_dir, self.module)
+        try:
+            st = path.stat() if path is not None else None
+        except OSError:
+            st = None
+        key = (str(self.spec_dir), self.module, str(path), st.st_size if st else None,
+               st.st_mtime_ns if st else None)
+        with _POOLS_LOCK:
+            pool = _POOLS.get(key)
+            if pool is None:
+                for old in [k for k in _POOLS if k[:2] == key[:2]]:  # an older version of the same file
+                    _POOLS.pop(old).close()
+                pool = WorkerPool({"kind": "python", "spec_dir": str(self.spec_dir), "module": self.module},
+                                  size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 10, cwd=str(self.spec_dir))
+                _POOLS[key] = pool
+            return pool
+
+    def load_problem(self) -> tuple[str, str] | None:
+        """``(code, plain words)`` when the function cannot be loaded, else None (it is then loaded and ready).
+
+        Codes: ``no_spec_dir``, ``missing_module``, ``import_error``, ``shadowed``, ``missing_function``,
+        ``not_callable``, ``signature``, ``start_timeout``, ``died``, ``timeout``. Bounded by the import time
+        limit.
+        """
+        if self.spec_dir is None:
+            return "no_spec_dir", "the spec's folder is not known, so its python file cannot be found"
+        if module_file(self.spec_dir, self.module) is None:
+            want = self.module.replace(".", "/") + ".py"
+            return "missing_module", f"there is no file {want} next to the spec (in {self.spec_dir})"
+        try:
+            reply = self._pool().call({"op": "load", "function": self.function}, _LOAD_TIMEOUT_S)
+        except WorkerStartError as exc:
+            return exc.code, str(exc)
+        result = reply.get("result")
+        if result == "ok":
+            return None
+        if result == "unloadable":
+            return str(reply.get("error", "error")), str(reply.get("message", ""))
+        if result == "timeout":
+            return "timeout", f"checking {self.label} took longer than {_LOAD_TIMEOUT_S:g} s"
+        return str(result), str(reply.get("message", result))
+
+    def call(self, completion: str, fields: dict[str, Any], timeout_s: float | None = None) -> PythonResult:
+        """``fn(completion, fields)`` in a worker, within ``min(timeout_s, self.timeout_s)`` seconds. Never raises."""
+        limit = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
+        if self.spec_dir is None:
+            return PythonResult(None, problem=f"{self.label}: the spec's folder is not known, so the file cannot "
+                                "be found (RewardFunction.from_spec(..., spec_dir=...))")
+        try:
+            reply = self._pool().call({"op": "call", "function": self.function, "completion": completion,
+                                       "fields": fields}, limit)
+        except WorkerStartError as exc:
+            return PythonResult(None, problem=str(exc))
+        except Exception as exc:  # noqa: BLE001 - e.g. fields that cannot be pickled
+            return PythonResult(None, problem=f"{self.label} could not be called: {_exc_text(exc)}")
+        result = reply.get("result")
+        if result == "ok":
+            return PythonResult(float(reply["value"]), reply.get("subscores"))
+        if result == "timeout":
+            return PythonResult(None, problem=f"{self.label} timed out after {limit:g} s", timed_out=True)
+        if result == "error":
+            return PythonResult(None, problem=f"{self.label} {reply.get('message', 'failed')}")
+        return PythonResult(None, problem=str(reply.get("message") or f"{self.label}: {result}"))

@@ -1,0 +1,136 @@
+"""What a run reports: per-step metrics from rollouts and training data, the console line, the summary.
+
+Metric keys (one ``metrics.jsonl`` line per step; steps numbered from 1):
+
+- ``reward/total``, ``reward/<rule>`` (mean contribution), ``correct`` (pass rate of the answer rule),
+  ``frac_truncated``, ``regex_timeouts``, ``groups``, ``groups_failed``, ``degenerate_frac`` -- over every rollout
+  of the step, degenerate groups included (:func:`rollout_metrics`).
+- token accounting (:func:`token_counts`): ``tokens/prompt`` (prompt tokens sent for sampling, counted once per
+  rollout request), ``tokens/sampled``, ``tokens/trained`` (tokens in the datums sent to forward_backward),
+  ``tokens/eval_prompt``, ``tokens/eval_sampled``, ``tokens/reference`` (tokens scored by the KL reference model),
+  ``tokens/warmup_trained`` (the supervised warm-up's, on the first step's line) and ``tokens_cum/<kind>`` (the run
+  so far). With prices: ``cost/<kind>``, ``cost/step``, ``cost/total`` (USD, ``sailrl.runtime.cost``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import tinker
+
+__all__ = ["TOKEN_KINDS", "rollout_metrics", "step_line", "summary_lines", "token_counts"]
+
+TOKEN_KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained")
+
+
+def rollout_metrics(groups: Sequence[Any], failed: int, rule_names: Sequence[str], prefix: str = "") -> dict[str, float]:
+    """Means over every rollout of ``groups`` (tinker_cookbook ``TrajectoryGroup``s) and the group counts.
+
+    A mean over no rollouts is NaN (logged as null).
+    """
+    totals: list[float] = []
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for g in groups:
+        for traj, total in zip(g.trajectories_G, g.get_total_rewards(), strict=True):
+            totals.append(float(total))
+            for tr in traj.transitions:
+                for k, v in tr.metrics.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                    counts[k] = counts.get(k, 0) + 1
+    n = len(totals)
+    out: dict[str, float] = {
+        "reward/total": sum(totals) / n if n else float("nan"),
+        "groups": float(len(groups)),
+        "groups_failed": float(failed),
+    }
+    for name in rule_names:
+        key = f"reward/{name}"
+        out[key] = sums[key] / counts[key] if counts.get(key) else float("nan")
+    if counts.get("correct"):
+        out["correct"] = sums["correct"] / counts["correct"]
+    out["frac_truncated"] = sums.get("truncated", 0.0) / n if n else float("nan")
+    out["regex_timeouts"] = sums.get("regex_timeouts", 0.0)
+    for key in sums:  # counters the reward rules add (e.g. failed python rules, scoring past its budget)
+        if key.startswith("rule_") or key.endswith("_failures") or key.endswith("_exceeded"):
+            out[key] = sums[key]
+    return {f"{prefix}{k}": v for k, v in out.items()}
+
+
+def sampled_tokens(groups: Iterable[Any]) -> tuple[int, int]:
+    """``(prompt tokens, sampled tokens)`` over every rollout of ``groups``: each rollout is one sampling request,
+    so its prompt is counted once per rollout."""
+    prompt = sampled = 0
+    for g in groups:
+        for traj in g.trajectories_G:
+            for tr in traj.transitions:
+                prompt += tr.ob.length
+                sampled += len(tr.ac.tokens)
+    return prompt, sampled
+
+
+def token_counts(data: Sequence[tinker.Datum]) -> int:
+    """Tokens in training datums (``model_input.length`` summed): what forward_backward processes."""
+    return sum(d.model_input.length for d in data)
+
+
+def _fmt(x: Any, spec: str = "+.3f") -> str:
+    return format(x, spec) if isinstance(x, (int, float)) and not math.isnan(x) else "  n/a "
+
+
+def _pct(x: Any) -> str:
+    return f"{100 * x:.0f}%" if isinstance(x, (int, float)) and not math.isnan(x) else "n/a"
+
+
+def step_line(step: int, total: int, metrics: dict[str, Any], rule_names: Sequence[str], seconds: float, *,
+              show_cost: bool = True) -> str:
+    """``step 3/40 | reward +0.512 = correct +0.40 + format +0.11 | correct 80% | degenerate 12% | truncated 0% |
+    1.2k tok | $0.0123 (total $0.04) | 0.9s`` (cost only with ``show_cost`` and a known price)."""
+    reward = f"reward {_fmt(metrics.get('reward/total'))}"
+    rules = " + ".join(f"{n} {_fmt(metrics.get(f'reward/{n}'))}" for n in rule_names)
+    parts = [f"step {step:4d}/{total}", f"{reward} = {rules}" if rules else reward]
+    if metrics.get("correct") is not None:
+        parts.append(f"correct {_pct(metrics['correct'])}")
+    parts.append(f"degenerate {100 * (metrics.get('degenerate_frac') or 0):3.0f}%")
+    parts.append(f"truncated {100 * (metrics.get('frac_truncated') or 0):3.0f}%")
+    tokens = sum(float(metrics.get(f"tokens/{k}") or 0) for k in ("prompt", "sampled", "trained"))
+    parts.append(f"{tokens / 1000:.1f}k tok")
+    if metrics.get("cost/step") is not None and show_cost:
+        parts.append(f"${metrics['cost/step']:.4f} (total ${metrics.get('cost/total') or 0:.2f})")
+    if metrics.get("staleness/max"):
+        parts.append(f"off-policy {metrics['staleness/max']:.0f}")
+    if metrics.get("eval/reward/total") is not None:
+        ev = f"eval reward {_fmt(metrics['eval/reward/total'])}"
+        if metrics.get("eval/correct") is not None:
+            ev += f" correct {_pct(metrics['eval/correct'])}"
+        parts.append(ev)
+    parts.append(f"{seconds:.1f}s")
+    return " | ".join(parts)
+
+
+def _window_mean(history: Sequence[dict[str, Any]], key: str, k: int) -> tuple[float, float, int]:
+    values = [m[key] for m in history if isinstance(m.get(key), (int, float))]
+    n = min(k, len(values))
+    if not n:
+        return float("nan"), float("nan"), 0
+    return sum(values[:n]) / n, sum(values[-n:]) / n, n
+
+
+def summary_lines(history: Sequence[dict[str, Any]], *, show_cost: bool = True) -> list[str]:
+    """First-vs-last means (five steps each) of reward and ``correct``, tokens and (``show_cost``) cost of the run."""
+    lines = []
+    first, last, n = _window_mean(history, "reward/total", 5)
+    lines.append(f"reward (mean of first {n} steps -> last {n}): {first:+.3f} -> {last:+.3f}")
+    first, last, n = _window_mean(history, "correct", 5)
+    if n:
+        lines.append(f"correct (mean of first {n} steps -> last {n}): {first:.3f} -> {last:.3f}")
+    if history:
+        end = history[-1]
+        tokens = {k: end.get(f"tokens_cum/{k}") for k in TOKEN_KINDS if end.get(f"tokens_cum/{k}")}
+        if tokens:
+            lines.append("tokens: " + ", ".join(f"{k} {int(v):,}" for k, v in tokens.items()))
+        if end.get("cost/total") is not None and show_cost:
+            lines.append(f"cost: ${end['cost/total']:.4f} (estimate from the prices in pricing:)")
+    return lines

@@ -1,0 +1,675 @@
+"""`AdaptiveSailCompleter`: rollouts on Sail with the SDK's request, a poll schedule shared across a step, bounded
+retries and checked completions.
+
+One completer serves one RL step: its concurrent calls share a `_StepPollState`. Until a response of the step is
+final, a few *scout* rollouts poll densely (every ``max(min_interval_s, dense_fraction * elapsed)`` seconds) and
+the others sparsely; the first final response gives an estimate of the service time, and every rollout then polls
+at its own creation + that estimate and densely after it (``<= 1 s`` apart for the first 20 s, then at most
+``dense_fraction`` of its elapsed time): a step waits for its slowest rollout, so the tail is where polls pay.
+
+Completions are checked before they reach the loop: an answer that does not parse, non-finite logprobs, a logprob
+count that differs from the token count, token ids outside the vocabulary, more tokens than ``max_output_tokens``,
+or an empty completion are a counted failure (``sail/malformed``), retried with a new request a bounded number of
+times, then `SailRolloutError`.
+
+The sail SDK reads every response body whole into memory (its Rust core has no size cap) and parses it; this module
+checks the sizes of the token and logprob arrays against ``max_output_tokens`` before it iterates over them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import sail
+import sail.inference as sail_inference
+import sail.tinker as sail_tinker
+from sail.errors import InferenceError, InferenceHTTPError, InvalidArgumentError
+from tinker_cookbook.completers import TokensWithLogprobs
+
+from sailrl.spec.errors import ServiceError
+
+__all__ = [
+    "DEFAULT_POLL_DEADLINE_S",
+    "AdaptiveSailCompleter",
+    "PollPolicy",
+    "SailRequestRejected",
+    "SailRolloutError",
+    "SailStats",
+    "completion_window_problem",
+    "make_sail_policy",
+]
+
+#: Seconds a Sail response may stay unfinished before the attempt counts as failed: the sail SDK's own
+#: ``poll_timeout`` default (``sail.tinker._DEFAULT_POLL_TIMEOUT_SECONDS``, 20 minutes).
+DEFAULT_POLL_DEADLINE_S = 20 * 60.0
+
+#: The sail SDK's wording when a 2xx answer's body is not JSON (it reports it as a synthetic HTTP 503).
+_SDK_MALFORMED_BODY = "malformed JSON in "
+_REASON_LIMIT = 300  # characters of one failure reason kept in messages
+
+
+class SailRolloutError(ServiceError):
+    """One rollout could not be sampled on Sail within the bounded retries; drop its group and count it.
+
+    Attributes: ``reason`` (the last failure, e.g. "status failed", "HTTP 500 on create", "timeout: ...",
+    "malformed output: ..."), ``reasons`` (one per attempt), ``attempts``, ``response_ids`` (the Sail responses
+    created, for support requests).
+    """
+
+    def __init__(self, message: str, *, reasons: list[str], attempts: int, response_ids: list[str]) -> None:
+        super().__init__(message)
+        self.reasons = list(reasons)
+        self.reason = reasons[-1] if reasons else "unknown"
+        self.attempts = attempts
+        self.response_ids = list(response_ids)
+
+
+class SailRequestRejected(ServiceError):
+    """Sail refused the request itself (HTTP 4xx such as a bad key or an unknown model, or no API key set).
+
+    Retrying cannot help and every rollout would fail the same way, so this is deliberately NOT a
+    `SailRolloutError`: the run should stop with this message. ``status_code`` is the HTTP status (None when the
+    SDK refused before sending).
+    """
+
+    def __init__(self, message: str, *, status_code: int | None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+@dataclass(frozen=True)
+class PollPolicy:
+    """How `AdaptiveSailCompleter` waits for background responses and retries failed ones (times in seconds).
+
+    With ``adaptive`` (the default) the rollouts of one completer share a schedule. ``elapsed`` is the time since
+    a rollout's response was created.
+
+    - *Scouts* (the first ``scouts`` rollouts that start before any response is final) share one schedule and
+      take turns: scout i (0-based) first polls ``(i + 1) * min_interval_s`` after creation; after that the next
+      scout poll, by whichever scout is due first, comes ``dense_interval = max(min_interval_s, dense_fraction *
+      elapsed)`` after the last one, so the estimate is late by at most one ``dense_interval``.
+    - The others, until a response is final: the sparse schedule, first poll after ``first_poll_s``, then every
+      ``min(max_interval_s, max(first_poll_s, sparse_fraction * elapsed))``, shortened by up to ``jitter`` (a
+      uniform fraction) so rollouts do not poll in lockstep.
+    - Once a response is final after ``T`` seconds (the shortest seen so far, the *estimate*), a rollout polls at
+      ``elapsed == T``, then its n-th poll after that (n = 0, 1, ...) comes
+      ``min(max(min_interval_s, dense_fraction * elapsed) * 2**n, max(due_max_interval_s, dense_fraction * elapsed))``
+      later: dense right when the step's last rollouts are due, at most ``due_max_interval_s`` apart until
+      ``elapsed`` is ``due_max_interval_s / dense_fraction``, never more than ``dense_fraction`` of the elapsed time.
+
+    Without ``adaptive`` every rollout follows the sparse schedule alone (``PollPolicy.fixed(1.0)`` is a plain 1 s
+    poller). A response not final ``response_deadline_s`` after its creation (or after ``max_polls`` polls, when
+    set) is a timeout. A failed attempt (status failed/cancelled/expired, HTTP 5xx/408/409/425/429, a transport
+    error, a timeout, a malformed answer) is retried with a new request after
+    ``min(retry_max_s, retry_base_s * 2**(n-1)) * (1 - jitter * u)`` seconds (retry n, u uniform in [0, 1)), up to
+    ``max_attempts`` attempts in all. ``request_timeout_s`` bounds each HTTP call.
+
+    Raises ValueError for a value out of range (named in the message).
+    """
+
+    adaptive: bool = True
+    scouts: int = 2
+    min_interval_s: float = 0.025
+    dense_fraction: float = 0.05
+    due_max_interval_s: float = 1.0
+    first_poll_s: float = 2.0
+    sparse_fraction: float = 0.5
+    max_interval_s: float = 60.0
+    jitter: float = 0.25
+    response_deadline_s: float = DEFAULT_POLL_DEADLINE_S
+    max_polls: int | None = None
+    max_attempts: int = 3
+    retry_base_s: float = 1.0
+    retry_max_s: float = 30.0
+    request_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        positive = ("min_interval_s", "due_max_interval_s", "first_poll_s", "max_interval_s", "response_deadline_s",
+                    "request_timeout_s")
+        for name in positive:
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"PollPolicy.{name} must be a finite number > 0, got {value!r}")
+        for name in ("dense_fraction", "sparse_fraction"):
+            if not 0 <= getattr(self, name) <= 10:
+                raise ValueError(f"PollPolicy.{name} must be in [0, 10], got {getattr(self, name)!r}")
+        if not 0 <= self.jitter < 1:
+            raise ValueError(f"PollPolicy.jitter must be in [0, 1), got {self.jitter!r}")
+        if self.scouts < 0:
+            raise ValueError(f"PollPolicy.scouts must be >= 0, got {self.scouts!r}")
+        if self.max_attempts < 1 or (self.max_polls is not None and self.max_polls < 1):
+            raise ValueError("PollPolicy.max_polls and max_attempts must be >= 1")
+        if self.retry_base_s < 0 or self.retry_max_s < 0:
+            raise ValueError("PollPolicy retry delays must be >= 0")
+
+    @classmethod
+    def fixed(cls, interval_s: float, **overrides: Any) -> PollPolicy:
+        """A plain poller: every rollout polls every ``interval_s`` seconds, the first ``interval_s`` after creation."""
+        return cls(adaptive=False, first_poll_s=interval_s, sparse_fraction=0.0, max_interval_s=interval_s,
+                   jitter=0.0, **overrides)
+
+    def sparse_interval(self, elapsed: float, u: float) -> float:
+        """Seconds to the next poll on the sparse schedule at ``elapsed``, for a uniform draw ``u`` in [0, 1)."""
+        base = min(self.max_interval_s, max(self.first_poll_s, self.sparse_fraction * elapsed))
+        return base * (1.0 - self.jitter * u)
+
+    def dense_interval(self, elapsed: float) -> float:
+        """Seconds between two polls of the scouts together (or of a rollout past the estimate) at ``elapsed``."""
+        return max(self.min_interval_s, self.dense_fraction * elapsed)
+
+    def due_interval(self, elapsed: float, n: int) -> float:
+        """Seconds to the next poll of a rollout past the estimate, after ``n`` polls past it."""
+        cap = max(self.due_max_interval_s, self.dense_fraction * elapsed)
+        return min(self.dense_interval(elapsed) * 2.0 ** min(n, 32), cap)
+
+    def retry_delay(self, n: int, u: float) -> float:
+        """Seconds before retry ``n`` (1-based), for a uniform draw ``u`` in [0, 1)."""
+        return min(self.retry_max_s, self.retry_base_s * 2 ** min(n - 1, 32)) * (1.0 - self.jitter * u)
+
+
+@dataclass
+class SailStats:
+    """Counters of one completer (one RL step): feed `as_metrics()` into the step's metrics.
+
+    ``rollouts`` calls started; ``completed`` returned tokens; ``failed`` raised `SailRolloutError`;
+    ``rejected`` raised `SailRequestRejected`; ``attempts`` requests created; ``retries`` attempts after the first;
+    ``polls`` GET requests; ``poll_errors`` polls that failed transiently (the response kept being polled);
+    ``malformed`` attempts whose answer failed the completion checks (each also in ``failure_reasons`` under
+    "malformed output"); ``failure_reasons`` counts each failed attempt's reason (its text before the first
+    colon); ``wall_s`` sums the wall time of completed rollouts; ``service_estimate_s`` is the shortest time
+    from creation to a final answer seen (the poll schedule's estimate), or None.
+    """
+
+    rollouts: int = 0
+    completed: int = 0
+    failed: int = 0
+    rejected: int = 0
+    attempts: int = 0
+    retries: int = 0
+    polls: int = 0
+    poll_errors: int = 0
+    malformed: int = 0
+    wall_s: float = 0.0
+    service_estimate_s: float | None = None
+    failure_reasons: Counter[str] = field(default_factory=Counter)
+
+    def as_metrics(self, prefix: str = "sail/") -> dict[str, float]:
+        """Flat float metrics; ``polls_per_response`` = polls / attempts, ``mean_wall_s`` over completed."""
+        names = ("rollouts", "completed", "failed", "rejected", "attempts", "retries", "polls", "poll_errors",
+                 "malformed")
+        out = {f"{prefix}{name}": float(getattr(self, name)) for name in names}
+        out[f"{prefix}polls_per_response"] = self.polls / self.attempts if self.attempts else 0.0
+        out[f"{prefix}mean_wall_s"] = self.wall_s / self.completed if self.completed else 0.0
+        return out
+
+
+class _AttemptFailed(Exception):
+    """One attempt failed in a way a new request may fix."""
+
+    def __init__(self, reason: str, *, malformed: bool = False) -> None:
+        reason = re.sub(r"\s+", " ", reason).strip()
+        if len(reason) > _REASON_LIMIT:
+            reason = reason[: _REASON_LIMIT - 3] + "..."
+        super().__init__(reason)
+        self.reason = reason
+        self.malformed = malformed
+
+
+class _Malformed(_AttemptFailed):
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"malformed output: {detail}", malformed=True)
+
+
+_RETRYABLE_HTTP = frozenset({408, 409, 425, 429})
+_FINAL_OK = frozenset({"completed", "incomplete"})
+_FINAL_BAD = frozenset({"failed", "cancelled", "canceled", "expired"})
+
+
+def _is_retryable_http(status: int | None) -> bool:
+    return status is None or status <= 0 or status >= 500 or status in _RETRYABLE_HTTP
+
+
+def _is_unparseable_body(exc: InferenceHTTPError) -> bool:
+    """True when the SDK reports a 2xx answer whose body is not JSON (e.g. a ``NaN`` logprob)."""
+    return str(exc).startswith(_SDK_MALFORMED_BODY)
+
+
+def _rejected(exc: BaseException, what: str) -> SailRequestRejected:
+    status = getattr(exc, "status_code", None)
+    if status in (401, 403):
+        hint = "Check SAIL_API_KEY (or run `sail auth login`)."
+    elif isinstance(exc.__cause__, ValueError) or status is None:
+        hint = "Set SAIL_API_KEY (or run `sail auth login`) and, for a custom endpoint, SAIL_API_URL."
+    else:
+        hint = "Check the model name, completion window and LoRA settings in the spec."
+    code = f"HTTP {status}" if status else "no request sent"
+    detail = re.sub(r"\s+", " ", str(exc))[:_REASON_LIMIT]
+    return SailRequestRejected(f"Sail refused the {what} ({code}): {detail}. {hint}", status_code=status)
+
+
+async def _bounded(awaitable: Any, seconds: float) -> tuple[bool, Any]:
+    """Await ``awaitable`` for at most ``seconds``: (True, result) or (False, None) when the time ran out.
+
+    Like the SDK's own poll, the expiry is detected structurally (the task still pending), so a genuine
+    ``sail.TimeoutError`` from the request itself propagates unchanged; cancellation cancels the request.
+    """
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=max(seconds, 0.0))
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        return False, None
+    return True, task.result()
+
+
+def _check_completion(
+    response: Any, *, max_tokens: int, vocab_size: int | None, logprobs_requested: bool
+) -> tuple[list[int], list[float] | None, str]:
+    """``(tokens, logprobs or None, stop_reason)`` of a final Sail response, parsed with the sail SDK's helpers.
+
+    Raises `_Malformed` (a failed attempt) when: the output has no ``output_text`` block or the SDK's parser
+    refuses it; ``token_ids`` or ``logprobs`` hold more than ``max_tokens`` entries (checked before they are read);
+    a token id is a bool, negative, or ``>= vocab_size`` (when given); a logprob is NaN or infinite; logprobs were
+    requested and are missing or their count differs from the token count; the completion is empty (no token ids
+    and no text).
+    """
+    try:
+        block = sail_tinker._first_output_text(response)
+    except InferenceError as exc:
+        raise _Malformed(str(exc)) from exc
+    for key in ("token_ids", "logprobs"):
+        value = block.get(key)
+        if isinstance(value, list) and len(value) > max_tokens:
+            raise _Malformed(f"{len(value)} entries in {key}, more than max_output_tokens={max_tokens}")
+    try:
+        tokens, logprobs = sail_tinker._tokens_and_logprobs_from_response(response)
+    except InferenceError as exc:
+        raise _Malformed(str(exc)) from exc
+    if len(tokens) > max_tokens:
+        raise _Malformed(f"{len(tokens)} tokens, more than max_output_tokens={max_tokens}")
+    for i, token in enumerate(tokens):
+        if isinstance(token, bool) or token < 0 or (vocab_size is not None and token >= vocab_size):
+            bound = f"[0, {vocab_size})" if vocab_size is not None else "[0, ...)"
+            raise _Malformed(f"token id {token!r} at position {i} is outside the vocabulary {bound}")
+    if logprobs is not None:
+        for i, value in enumerate(logprobs):
+            if not math.isfinite(value):
+                raise _Malformed(f"logprob {value!r} at position {i} is not a finite number")
+    elif logprobs_requested and tokens:
+        raise _Malformed(f"logprobs were requested but the answer has none for its {len(tokens)} tokens")
+    if not tokens and not block.get("text"):
+        raise _Malformed(f"empty completion (no token ids, no text, stop_reason {block.get('stop_reason')!r})")
+    return tokens, logprobs, sail_tinker._stop_reason_from_response(response)
+
+
+class _StepPollState:
+    """The poll schedule's state shared by the concurrent rollouts of one completer (one asyncio loop at a time).
+
+    ``estimate_s``: the shortest time from a response's creation to a poll that saw it final. Rollouts that sleep
+    on a schedule the estimate would change wait on a shared future that `observe_final` resolves.
+    """
+
+    def __init__(self, scouts: int) -> None:
+        self.estimate_s: float | None = None
+        self.last_scout_poll: float | None = None  # time.monotonic() of the scouts' last poll
+        self.scout_polls = 0
+        self._scout_slots = [False] * scouts
+        self._wake: asyncio.Future[None] | None = None
+
+    def take_scout_slot(self) -> int | None:
+        """A free scout slot (its index) while no response is final, else None."""
+        if self.estimate_s is not None:
+            return None
+        for i, busy in enumerate(self._scout_slots):
+            if not busy:
+                self._scout_slots[i] = True
+                return i
+        return None
+
+    def release_scout_slot(self, slot: int | None) -> None:
+        if slot is not None:
+            self._scout_slots[slot] = False
+
+    def observe_final(self, elapsed: float) -> None:
+        """A response was seen final ``elapsed`` seconds after its creation: lower the estimate, wake sleepers."""
+        if self.estimate_s is None or elapsed < self.estimate_s:
+            self.estimate_s = elapsed
+            wake, self._wake = self._wake, None
+            if wake is not None and not wake.done() and wake.get_loop() is asyncio.get_running_loop():
+                wake.set_result(None)
+
+    async def sleep(self, seconds: float, *, wakeable: bool) -> bool:
+        """Sleep ``seconds``; with ``wakeable``, return early (True) when the estimate changes."""
+        if seconds <= 0:
+            return False
+        if not wakeable:
+            await asyncio.sleep(seconds)
+            return False
+        loop = asyncio.get_running_loop()
+        if self._wake is None or self._wake.done() or self._wake.get_loop() is not loop:
+            self._wake = loop.create_future()
+        done, _ = await asyncio.wait({self._wake}, timeout=seconds)
+        return bool(done)
+
+
+class AdaptiveSailCompleter(sail.SailTokenCompleter):
+    """`sail.SailTokenCompleter` with a step-shared poll schedule, bounded retries, checked completions and stats.
+
+    Construction is the SDK's own (same arguments, same validation: ``completion_window`` "priority"/"15m"
+    are retired and "asap" is refused with the SDK's hint, ``tinker_lora_signed_url`` needs ``adapter_config``;
+    errors are ``sail.InvalidArgumentError``, a ValueError), plus ``poll`` (a `PollPolicy`), ``rng`` (a
+    ``random.Random`` for the jitter; seed it for reproducible schedules) and ``vocab_size`` (the tokenizer's
+    size: token ids at or above it are malformed; None skips that check). ``timeout`` (seconds per HTTP call)
+    defaults to ``poll.request_timeout_s``.
+
+    Calling it (``await completer(model_input, stop, max_tokens=None)``) sends the request body
+    `build_payload` returns -- byte for byte what the SDK's ``__call__`` sends -- through the SDK's client
+    (``sail.inference.responses.create.aio`` / ``retrieve.aio``), and returns the final response checked by
+    `_check_completion` as ``TokensWithLogprobs(tokens, maybe_logprobs, stop_reason)``. ``max_tokens``
+    (tinker-cookbook's per-call cap) lowers ``max_output_tokens`` for that call. Raises `SailRolloutError` after
+    ``poll.max_attempts`` failed attempts and `SailRequestRejected` at once on a 4xx or a missing key.
+    ``stats`` (`SailStats`) counts polls, retries and failures. Concurrent calls share one poll schedule
+    (`PollPolicy`), so use one completer per step.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        completion_window: str = "balanced",
+        lora: str | None = None,
+        tinker_lora_signed_url: str | None = None,
+        adapter_config: Mapping[str, Any] | str | None = None,
+        tinker_lora_name: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        voyage: Any | None = None,
+        request_logprobs: bool = True,
+        poll: PollPolicy | None = None,
+        rng: random.Random | None = None,
+        vocab_size: int | None = None,
+    ) -> None:
+        self.poll = poll or PollPolicy()
+        super().__init__(
+            model=model,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            completion_window=completion_window,
+            lora=lora,
+            tinker_lora_signed_url=tinker_lora_signed_url,
+            adapter_config=adapter_config,
+            tinker_lora_name=tinker_lora_name,
+            metadata=metadata,
+            timeout=timeout,
+            poll_timeout=self.poll.response_deadline_s,
+            voyage=voyage,
+            request_logprobs=request_logprobs,
+        )
+        if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
+                                       or vocab_size < 1):
+            raise InvalidArgumentError(f"vocab_size must be a positive whole number or None, got {vocab_size!r}")
+        self.vocab_size = vocab_size
+        self.rng = rng or random.Random()
+        self.stats = SailStats()
+        self._state = _StepPollState(self.poll.scouts if self.poll.adaptive else 0)
+
+    # -- request body ------------------------------------------------------------------------------
+    def build_payload(self, model_input: Any, stop: Any = None, *, max_tokens: int | None = None) -> dict[str, Any]:
+        """The JSON body of ``POST /v1/responses`` for one rollout.
+
+        Mirrors ``sail.tinker.SailTokenCompleter.__call__`` (sail 0.17.1) field by field, using the SDK's own
+        helpers and constants; ``background: True`` is the keyword the SDK passes to ``create``. A test compares
+        the bodies both send to a fake server.
+        """
+        prompt_tokens = sail_tinker._model_input_to_tokens(model_input)
+        limit = self.max_tokens
+        if max_tokens is not None:
+            if max_tokens <= 0:
+                raise InvalidArgumentError("max_tokens must be positive")
+            limit = min(limit, max_tokens)
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "input": sail_tinker._RAW_PROMPT_SENTINEL,
+            sail_tinker._RAW_PROMPT_TOKENS_FIELD: prompt_tokens,
+            "max_output_tokens": limit,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+        }
+        if stop is not None:
+            payload["stop"] = sail_tinker._normalize_stop(stop)
+        metadata = dict(self.metadata)
+        metadata["completion_window"] = self.completion_window
+        if self.lora is not None:
+            metadata["lora"] = self.lora
+        if self.tinker_lora_signed_url is not None:
+            metadata["lora"] = self.tinker_lora_signed_url
+            metadata[sail_tinker._TINKER_ADAPTER_CONFIG_METADATA_FIELD] = json.dumps(
+                sail_tinker._adapter_config_payload(self.adapter_config), sort_keys=True, separators=(",", ":")
+            )
+            if self.tinker_lora_name is not None:
+                metadata[sail_tinker._TINKER_LORA_NAME_METADATA_FIELD] = self.tinker_lora_name
+        if metadata:
+            payload["metadata"] = metadata
+        if self.request_logprobs:
+            payload["include"] = [sail_tinker._LOGPROBS_INCLUDE]
+        payload["background"] = True
+        return payload
+
+    # -- one rollout -------------------------------------------------------------------------------
+    async def __call__(self, model_input: Any, stop: Any = None, *, max_tokens: int | None = None) -> Any:
+        payload = self.build_payload(model_input, stop, max_tokens=max_tokens)
+        stats = self.stats
+        stats.rollouts += 1
+        started = time.monotonic()
+        reasons: list[str] = []
+        response_ids: list[str] = []
+        for attempt in range(1, self.poll.max_attempts + 1):
+            if attempt > 1:
+                stats.retries += 1
+                await asyncio.sleep(self.poll.retry_delay(attempt - 1, self.rng.random()))
+            try:
+                response_id = await self._create(payload)
+                created = time.monotonic()
+                response_ids.append(response_id)
+                stats.attempts += 1
+                response = await self._wait(response_id, created)
+                tokens, logprobs, stop_reason = _check_completion(
+                    response, max_tokens=payload["max_output_tokens"], vocab_size=self.vocab_size,
+                    logprobs_requested=self.request_logprobs,
+                )
+            except _AttemptFailed as failure:
+                reasons.append(failure.reason)
+                stats.failure_reasons[failure.reason.split(":")[0]] += 1
+                stats.malformed += failure.malformed
+                continue
+            except SailRequestRejected:
+                stats.rejected += 1
+                raise
+            stats.completed += 1
+            stats.wall_s += time.monotonic() - started
+            return TokensWithLogprobs(tokens=tokens, maybe_logprobs=logprobs, stop_reason=stop_reason)
+        stats.failed += 1
+        raise SailRolloutError(
+            f"Sail could not sample this rollout after {self.poll.max_attempts} attempt(s); last failure: "
+            f"{reasons[-1]}. All failures: {'; '.join(reasons)}.",
+            reasons=reasons,
+            attempts=self.poll.max_attempts,
+            response_ids=response_ids,
+        )
+
+    def _request_timeout(self) -> float:
+        return self.timeout if self.timeout is not None else self.poll.request_timeout_s
+
+    async def _create(self, payload: dict[str, Any]) -> str:
+        body = dict(payload)
+        background = body.pop("background")
+        try:
+            created = await sail_inference.responses.create.aio(
+                voyage=self.voyage, timeout=self._request_timeout(), background=background, **body
+            )
+        except InferenceHTTPError as exc:
+            if _is_unparseable_body(exc):
+                raise _Malformed(f"create answer is not JSON ({exc})") from exc
+            if _is_retryable_http(exc.status_code):
+                raise _AttemptFailed(f"HTTP {exc.status_code} on create: {exc}") from exc
+            raise _rejected(exc, "rollout request") from exc
+        except InferenceError as exc:
+            if isinstance(exc.__cause__, ValueError):  # the SDK's "no API key" path
+                raise _rejected(exc, "rollout request") from exc
+            raise _AttemptFailed(f"create failed: {exc}") from exc
+        except (sail.TimeoutError, sail.TransportError, TimeoutError, ConnectionError) as exc:
+            raise _AttemptFailed(f"transport error on create: {exc}") from exc
+        try:
+            return sail_tinker._response_id_from_create_response(created)
+        except InferenceError as exc:
+            raise _Malformed(f"create answer: {exc}") from exc
+
+    def _next_poll(self, elapsed: float, slot: int | None, polls: int, due_polls: int) -> tuple[float, bool, str]:
+        """(seconds to the next poll, wakeable by a new estimate, its kind: scout/sparse/predicted/due)."""
+        poll = self.poll
+        estimate = self._state.estimate_s
+        if estimate is not None:
+            if elapsed < estimate:
+                return estimate - elapsed, True, "predicted"
+            return poll.due_interval(elapsed, due_polls), False, "due"
+        if slot is not None:  # the scouts share one schedule: the next poll comes dense_interval after the last
+            if polls == 0 or self._state.last_scout_poll is None:
+                return poll.min_interval_s * (slot + 1) - elapsed, False, "scout"
+            due_at = self._state.last_scout_poll + poll.dense_interval(elapsed)
+            return due_at - time.monotonic(), False, "scout"
+        return poll.sparse_interval(elapsed, self.rng.random()), poll.adaptive, "sparse"
+
+    async def _wait(self, response_id: str, created: float) -> dict[str, Any]:
+        poll = self.poll
+        state = self._state
+        deadline = created + poll.response_deadline_s
+        slot = state.take_scout_slot()
+        polls = due_polls = 0
+        try:
+            while poll.max_polls is None or polls < poll.max_polls:
+                now = time.monotonic()
+                remaining = deadline - now
+                if remaining <= 0:
+                    break
+                delay, wakeable, kind = self._next_poll(now - created, slot, polls, due_polls)
+                scout_polls = state.scout_polls
+                if await state.sleep(min(delay, remaining), wakeable=wakeable):
+                    continue  # a new estimate: recompute this rollout's next poll
+                if kind == "scout" and state.scout_polls != scout_polls and polls:
+                    continue  # another scout polled meanwhile: this one's turn moves on
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                polls += 1
+                due_polls += kind == "due"
+                if kind == "scout":
+                    state.scout_polls += 1
+                    state.last_scout_poll = time.monotonic()
+                self.stats.polls += 1
+                retrieve = sail_inference.responses.retrieve.aio(
+                    response_id, voyage=self.voyage, timeout=min(self._request_timeout(), remaining)
+                )
+                try:
+                    finished, response = await _bounded(retrieve, remaining)
+                except InferenceHTTPError as exc:
+                    if _is_unparseable_body(exc):
+                        raise _Malformed(f"poll answer is not JSON ({exc})") from exc
+                    if exc.status_code == 404:
+                        raise _AttemptFailed(f"HTTP 404: response {response_id} not found") from exc
+                    if _is_retryable_http(exc.status_code):
+                        self.stats.poll_errors += 1
+                        continue
+                    raise _rejected(exc, "poll") from exc
+                except (InferenceError, sail.TimeoutError, sail.TransportError, TimeoutError, ConnectionError):
+                    self.stats.poll_errors += 1
+                    continue
+                if not finished:
+                    break
+                status = response.get("status") if isinstance(response, dict) else None
+                if status in _FINAL_OK:
+                    if poll.adaptive:
+                        state.observe_final(time.monotonic() - created)
+                        self.stats.service_estimate_s = state.estimate_s
+                    return response
+                if status in _FINAL_BAD:
+                    error = response.get("error") if isinstance(response, dict) else None
+                    detail = error.get("message") if isinstance(error, dict) else None
+                    raise _AttemptFailed(f"status {status}" + (f": {detail}" if detail else ""))
+                if not isinstance(response, dict) or status is None:
+                    raise _Malformed(f"poll answer has no status (response {response_id})")
+        finally:
+            state.release_scout_slot(slot)
+        limits = f"{poll.response_deadline_s:g} s" + (f" / {poll.max_polls} polls" if poll.max_polls else "")
+        raise _AttemptFailed(f"timeout: response {response_id} not finished after {limits}")
+
+
+def completion_window_problem(completion_window: str) -> str | None:
+    """The sail SDK's complaint about ``completion_window`` (e.g. "priority" is retired), or None if it accepts it.
+
+    Runs the SDK's own constructor check (``sail.SailTokenCompleter``), so the answer is what a run's completer
+    would raise. The SDK refuses only "", "asap", "priority" and "15m"; a name it accepts may still be unknown to
+    the service, so a spec checker also compares the name with the windows sailrl documents.
+    """
+    try:
+        sail.SailTokenCompleter(model="check", max_tokens=1, completion_window=completion_window)
+    except InvalidArgumentError as exc:
+        return str(exc)
+    return None
+
+
+def make_sail_policy(
+    *,
+    model: str,
+    signed_url: str,
+    adapter_config: Mapping[str, Any],
+    lora_name: str,
+    max_tokens: int,
+    temperature: float,
+    top_p: float,
+    completion_window: str,
+    vocab_size: int | None = None,
+    poll_deadline_s: float | None = None,
+    poll: PollPolicy | None = None,
+    rng: random.Random | None = None,
+) -> AdaptiveSailCompleter:
+    """The per-step rollout policy: an `AdaptiveSailCompleter` sampling ``model`` with the LoRA at ``signed_url``.
+
+    ``adapter_config`` is `adapter_config_for(...)`'s result; ``lora_name`` labels the checkpoint on Sail
+    (``metadata.tinker_lora_name``); ``vocab_size`` is the tokenizer's size (token ids at or above it are
+    malformed); ``poll_deadline_s`` (the spec's ``sampling.poll_deadline_s``, seconds) replaces the poll
+    policy's ``response_deadline_s``. Raises ``sail.InvalidArgumentError`` (a ValueError) for arguments the SDK
+    refuses and ValueError for a deadline that is not a positive number. Catch `SailRolloutError` per group; let
+    `SailRequestRejected` stop the run; read ``.stats`` after the step.
+    """
+    policy = poll or PollPolicy()
+    if poll_deadline_s is not None:
+        policy = replace(policy, response_deadline_s=poll_deadline_s)
+    return AdaptiveSailCompleter(
+        model=model,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        completion_window=completion_window,
+        tinker_lora_signed_url=signed_url,
+        adapter_config=adapter_config,
+        tinker_lora_name=lora_name,
+        poll=policy,
+        rng=rng,
+        vocab_size=vocab_size,
+    )

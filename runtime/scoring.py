@@ -1,0 +1,127 @@
+"""Scoring off the event loop, under a per-step time budget.
+
+:class:`StepScorer` scores one training step's completions: ``await scorer.score(text, fields, truncated=...,
+num_tokens=...)`` runs :meth:`sailrl.runtime.rewards.RewardFunction.score` in a worker thread (one shared pool of
+:data:`SCORING_THREADS` threads per process), so the event loop keeps polling the sampler while rules run. Work
+a thread cannot interrupt goes to worker processes with hard time limits (``compare: math``, ``kind: python``;
+see :mod:`sailrl.runtime.workers`); regexes run with the ``regex`` module's timeout.
+
+The step's budget (``reward.step_budget_s``) is wall time: the time during which at least one of the step's
+completions is being scored (:class:`ScoringBudget`; time spent sampling, or waiting for a free thread, does not
+count). Each rule's own time limit is cut to what the budget has left; once it is used up the remaining rules
+fail at once, give the reason ``not scored: the step's scoring budget ... was used up`` and are counted in
+``Score.budget_exceeded`` (the ``reward_budget_exceeded`` metric). So a step's scoring takes about the budget at
+most, plus the grace period of a worker being stopped (:data:`sailrl.runtime.workers.GRACE_S`).
+
+One StepScorer per step: the budget starts afresh with each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+__all__ = ["SCORING_THREADS", "ScoringBudget", "StepScorer"]
+
+#: Threads that score completions (shared by every StepScorer of the process).
+SCORING_THREADS = 4
+
+_EXECUTOR: ThreadPoolExecutor | None = None
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=SCORING_THREADS, thread_name_prefix="sailrl-scoring")
+        return _EXECUTOR
+
+
+class ScoringBudget:
+    """``budget_s`` seconds of scoring wall time, shared by the threads scoring one step. Thread-safe.
+
+    Time counts while at least one scoring call is between :meth:`begin` and :meth:`end` (so four threads
+    scoring at once for 1 s use 1 s). :meth:`remaining` is ``budget_s`` minus :meth:`used_s` (<= 0: used up).
+    """
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = float(budget_s)
+        self._lock = threading.Lock()
+        self._active = 0
+        self._since = 0.0
+        self._used = 0.0
+
+    def begin(self) -> None:
+        with self._lock:
+            if self._active == 0:
+                self._since = time.monotonic()
+            self._active += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0:
+                self._used += time.monotonic() - self._since
+
+    def used_s(self) -> float:
+        """Seconds of scoring so far (including calls still running)."""
+        with self._lock:
+            return self._used + (time.monotonic() - self._since if self._active else 0.0)
+
+    def remaining(self) -> float:
+        return self.budget_s - self.used_s()
+
+
+class StepScorer:
+    """Scores one step's completions in worker threads within one :class:`ScoringBudget`.
+
+    reward_fn: a :class:`~sailrl.runtime.rewards.RewardFunction`. budget_s: the step's budget in seconds
+    (default ``reward_fn.step_budget_s``, i.e. ``reward.step_budget_s``). Counters for the step: ``scored``
+    (completions), ``budget_exceeded`` (rules failed for want of budget); :meth:`metrics` returns them with the
+    scoring time.
+    """
+
+    def __init__(self, reward_fn: Any, budget_s: float | None = None) -> None:
+        self.reward_fn = reward_fn
+        if budget_s is None:
+            budget_s = getattr(reward_fn, "step_budget_s", 60.0)
+        self.budget = ScoringBudget(budget_s)
+        self.scored = 0
+        self.budget_exceeded = 0
+        self._lock = threading.Lock()
+
+    def score_sync(self, text: str, fields: dict[str, Any], *, truncated: bool = False,
+                   num_tokens: int | None = None) -> Any:
+        """Score in the calling thread, within the step's budget (what :meth:`score` runs in a worker thread)."""
+        self.budget.begin()
+        try:
+            result = self.reward_fn.score(text, fields, truncated=truncated, num_tokens=num_tokens,
+                                          budget=self.budget)
+        finally:
+            self.budget.end()
+        with self._lock:
+            self.scored += 1
+            self.budget_exceeded += int(getattr(result, "budget_exceeded", 0))
+        return result
+
+    async def score(self, text: str, fields: dict[str, Any], *, truncated: bool = False,
+                    num_tokens: int | None = None) -> Any:
+        """The :class:`~sailrl.runtime.rewards.Score` of one completion, computed in a worker thread.
+
+        Never raises for a rule's failure (``RewardFunction.score`` does not). Cancelling the await leaves the
+        thread to finish that completion (bounded by the rules' time limits and the budget).
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            _executor(), lambda: self.score_sync(text, fields, truncated=truncated, num_tokens=num_tokens))
+
+    def metrics(self) -> dict[str, float]:
+        """``{"reward_scoring_s": seconds of scoring wall time, "reward_budget_exceeded": rules failed for want of
+        budget, "reward_scored": completions}`` for this step."""
+        with self._lock:
+            return {"reward_scoring_s": self.budget.used_s(), "reward_budget_exceeded": float(self.budget_exceeded),
+                    "reward_scored": float(self.scored)}

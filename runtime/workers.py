@@ -1,0 +1,433 @@
+"""Scoring worker processes: run work a thread cannot interrupt (math-verify, a user's Python reward function)
+under a hard time limit.
+
+A :class:`WorkerPool` keeps up to ``size`` child processes (``python -P -m sailrl.runtime.workers``). Each child
+loads one job once (``math``: math-verify; ``python``: one function from a file next to the spec) and then
+answers one request at a time over pipes: every message is a 4-byte big-endian length and a pickle
+(:data:`MAX_FRAME_BYTES` at most). A request carries a time limit ``timeout_s``:
+
+* the child stops its own work at the limit (``SIGALRM`` in its main thread, which interrupts Python code) and
+  answers ``{"result": "timeout"}``, so it stays loaded for the next call;
+* a child that has not answered ``GRACE_S`` seconds after the limit (stuck in C code, or user code that
+  swallows the alarm) is killed with ``SIGKILL`` and replaced on the next call; that call answers
+  ``{"result": "timeout"}`` too;
+* a child that dies (a crash, ``os._exit``) answers ``{"result": "died", "message": ...}``.
+
+So a call never takes longer than its limit plus ``GRACE_S``, plus the child's start (at most
+``start_timeout_s``) when it is the first call of that child. The child reads requests on stdin and answers
+on a private copy of its stdout; ``print`` in user code goes to stderr and cannot corrupt the protocol. The
+child ignores SIGINT (Ctrl-C stops the parent, which then closes the pipes) and exits when its stdin closes,
+also when the parent was killed.
+
+Uses ``select`` on pipes, so POSIX only (Linux, macOS).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from sailrl.spec.errors import ServiceError
+
+__all__ = ["GRACE_S", "MAX_FRAME_BYTES", "WorkerError", "WorkerPool", "WorkerStartError", "close_all"]
+
+#: Seconds a child may overrun a request's time limit before it is killed.
+GRACE_S = 0.5
+#: Largest message either side accepts (a completion is capped far below this by the reward rules).
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+_HEADER = struct.Struct(">I")
+
+
+class WorkerError(ServiceError):
+    """A scoring worker process could not start, died, or answered outside the protocol."""
+
+
+class WorkerStartError(WorkerError):
+    """The child could not load its job. ``code``: a short kind (e.g. ``missing_module``, ``import_error``,
+    ``signature``, ``start_timeout``); ``str(exc)``: plain words."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------------------------------------------ framing
+
+
+def _encode(obj: Any) -> bytes:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    if len(data) > MAX_FRAME_BYTES:
+        raise WorkerError(f"a message of {len(data):,} bytes is over the {MAX_FRAME_BYTES:,}-byte limit")
+    return _HEADER.pack(len(data)) + data
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
+    """``n`` bytes from ``fd``; None at end of file; raises TimeoutError past ``deadline`` (time.monotonic)."""
+    chunks: list[bytes] = []
+    left = n
+    while left:
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], wait)
+            if not ready:
+                raise TimeoutError
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame(fd: int, deadline: float | None = None) -> Any:
+    """One message, or None at end of file. Raises TimeoutError past ``deadline``, WorkerError on a bad frame."""
+    head = _read_exact(fd, _HEADER.size, deadline)
+    if head is None:
+        return None
+    (n,) = _HEADER.unpack(head)
+    if n > MAX_FRAME_BYTES:
+        raise WorkerError(f"a message of {n:,} bytes is over the {MAX_FRAME_BYTES:,}-byte limit")
+    body = _read_exact(fd, n, deadline)
+    if body is None:
+        return None
+    return pickle.loads(body)
+
+
+# ------------------------------------------------------------------------------------------------ parent side
+
+
+class _Child:
+    """One child process, used by one thread at a time."""
+
+    def __init__(self, init: dict[str, Any], start_timeout_s: float, cwd: str | None) -> None:
+        env = dict(os.environ)
+        env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "sailrl.runtime.workers"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, cwd=cwd, env=env, close_fds=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._in = self.proc.stdin
+        self._out = self.proc.stdout.fileno()
+        try:
+            self._send(init)
+            reply = _read_frame(self._out, time.monotonic() + start_timeout_s)
+        except TimeoutError:
+            self.kill()
+            raise WorkerStartError(
+                "start_timeout", f"loading took longer than {start_timeout_s:g} s (the import runs too long)"
+            ) from None
+        except (OSError, WorkerError) as exc:
+            self.kill()
+            raise WorkerStartError("died", f"the worker process failed to start ({exc})") from None
+        if reply is None:
+            code = self.kill()
+            raise WorkerStartError("died", f"the worker process exited while loading (exit code {code})")
+        if not reply.get("ok"):
+            self.kill()
+            raise WorkerStartError(str(reply.get("error", "error")), str(reply.get("message", "")))
+        self.info: dict[str, Any] = reply
+
+    def _send(self, obj: Any) -> None:
+        self._in.write(_encode(obj))
+        self._in.flush()
+
+    def call(self, request: dict[str, Any], wait_s: float) -> dict[str, Any]:
+        """The child's answer; ``{"result": "timeout"}`` after killing it at ``wait_s``; ``died`` if it died."""
+        try:
+            self._send(request)
+            reply = _read_frame(self._out, time.monotonic() + wait_s)
+        except TimeoutError:
+            self.kill()
+            return {"result": "timeout", "killed": True}
+        except (OSError, WorkerError, pickle.UnpicklingError, EOFError) as exc:
+            code = self.kill()
+            return {"result": "died", "message": f"the worker process stopped answering ({exc}; exit code {code})"}
+        if reply is None:
+            code = self.kill()
+            return {"result": "died", "message": f"the worker process exited (exit code {code})"}
+        return reply
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> int | None:
+        """Kill the child (if running) and reap it; its exit code."""
+        try:
+            self._in.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+            return None
+        finally:
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+    def close(self) -> None:
+        """Ask the child to exit (end of its stdin); kill it if it does not within a second."""
+        try:
+            self._in.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class WorkerPool:
+    """Up to ``size`` children that each loaded ``init`` (``{"kind": "math"}`` or ``{"kind": "python", ...}``).
+
+    :meth:`call` is thread-safe: a thread takes an idle child (or starts one, or waits for one), sends one
+    request and gets its answer within ``timeout_s + GRACE_S``. A child that fails to load raises
+    :class:`WorkerStartError` from :meth:`call` and :meth:`start`; the failure is remembered, so later calls
+    fail at once instead of loading again. ``cwd``: the children's working directory.
+    """
+
+    def __init__(self, init: dict[str, Any], size: int, *, start_timeout_s: float = 60.0,
+                 cwd: str | None = None) -> None:
+        self.init = dict(init)
+        self.size = max(1, int(size))
+        self.start_timeout_s = start_timeout_s
+        self.cwd = cwd
+        self._idle: list[_Child] = []
+        self._live = 0
+        self._cond = threading.Condition()
+        self._start_error: WorkerStartError | None = None
+        self._closed = False
+        self.info: dict[str, Any] = {}
+        _POOLS.add(self)
+
+    def start(self) -> dict[str, Any]:
+        """Start one child now (if none is idle) and return what it reported when loading (e.g. a signature)."""
+        child = self._acquire()
+        self._release(child)
+        return self.info
+
+    def _acquire(self) -> _Child:
+        with self._cond:
+            while True:
+                if self._start_error is not None:
+                    raise self._start_error
+                if self._closed:
+                    raise WorkerError("the worker pool is closed")
+                while self._idle:
+                    child = self._idle.pop()
+                    if child.alive:
+                        return child
+                    child.kill()
+                    self._live -= 1
+                if self._live < self.size:
+                    self._live += 1
+                    break
+                self._cond.wait()
+        try:
+            child = _Child(self.init, self.start_timeout_s, self.cwd)
+        except WorkerStartError as exc:
+            with self._cond:
+                self._live -= 1
+                self._start_error = exc
+                self._cond.notify_all()
+            raise
+        except BaseException:
+            with self._cond:
+                self._live -= 1
+                self._cond.notify_all()
+            raise
+        self.info = child.info
+        return child
+
+    def _release(self, child: _Child | None) -> None:
+        with self._cond:
+            if child is not None and child.alive and not self._closed:
+                self._idle.append(child)
+            else:
+                if child is not None:
+                    child.kill()
+                self._live -= 1
+            self._cond.notify()
+
+    def call(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send ``request`` (``timeout_s`` is added to it) to an idle child; its answer (a dict with ``result``).
+
+        Never takes longer than ``timeout_s + GRACE_S`` once a child is loaded. Raises WorkerStartError when the
+        child cannot load its job.
+        """
+        child = self._acquire()
+        reply: dict[str, Any] | None = None
+        try:
+            reply = child.call({**request, "timeout_s": float(timeout_s)}, float(timeout_s) + GRACE_S)
+            return reply
+        finally:
+            self._release(child if reply is not None and reply.get("result") not in ("timeout", "died") else None)
+
+    def close(self) -> None:
+        """Stop every idle child; children in use stop when their call returns."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._live -= len(idle)
+            self._cond.notify_all()
+        for child in idle:
+            child.close()
+        _POOLS.discard(self)
+
+
+_POOLS: set[WorkerPool] = set()
+
+
+def close_all() -> None:
+    """Close every pool of this process (runs at exit)."""
+    for pool in list(_POOLS):
+        pool.close()
+
+
+atexit.register(close_all)
+
+
+# ------------------------------------------------------------------------------------------------ child side
+
+
+class _Alarm(BaseException):
+    """Raised in the child when a request's time limit passes.
+
+    A BaseException so that ``except Exception`` in math-verify or in user code does not swallow it.
+    """
+
+
+class _TimeLimit:
+    """``with _TimeLimit(s):`` raises :class:`_Alarm` in the block after ``s`` seconds (SIGALRM)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.fired = False
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.fired = True
+        raise _Alarm
+
+    def __enter__(self) -> _TimeLimit:
+        signal.signal(signal.SIGALRM, self._handler)
+        signal.setitimer(signal.ITIMER_REAL, max(self.seconds, 1e-3))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+
+class _MathJob:
+    """math-verify in the child: ``parse`` (is the text readable?) and ``equal`` (reference vs answer)."""
+
+    def __init__(self, init: dict[str, Any]) -> None:
+        from sailrl.runtime import answers
+
+        answers._mv()  # import math-verify (sympy) now, not in the first request's time limit
+        self.answers = answers
+        self.cache: dict[str, list[Any]] = {}
+        self.info: dict[str, Any] = {}
+
+    def _parse(self, text: str, timeout_s: float) -> list[Any]:
+        hit = self.cache.get(text)
+        if hit is not None:
+            return hit
+        with _TimeLimit(timeout_s):
+            parsed = self.answers.math_parse_unlimited(text)
+        if len(self.cache) >= 4096:
+            self.cache.clear()
+        self.cache[text] = parsed
+        return parsed
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        t = float(req["timeout_s"]) / 3  # up to three math-verify steps share the request's limit
+        try:
+            if req["op"] == "parse":
+                return {"result": "ok" if self._parse(req["text"], t) else "unreadable"}
+            ref = self._parse(req["ref"], t)
+            if not ref:
+                return {"result": "ref_unreadable"}
+            pred = self._parse(req["pred"], t)
+            if not pred:
+                return {"result": "pred_unreadable"}
+            with _TimeLimit(t):
+                ok = self.answers.math_equal_unlimited(ref, pred)
+            return {"result": "equal" if ok else "unequal"}
+        except _Alarm:
+            return {"result": "timeout"}
+        except Exception as exc:  # noqa: BLE001 - a math-verify bug fails this comparison only
+            return {"result": "error", "message": _short_exc(exc)}
+
+
+def _short_exc(exc: BaseException, where: str = "") -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    text = text if len(text) <= 160 else text[:157] + "..."
+    return f"{where}{text}"
+
+
+def _child_main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    proto_out = os.dup(1)
+    os.dup2(2, 1)  # print() in loaded code goes to stderr, never into the protocol
+    inp = sys.stdin.buffer.fileno()
+
+    def send(obj: Any) -> None:
+        data = _encode(obj)
+        view = memoryview(data)
+        while view:
+            n = os.write(proto_out, view)
+            view = view[n:]
+
+    init = _read_frame(inp)
+    if init is None:
+        return
+    try:
+        if init.get("kind") == "math":
+            job: Any = _MathJob(init)
+        elif init.get("kind") == "python":
+            from sailrl.runtime.python_rules import PythonJob
+
+            job = PythonJob(init)
+        else:
+            send({"ok": False, "error": "bad_kind", "message": f"unknown worker kind {init.get('kind')!r}"})
+            return
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides what to say
+        code = getattr(exc, "code", "error")
+        send({"ok": False, "error": code, "message": str(exc) if code != "error" else _short_exc(exc)})
+        return
+    send({"ok": True, **job.info})
+    while True:
+        req = _read_frame(inp)
+        if req is None:
+            return
+        try:
+            reply = job.handle(req)
+        except _Alarm:
+            reply = {"result": "timeout"}
+        send(reply)
+
+
+if __name__ == "__main__":
+    # Run the child from the module under its real name, so that the classes the loaded jobs import
+    # (sailrl.runtime.workers._Alarm, ...) are the ones this loop catches.
+    from sailrl.runtime.workers import _child_main as _main
+
+    _main()

@@ -1,0 +1,257 @@
+"""``sailrl show RUN_DIR``: print a step's logged rollouts (``rollouts.jsonl``) as readable tables.
+
+For one step (default: the last logged step) it prints a summary line (rollouts and groups logged, mean reward,
+degenerate groups, truncated rollouts, the sampler checkpoint and its staleness), one line per rule (mean score,
+how many passed), then each rollout: its completion text and every rule's verdict (score, passed, why), with
+total, advantage, tokens and truncation.
+
+Options: ``--step N``; ``--kind train|eval`` (default train, or eval when only eval was logged); ``--best`` /
+``--worst`` sort by total, or by one rule's score with ``--rule NAME`` (rollouts without that score go last);
+``--rule NAME`` shows only that rule's verdicts and does not filter rollouts out (``--rule NAME --worst`` lists
+its failures first); ``--limit K`` rollouts (default 8, ``all``); ``--prompt`` adds each rollout's prompt.
+
+Text from the model is shown literally: rich markup is not interpreted and control characters (ESC, CR, bidi
+overrides, zero-width characters) are printed as escapes. Colour only on a terminal (and never with NO_COLOR);
+piped output is plain text. Exit codes: 0 shown; 1 no such run directory, no rollouts logged, no such step or
+kind, unknown rule (with a did-you-mean); 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import unicodedata
+from typing import Any
+
+DEFAULT_LIMIT = 8
+
+
+def _limit(value: str) -> int | None:
+    if value == "all":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1 or 'all', got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1 or 'all', got {value!r}")
+    return n
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding rollouts.jsonl")
+    p.add_argument("--step", type=int, metavar="N", help="the step to show (default: the last logged step)")
+    order = p.add_mutually_exclusive_group()
+    order.add_argument("--best", action="store_true", help="highest total (or --rule score) first")
+    order.add_argument("--worst", action="store_true", help="lowest total (or --rule score) first")
+    p.add_argument("--rule", metavar="NAME", help="show only this rule's verdicts; --best/--worst sort by its score")
+    p.add_argument("--kind", choices=["train", "eval"], help="train or eval rollouts (default: train)")
+    p.add_argument("--limit", type=_limit, default=DEFAULT_LIMIT, metavar="K",
+                   help=f"how many rollouts to print (default {DEFAULT_LIMIT}; 'all' for every one)")
+    p.add_argument("--prompt", action="store_true", help="also print each rollout's prompt")
+
+
+class ShowError(Exception):
+    """A plain one-line reason ``show`` cannot print what was asked."""
+
+
+def visible(text: str) -> str:
+    """``text`` with control and format characters (ESC, CR, bidi overrides, zero-width) written as ``\\xNN`` /
+    ``\\uNNNN`` escapes; newlines and tabs kept. Model output can never drive the terminal it is shown on."""
+    out = []
+    for ch in text:
+        if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co"):
+            out.append(ch)
+        else:
+            o = ord(ch)
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+    return "".join(out)
+
+
+def _num(v: Any, fmt: str = ".3f") -> str:
+    return "-" if not isinstance(v, (int, float)) or isinstance(v, bool) else format(v, fmt)
+
+
+def _ranges(steps: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    runs: list[list[int]] = []
+    for s in sorted(steps):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def choose(run_dir: Any, step: int | None, kind: str | None) -> tuple[int, str, list[dict[str, Any]]]:
+    """(step, kind, records) to show. Raises :class:`ShowError` with the reason in plain words."""
+    from pathlib import Path
+
+    from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ShowError(f"{run_dir}: no such run directory")
+    if not (run_dir / ROLLOUTS_FILE).exists():
+        raise ShowError(f"{run_dir} has no {ROLLOUTS_FILE}: this run logged no rollouts "
+                        "(output.log_rollouts is 0, or no step has finished yet)")
+    steps = logged_steps(run_dir)
+    if not steps["train"] and not steps["eval"]:
+        raise ShowError(f"{run_dir / ROLLOUTS_FILE} holds no complete step yet")
+    kind = kind or ("train" if steps["train"] else "eval")
+    if not steps[kind]:
+        other = "eval" if kind == "train" else "train"
+        raise ShowError(f"{run_dir / ROLLOUTS_FILE} has no {kind} rollouts; {other} steps logged: "
+                        f"{_ranges(steps[other])}")
+    if step is None:
+        step = steps[kind][-1]
+    elif step not in steps[kind]:
+        raise ShowError(f"{run_dir / ROLLOUTS_FILE} has no {kind} rollouts for step {step}; "
+                        f"{kind} steps logged: {_ranges(steps[kind])}")
+    records = read_rollouts(run_dir, step=step, kind=kind)
+    if not records:
+        raise ShowError(f"{run_dir / ROLLOUTS_FILE}: the {kind} rollouts of step {step} could not be read")
+    return step, kind, records
+
+
+def order(records: list[dict[str, Any]], *, best: bool, worst: bool, rule: str | None) -> list[dict[str, Any]]:
+    """Logged order, or by total / ``rule``'s score (best: highest first); missing scores go last, ties keep
+    logged order."""
+    if not (best or worst):
+        return list(records)
+
+    def value(r: dict[str, Any]) -> float | None:
+        v = (r.get("rules") or {}).get(rule, {}).get("score") if rule else r.get("total")
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    known = [r for r in records if value(r) is not None]
+    known.sort(key=lambda r: value(r), reverse=best)  # sort is stable, also reversed
+    return known + [r for r in records if value(r) is None]
+
+
+def rule_names(records: list[dict[str, Any]]) -> list[str]:
+    names: dict[str, None] = {}
+    for r in records:
+        for name in r.get("rules") or {}:
+            names.setdefault(name, None)
+    return list(names)
+
+
+def _summary(step: int, kind: str, records: list[dict[str, Any]], rules: list[str]) -> list[str]:
+    groups: dict[Any, bool | None] = {}
+    for r in records:
+        groups[r.get("group")] = r.get("degenerate") if isinstance(r.get("degenerate"), bool) else None
+    totals = [r["total"] for r in records if _is_num(r.get("total"))]
+    mean = sum(totals) / len(totals) if totals else None
+    truncated = sum(1 for r in records if r.get("truncated"))
+    samplers: dict[Any, Any] = {}
+    for r in records:
+        samplers.setdefault(r.get("sampler_path"), (r.get("sampler_step"), r.get("staleness")))
+    if len(samplers) == 1:
+        (path, (s_step, stale)), = samplers.items()
+        sampler = (f"sampler checkpoint {visible(str(path))} (policy step {_num(s_step, 'd')}, "
+                   f"staleness {_num(stale, 'd')})")
+    else:
+        sampler = f"{len(samplers)} sampler checkpoints: " + ", ".join(
+            f"{visible(str(p))} (step {_num(s, 'd')})" for p, (s, _) in samplers.items())
+    lines = [
+        f"step {step} ({kind}): {len(records)} rollouts in {len(groups)} groups, mean reward {_num(mean)}",
+        (f"degenerate groups: {sum(v is True for v in groups.values())} of {len(groups)}; "
+         if any(v is not None for v in groups.values()) else "") + f"truncated: {truncated} of {len(records)}",
+        sampler,
+    ]
+    for name in rules:
+        scores = [(r.get("rules") or {}).get(name, {}) for r in records]
+        values = [s["score"] for s in scores if _is_num(s.get("score"))]
+        verdicts = [s.get("passed") for s in scores if isinstance(s.get("passed"), bool)]
+        text = f"  {visible(name)}: mean {_num(sum(values) / len(values) if values else None)}"
+        if verdicts:
+            text += f", passed {sum(verdicts)} of {len(verdicts)}"
+        lines.append(text)
+    return lines
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *, best: bool = False,
+           worst: bool = False, rule: str | None = None, limit: int | None = DEFAULT_LIMIT,
+           show_prompt: bool = False) -> None:
+    """Print the summary and the rollouts of one step on a rich ``console``."""
+    from rich import box
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    rules = [rule] if rule else rule_names(records)
+    for line in _summary(step, kind, records, rule_names(records) if rule is None else [rule]):
+        console.print(Text(line))
+    shown = order(records, best=best, worst=worst, rule=rule)
+    if limit is not None:
+        shown = shown[:limit]
+    how = "in logged order" if not (best or worst) else (
+        f"{'best' if best else 'worst'} first by {f'rule {rule!r}' if rule else 'total'}")
+    more = "" if len(shown) == len(records) else " (--limit K or --limit all for more)"
+    console.print(Text(f"showing {len(shown)} of {len(records)} rollouts, {how}{more}"))
+    several_samplers = len({r.get("sampler_path") for r in records}) > 1
+    name_width = max((len(visible(n)) for n in rules), default=4)  # the same columns in every rollout's table
+    for r in shown:
+        head = (f"group {r.get('group')} · sample {r.get('sample')} · row {visible(str(r.get('row')))}"
+                f" · total {_num(r.get('total'))} · advantage {_num(r.get('advantage'), '+.3f')}"
+                f" · {_num(r.get('num_tokens'), 'd')} tokens")
+        if r.get("truncated"):
+            head += " · truncated"
+        if r.get("degenerate"):
+            head += " · degenerate group"
+        if several_samplers:
+            head += f" · sampler step {_num(r.get('sampler_step'), 'd')}"
+        console.print()
+        console.print(Text(f"── {head}", style="bold"))
+        if show_prompt:
+            console.print(Panel(Text(visible(str(r.get("prompt") or ""))), title="prompt", title_align="left",
+                                box=box.SQUARE, style="dim"))
+        if r.get("reference") is not None:
+            console.print(Text(f"reference: {visible(str(r.get('reference')))}"))
+        completion = str(r.get("completion") or "")
+        console.print(Panel(Text(visible(completion)) if completion else Text("(empty)", style="dim"),
+                            title="completion", title_align="left", box=box.SQUARE))
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
+        table.add_column("rule", min_width=name_width)
+        table.add_column("score", justify="right", min_width=6)
+        table.add_column("passed", min_width=6)
+        table.add_column("why", overflow="fold")
+        verdicts = r.get("rules") or {}
+        for name in rules:
+            v = verdicts.get(name)
+            if v is None:
+                table.add_row(Text(visible(name)), "-", "-", Text("(not scored)", style="dim"))
+                continue
+            passed = v.get("passed")
+            mark = (Text("yes", style="green") if passed is True else Text("NO", style="red bold")
+                    if passed is False else Text("-"))
+            table.add_row(Text(visible(name)), _num(v.get("score")), mark, Text(visible(str(v.get("why") or ""))))
+        console.print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from sailrl.spec.messages import did_you_mean
+
+    try:
+        step, kind, records = choose(args.run_dir, args.step, args.kind)
+        if args.rule is not None:
+            names = rule_names(records)
+            if args.rule not in names:
+                guess = did_you_mean(args.rule, names)
+                hint = f" -- did you mean '{guess}'?" if guess else ""
+                raise ShowError(f"no rule '{visible(args.rule)}' in the {kind} rollouts of step {step}{hint} "
+                                f"(rules logged: {', '.join(map(visible, names)) or 'none'})")
+    except ShowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    console = Console(highlight=False, emoji=False, markup=False)
+    render(console, step, kind, records, best=args.best, worst=args.worst, rule=args.rule, limit=args.limit,
+           show_prompt=args.prompt)
+    return 0

@@ -1,0 +1,207 @@
+"""The entry point of a generated training script (and of ``sailrl run``): flags, the spec, exit codes.
+
+A script ends with ``raise SystemExit(launch.main(main, CONFIG, ...))``. :func:`main` reads the flags, builds the
+spec from the script's ``CONFIG`` (with ``--set`` overrides checked like ``sailrl validate`` checks a file), opens
+the run (:func:`sailrl.runtime.run.open_run`) and awaits the script's ``main(run)``, then:
+
+- Ctrl-C: lets a submitted update land, saves state, prints the resume command, exit status 130.
+- ``training.max_cost_usd`` reached: state saved, resume command printed, exit status 3.
+- a user error (bad override, missing key, unusable data or model, a run directory in the way) or a run fault
+  (a service failing, named by step and phase; on-policy mismatch with ``stop``): one ``error:`` line, exit
+  status 1 (state saved first when some steps completed).
+
+Flags: ``--resume``, ``--overwrite``, ``--set KEY=VALUE`` (repeatable; VALUE is YAML), ``--sampler
+{sail,tinker,local}`` (shorthand for ``--set sampling.sampler=...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sailrl.spec.errors import SailrlError, SpecErrors, UserError
+
+__all__ = ["EXIT_BUDGET", "apply_overrides", "build_spec", "execute", "main", "parse_args"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    parser.add_argument("--resume", action="store_true", help="continue from the run directory's last saved state")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start over in a run directory that already holds a run (its records are cleared)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a spec value by dotted key (VALUE is YAML), e.g. training.steps=2")
+    parser.add_argument("--sampler", choices=("sail", "tinker", "local"),
+                        help="shorthand for --set sampling.sampler=...")
+    args = parser.parse_args(argv)
+    if args.sampler:
+        args.overrides.append(f"sampling.sampler={args.sampler}")
+    return args
+
+
+def _override_value(raw: str) -> Any:
+    """VALUE of ``--set KEY=VALUE``: YAML, except that a Jinja template (``{{ ... }}``) stays text."""
+    text = raw.strip()
+    if not text:
+        return None
+    if text.startswith(("{{", "{%", "{#")):
+        return raw
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"VALUE {raw!r} is not valid YAML ({problem}); quote it, e.g. --set \"key='...'\"") from None
+
+
+def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``config`` with each ``dotted.key=yaml`` override applied.
+
+    A number in the key indexes a list (``reward.rules.0.weight=1``). Changing ``model.name`` without also setting
+    ``model.renderer`` clears the renderer, so the new model's default renderer is used. Raises ``ValueError``
+    (plain words) on a malformed override.
+    """
+    out = copy.deepcopy(config)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        value = _override_value(raw)
+        node: Any = out
+        parts = key.split(".")
+        for i, p in enumerate(parts):
+            last = i == len(parts) - 1
+            where = ".".join(parts[: i + 1])
+            if isinstance(node, list):
+                if not p.isdigit() or int(p) >= len(node):
+                    raise ValueError(f"--set {key}: {'.'.join(parts[:i])} is a list of {len(node)}; "
+                                     f"use an index 0..{len(node) - 1}")
+                if last:
+                    node[int(p)] = value
+                else:
+                    node = node[int(p)]
+            elif isinstance(node, dict):
+                if last:
+                    node[p] = value
+                else:
+                    if node.get(p) is None:
+                        node[p] = {}
+                    node = node[p]
+            else:
+                raise ValueError(f"--set {key}: {where.rsplit('.', 1)[0]} is a value, not a section")
+    keys = {o.partition("=")[0] for o in overrides}
+    if "model.name" in keys and "model.renderer" not in keys and isinstance(out.get("model"), dict):
+        out["model"]["renderer"] = None  # the new model's default renderer, not the old model's
+    return out
+
+
+def _validate_text(text: str, filename: str, path: Path | None) -> Any:
+    """Every ``sailrl validate`` check on a spec's text; raises ``SpecErrors``."""
+    try:
+        from sailrl.compiler.validate import validate_text  # the validation stage
+    except ImportError:
+        from sailrl.spec.loader import load_spec_text as validate_text
+    return validate_text(text, filename=filename, path=path)
+
+
+def build_spec(config: dict[str, Any], overrides: list[str], spec_dir: Path | str | None = None) -> Any:
+    """The :class:`~sailrl.spec.schema.Spec` of a script's ``CONFIG`` with ``overrides`` applied.
+
+    Overrides go through every check ``sailrl validate`` makes (located in a YAML rendering of the overridden
+    spec). Raises ``ValueError`` for a malformed override and ``SpecErrors`` for a value the spec refuses.
+    """
+    from sailrl.spec.schema import Spec
+
+    if not overrides:
+        return Spec.model_validate(config)
+    merged = apply_overrides(config, overrides)
+    text = yaml.safe_dump(merged, sort_keys=False, allow_unicode=True)
+    where = Path(spec_dir).resolve() / "spec-with-overrides.yaml" if spec_dir is not None else None
+    return _validate_text(text, "<spec with --set overrides>", where).spec
+
+
+async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, options: Any) -> int:
+    """Open the run, await ``script_main(run)`` and turn its end into an exit status (see the module docstring)."""
+    from sailrl.runtime.run import BudgetReached, open_run
+
+    run = None
+    try:
+        run = await open_run(spec, options)
+        await script_main(run)
+        return EXIT_OK
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        if run is not None:
+            await asyncio.shield(run.save_after_stop("interrupted"))
+        return EXIT_INTERRUPTED
+    except BudgetReached as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        if run is not None:
+            await run.save_after_stop("budget")
+        return EXIT_BUDGET
+    except SailrlError as exc:
+        if run is not None and not isinstance(exc, UserError):
+            await run.save_after_failure(exc)
+        if isinstance(exc, SpecErrors):
+            print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:
+        if run is not None:
+            await run.save_after_failure(exc)
+        raise
+    finally:
+        if run is not None:
+            await run.close()
+
+
+def _run_async(coro: Awaitable[int]) -> int:
+    try:
+        return asyncio.run(coro)
+    except KeyboardInterrupt:  # a second Ctrl-C while saving
+        return EXIT_INTERRUPTED
+
+
+def main(script_main: Callable[[Any], Awaitable[None]], config: dict[str, Any], *, spec_path: str,
+         spec_dir: Path, spec_sha256: str, doc: str | None = None, argv: list[str] | None = None) -> int:
+    """A generated script's ``__main__``: parse flags, build the spec, run. Returns the exit status."""
+    from sailrl.compiler.render import feature_changes
+    from sailrl.runtime.run import RunOptions
+    from sailrl.spec.schema import Spec
+
+    args = parse_args(argv, doc)
+    try:
+        spec = build_spec(config, args.overrides, spec_dir)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SpecErrors as exc:
+        print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
+        print("(these come from the --set overrides: " + " ".join(args.overrides) + ")", file=sys.stderr)
+        return EXIT_USAGE
+    changes = feature_changes(Spec.model_validate(config), spec)
+    if changes:
+        print(f"error: the --set overrides turn on {'; '.join(changes)}, which this script was compiled without: "
+              f"put it in the spec and recompile (sailrl compile {spec_path}), or run `sailrl run {spec_path} --set "
+              "...`, which recompiles", file=sys.stderr)
+        return EXIT_USAGE
+    script = Path(sys.argv[0]) if argv is None else None
+    options = RunOptions(spec_path=spec_path, spec_dir=Path(spec_dir), spec_sha256=spec_sha256, resume=args.resume,
+                         overwrite=args.overwrite, overrides=list(args.overrides),
+                         script_text=script.read_text(encoding="utf-8") if script and script.is_file() else None)
+    return _run_async(execute(script_main, spec, options))
+
+
+def run_compiled(script_text: str, spec: Any, options: Any) -> int:
+    """Run a compiled script's text in this process (``sailrl run``): its ``main`` with ``spec`` and ``options``."""
+    namespace: dict[str, Any] = {"__name__": "sailrl_compiled_script", "__file__": str(options.spec_dir / "train.py")}
+    exec(compile(script_text, "train.py", "exec"), namespace)  # the script sailrl just rendered from the spec
+    return _run_async(execute(namespace["main"], spec, options))

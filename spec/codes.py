@@ -1,0 +1,138 @@
+"""Stable codes of spec problems (dbt's idea): every :class:`~sailrl.spec.errors.SpecError` carries one.
+
+A code names a kind of problem independently of its wording, so tools and tests match codes, de-duplication
+compares codes, and ``docs/error-codes.md`` lists every code with its meaning (a test checks that list against
+:data:`CODES`). ``S0xx``: reading the file and YAML; ``S1xx``: the schema (keys, types, bounds); ``S2xx``:
+semantic checks (regexes, templates, model, training, sampling, data); ``S3xx``: the worked reward ``examples:``;
+``Wxxx``: warnings (the spec is usable, but a value looks wrong).
+
+Codes are never reused for another meaning; a retired code stays in the table with ``retired`` in its meaning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Code:
+    """One problem kind: ``code`` (``S101``), ``name`` (``unknown-key``), ``severity``, ``meaning`` (one sentence)."""
+
+    code: str
+    name: str
+    severity: Severity
+    meaning: str
+
+
+_TABLE: tuple[Code, ...] = (
+    # -- reading the file and YAML ---------------------------------------------------------------------------
+    Code("S001", "file-not-found", "error", "The spec file does not exist."),
+    Code("S002", "file-unreadable", "error", "The spec file exists but cannot be read (permissions, a folder, a "
+         "name too long)."),
+    Code("S003", "not-utf8", "error", "The spec file is not UTF-8 text."),
+    Code("S004", "file-too-large", "error", "The spec is larger than the size limit (a spec is a few kilobytes)."),
+    Code("S005", "empty-spec", "error", "The spec file holds no YAML document."),
+    Code("S006", "not-a-mapping", "error", "The document is not a mapping of sections (name:, model:, ...)."),
+    Code("S010", "yaml-syntax", "error", "The text is not valid YAML."),
+    Code("S011", "tab-indentation", "error", "A tab character is used for indentation; YAML forbids it."),
+    Code("S012", "invalid-escape", "error", "A backslash escape inside double quotes that YAML does not know."),
+    Code("S013", "unclosed", "error", "A quote, '[' or '{' is opened and never closed."),
+    Code("S014", "non-printable-character", "error", "A control character YAML does not allow (e.g. a form feed)."),
+    Code("S015", "duplicate-key", "error", "The same key is written twice in one mapping."),
+    Code("S016", "unsupported-tag", "error", "A YAML tag (!!python/..., !custom) a spec does not use."),
+    Code("S017", "merge-key", "error", "A YAML 1.1 merge key (<<), which YAML 1.2 and sailrl do not support."),
+    Code("S018", "recursive-alias", "error", "An alias refers to the node that contains it."),
+    Code("S019", "too-many-values", "error", "The document expands (anchors and aliases included) to more values "
+         "than the limit, e.g. a YAML alias bomb."),
+    Code("S020", "nesting-too-deep", "error", "Mappings and lists are nested deeper than the limit."),
+    Code("S021", "integer-too-long", "error", "An integer has more digits than the limit."),
+    Code("S022", "unquoted-template", "error", "A {{ ... }} template is not quoted, so YAML read it as a mapping."),
+    Code("S023", "complex-key", "error", "A key is a list or a mapping instead of a name."),
+    Code("S024", "invalid-tagged-value", "error", "A value with an explicit tag (!!int, !!float, ...) does not fit "
+         "the tag."),
+    # -- schema ---------------------------------------------------------------------------------------------
+    Code("S101", "unknown-key", "error", "A key the spec language does not have at this place."),
+    Code("S102", "missing-key", "error", "A required section or key is missing."),
+    Code("S103", "wrong-type", "error", "A value has the wrong type (text where a number belongs, ...)."),
+    Code("S104", "not-a-choice", "error", "A value is not one of the allowed choices."),
+    Code("S105", "unknown-kind", "error", "A reward rule or check has an unknown `kind`."),
+    Code("S106", "missing-kind", "error", "A reward rule or check has no `kind`."),
+    Code("S107", "out-of-range", "error", "A number is outside the bounds its key allows."),
+    Code("S108", "wrong-length", "error", "A list has too few or too many items."),
+    Code("S109", "invalid-value", "error", "A value that the key's own rule refuses (the message says why)."),
+    Code("S110", "not-finite", "error", "A number is infinite or not a number (.inf, .nan, 1e400)."),
+    Code("S111", "invalid-run-name", "error", "The run name cannot name a directory and checkpoints."),
+    Code("S119", "schema-other", "error", "Another schema problem (the message says what)."),
+    # -- semantic checks ------------------------------------------------------------------------------------
+    Code("S201", "regex-invalid", "error", "A regular expression does not compile, or is nested too deeply."),
+    Code("S202", "control-character", "error", "A double-quoted escape (\\b, \\a, ...) became a control "
+         "character in a pattern or template."),
+    Code("S203", "template-syntax", "error", "A Jinja template does not parse."),
+    Code("S204", "template-include", "error", "A template includes, imports or extends another template."),
+    Code("S205", "template-unusable", "error", "A template parses but cannot be compiled (an unknown filter or "
+         "test)."),
+    Code("S206", "template-unknown-field", "error", "A template uses a name that is not a declared dataset field."),
+    Code("S207", "template-forbidden", "error", "A template reaches for something the sandbox forbids "
+         "(__class__, an unsafe attribute)."),
+    Code("S208", "template-limit", "error", "A template runs past a rendering limit (time, output size, "
+         "nesting) on an example row."),
+    Code("S211", "unknown-renderer", "error", "model.renderer is not a renderer name sailrl knows."),
+    Code("S212", "unknown-model", "error", "No default renderer is known for model.name; set model.renderer."),
+    Code("S213", "lora-rank", "error", "The LoRA rank is not a positive power of two."),
+    Code("S214", "group-size", "error", "training.group_size is below 2, so every advantage is zero."),
+    Code("S215", "substeps-divide", "error", "training.num_substeps does not divide training.groups_per_step."),
+    Code("S216", "resume-from-sampler", "error", "training.resume_from is a sampler checkpoint, which holds no "
+         "optimizer state."),
+    Code("S217", "completion-window-retired", "error", "The Sail completion window is retired or not supported."),
+    Code("S218", "completion-window-unknown", "error", "The Sail completion window is not a known one."),
+    Code("S219", "unknown-field", "error", "A reference field is not a declared dataset field."),
+    Code("S220", "field-listed-twice", "error", "dataset.fields names one field twice."),
+    Code("S221", "duplicate-rule-name", "error", "Two reward rules have the same name (the metric key)."),
+    Code("S222", "empty-range", "error", "dataset.range is empty or negative."),
+    Code("S223", "eval-split-choice", "error", "dataset.eval sets none or several of split, count and fraction."),
+    Code("S224", "data-file-missing", "error", "A local dataset file does not exist."),
+    Code("S225", "path-too-long", "error", "A name or path is longer than a file system allows (255 bytes a "
+         "component)."),
+    Code("S226", "warmup-too-long", "error", "training.lr_warmup_steps is not below training.steps."),
+    Code("S227", "data-unusable", "error", "The dataset cannot be used (reported by preflight at the key it "
+         "concerns)."),
+    Code("S230", "python-rule-unusable", "error", "A python reward rule's function cannot be used: no such file "
+         "or function next to the spec, the file raises on import, or the signature is not fn(completion, fields)."),
+    # -- budget and prices (sailrl.compiler.cost_checks) ----------------------------------------------------
+    Code("S241", "budget-needs-prices", "error", "training.max_cost_usd is set but a price the run pays is unknown "
+         "(pricing:)."),
+    Code("S242", "budget-below-one-step", "error", "training.max_cost_usd is below the estimated cost of one RL "
+         "step, so the run would stop before its first step."),
+    # -- worked reward examples ------------------------------------------------------------------------------
+    Code("S301", "example-mismatch", "error", "A worked example does not score as it expects."),
+    Code("S302", "example-unknown-rule", "error", "A worked example expects a score for a rule that does not exist."),
+    Code("S303", "example-expects-nothing", "error", "A worked example sets neither expect nor expect_total."),
+    Code("S304", "example-reference", "error", "A worked example's reference answer is unusable for the answer "
+         "rules."),
+    Code("S305", "pattern-matches-none", "error", "A pattern matches none of the examples that expect its rule to "
+         "pass."),
+    # -- warnings ---------------------------------------------------------------------------------------------
+    Code("W101", "unusual-value", "warning", "A value lies outside the usual range documented for its key."),
+    Code("W102", "kl-discount-unused", "warning", "training.kl_discount_factor is set but kl_penalty_coef is 0, "
+         "so it does nothing."),
+    Code("W103", "max-tokens-vs-context", "warning", "sampling.max_tokens leaves no room for the prompt in the "
+         "model's context window."),
+    Code("W104", "examples-skipped", "warning", "Worked examples were not scored because rules they depend on "
+         "have problems."),
+    Code("W110", "answer-rule-gameable", "warning", "An answer rule scores an adversarial completion as correct "
+         "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
+)
+
+#: Every code, by its code string ("S101" -> Code).
+CODES: dict[str, Code] = {c.code: c for c in _TABLE}
+assert len(CODES) == len(_TABLE), "duplicate code in the table"
+_BY_NAME: dict[str, Code] = {c.name: c for c in _TABLE}
+assert len(_BY_NAME) == len(_TABLE), "duplicate code name in the table"
+
+
+def code_of(name_or_code: str) -> Code:
+    """The :class:`Code` for ``"S101"`` or ``"unknown-key"``. Raises KeyError for an unknown one."""
+    return CODES.get(name_or_code) or _BY_NAME[name_or_code]
