@@ -67,10 +67,8 @@ class Workload:
         self.tok = sampler.get_tokenizer()
         self.stop = list(renderer.get_stop_sequences())
         self.groups, self.samples, self.tokens = groups, samples, tokens
-        self.prompts = [
-            renderer.build_generation_prompt([{"role": "user", "content": f"{g % 10}+{(g * 7) % 10}=? (#{g})"}]).to_ints()
-            for g in range(groups)
-        ]
+        questions = [f"{g % 10}+{(g * 7) % 10}=? (#{g})" for g in range(groups)]
+        self.prompts = [renderer.build_generation_prompt([{"role": "user", "content": q}]).to_ints() for q in questions]
         self.calls = 0
 
     # -- sailrl ------------------------------------------------------------------------------------------------
@@ -124,7 +122,8 @@ class Workload:
         for seq in seqs:
             n = len(seq[: self.tokens])
             for i, t in enumerate(seq[: self.tokens]):
-                if t == self.tok.eos_token_id or any(s in self.tok.decode(seq[max(0, i - 40): i + 1]) for s in self.stop):
+                tail = self.tok.decode(seq[max(0, i - 40): i + 1])
+                if t == self.tok.eos_token_id or any(s in tail for s in self.stop):
                     n = i + 1
                     break
             total += n

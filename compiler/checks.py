@@ -59,9 +59,7 @@ def check_spec(loaded: LoadedSpec) -> list[SpecError]:
     c.sampling()
     c.dataset()
     c.usual_ranges()
-    from sailrl.compiler.cost_checks import check_costs  # training.max_cost_usd against the run's prices
-
-    return c.errors + check_costs(loaded)
+    return c.errors
 
 
 def usual_range_of(field_info: Any) -> tuple[float, float, float | None] | None:
@@ -246,7 +244,7 @@ class _Checker:
                 continue
             forbidden = forbidden_names(ast)
             if forbidden:
-                name = forbidden[0]
+                name = min(forbidden, key=lambda n: (source.find(n) % (len(source) + 1), n))  # first in the text
                 self.at_offset(
                     path, "S207", max(source.find(name), 0),
                     f"the template uses '{name}': names starting with '_' reach Python internals, which the "

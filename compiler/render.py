@@ -22,7 +22,7 @@ import jinja2
 from sailrl import __version__
 from sailrl.spec.schema import Spec
 
-SECTIONS = ("model", "dataset", "prompt", "reward", "training", "sampling", "output")
+SECTIONS = ("model", "dataset", "prompt", "reward", "training", "sampling", "pricing", "output")
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+-]+")
 _INDENT = "    "
 _WIDTH = 100

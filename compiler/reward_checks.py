@@ -1,17 +1,31 @@
-"""Check a spec's reward rules against its worked ``examples:`` (run by ``sailrl validate`` / ``compile``).
+"""Reward checks of ``sailrl validate``: worked ``examples:``, python rules, and answer rules that can be gamed.
 
-Each example is scored with :class:`sailrl.runtime.rewards.RewardFunction`; one located
-:class:`~sailrl.spec.errors.SpecError` is returned per example whose scores disagree with its ``expect`` /
+:func:`check_reward_examples` scores each example with :class:`sailrl.runtime.rewards.RewardFunction`; one
+located :class:`~sailrl.spec.errors.SpecError` is returned per example whose scores disagree with its ``expect`` /
 ``expect_total``, with a small table (rule | expected | got | why) in the message. An example that expects a
-score for a rule that does not exist, expects nothing, or whose reference answer is unusable is reported too.
+score for a rule that does not exist, expects nothing, or whose reference answer is unusable is reported too. A
+regular expression (a ``match`` rule or check, or a ``regex`` extractor) that matched none of the examples that
+expect its rule to pass is reported once, at the pattern, with a hint (``DOTALL`` for ``.`` across line breaks,
+``mode: search`` instead of ``fullmatch``). An example that expects a score of a python rule whose function
+cannot be loaded is not scored (:func:`check_reward_rules` reports the cause).
 
-A regular expression (a ``match`` rule or check, or a ``regex`` extractor) that matched none of the examples
-that expect its rule to pass is reported once, at the pattern, with a hint (``DOTALL`` for ``.`` across line
-breaks, ``mode: search`` instead of ``fullmatch``).
+:func:`check_reward_rules` needs no examples:
+
+* every ``kind: python`` rule's function is loaded in a worker process (bounded by the import time limit):
+  a missing file or function, a file that raises on import, a name an installed module shadows, or a signature
+  that cannot take ``(completion, fields)`` is an error (``S230``) at the rule's ``function:`` key;
+* every ``answer`` rule is probed with adversarial completions built from the reference of the first example
+  that has a usable one (else a made-up reference) and from the answer format of an example that passes the
+  rule (else common formats): an empty completion, every option listed in the answer, a word that starts with
+  the right letter followed by another option, the right answer written outside the answer next to a wrong one.
+  Each probe that the rule scores as correct is listed in one warning (``W110``) at the rule's ``extract``.
 """
 
 from __future__ import annotations
 
+import re
+import string
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sailrl.spec.errors import SpecError
@@ -20,12 +34,11 @@ if TYPE_CHECKING:
     from sailrl.spec.loader import LoadedSpec
     from sailrl.spec.rewards import RewardExample
 
-__all__ = ["EXAMPLE_CODES", "check_reward_examples", "format_table", "is_example_error"]
-
-#: Codes of the problems :func:`check_reward_examples` reports (sailrl.spec.codes).
-EXAMPLE_CODES = frozenset({"S301", "S302", "S303", "S304", "S305", "W104"})
+__all__ = ["check_reward_examples", "check_reward_rules", "format_table", "is_example_error", "probe_answer_rule"]
 
 _TOL = 1e-9
+#: Codes of the errors :func:`check_reward_examples` reports (sailrl.spec.codes).
+EXAMPLE_CODES = frozenset({"S301", "S302", "S303", "S304", "S305"})
 
 
 def _num(x: float | None) -> str:
@@ -47,22 +60,36 @@ def _differs(expected: float, got: float) -> bool:
     return abs(expected - got) > _TOL * max(1.0, abs(expected))
 
 
+def _spec_dir(loaded: LoadedSpec) -> Path:
+    path = getattr(loaded, "path", None)
+    return Path(path).resolve().parent if path is not None else Path.cwd()
+
+
+def _reward_fn(loaded: LoadedSpec) -> Any:
+    from sailrl.runtime.rewards import RewardFunction
+
+    spec = loaded.spec
+    return RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, _spec_dir(loaded))
+
+
 def check_reward_examples(loaded: LoadedSpec) -> list[SpecError]:
     """Score every ``examples:`` entry of ``loaded.spec`` and return the located problems (empty if all agree).
 
-    Never raises for a user error. ``loaded`` must hold a validated spec (``loaded.spec`` not None).
+    Never raises for a user error. ``loaded`` must hold a validated spec (``loaded.spec`` not None); an entry of
+    ``loaded.spec.examples`` that is None (an example the validation stage left out) is skipped. Python rules
+    run in worker processes within their time limits.
     """
     spec = getattr(loaded, "spec", None)
     if spec is None or not spec.examples:
         return []
-    from sailrl.runtime.rewards import RewardFunction
     from sailrl.spec.messages import did_you_mean
 
-    fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field)
+    fn = _reward_fn(loaded)
+    unloadable = set(fn.python_problems()) if fn.python_rules else set()
     errors: list[SpecError] = []
     has_answer_rules = any(r.kind == "answer" for r in spec.reward.rules)
     for i, ex in enumerate(spec.examples):
-        if ex is None:  # not scored: a rule it depends on has problems (the validation stage says so once)
+        if ex is None:
             continue
         path: tuple[Any, ...] = ("examples", i)
         unknown = [k for k in ex.expect if k not in fn.rule_names]
@@ -80,6 +107,8 @@ def check_reward_examples(loaded: LoadedSpec) -> list[SpecError]:
                 "Add expect_total: <total reward> and/or expect: {<rule name>: <contribution>, ...}.", code="S303",
             ))
             continue
+        if unloadable and (ex.expect_total is not None or unloadable & set(ex.expect)):
+            continue  # its python rule cannot run: check_reward_rules reports why, once
         if has_answer_rules:
             problem = fn.reference_problem(ex.fields)
             if problem is not None:
@@ -142,11 +171,11 @@ def _silent_patterns(loaded: LoadedSpec, fn: Any) -> list[SpecError]:
 
     spec = loaded.spec
     timeout = spec.reward.regex_timeout_s
+    examples = [ex for ex in spec.examples if ex is not None]
     errors = []
     for j, rule in enumerate(spec.reward.rules):
         on_pass, on_fail = rule.scores()
-        texts = [ex.completion for ex in spec.examples
-                 if ex is not None and _expects_pass(ex, str(rule.name), on_pass, on_fail)]
+        texts = [ex.completion for ex in examples if _expects_pass(ex, str(rule.name), on_pass, on_fail)]
         if not texts:
             continue
         base = ("reward", "rules", j)
@@ -236,3 +265,192 @@ def _pattern_error(loaded: LoadedSpec, path: tuple[Any, ...], rule: str, pattern
                      "'\\\\boxed' (two backslashes, in single quotes) to match the text \\boxed.")
     hints.append("Try it: `sailrl rewards SPEC --completion TEXT` shows per rule why it passed or failed.")
     return loaded.error(path, message, "\n".join(hints), code="S305")
+
+
+# ------------------------------------------------------------------------------------------------ rule checks
+
+
+def check_reward_rules(loaded: LoadedSpec) -> list[SpecError]:
+    """Python rules that cannot be loaded (errors, S230) and answer rules that can be gamed (warnings, W110).
+
+    Needs ``loaded.spec`` (a validated spec, or the validation stage's view of its valid rules); returns [] without
+    one. Never raises for a user error. Time: one worker start per python file (bounded by the import limit) and
+    a dozen rule evaluations per answer rule (each bounded by the rules' time limits).
+    """
+    spec = getattr(loaded, "spec", None)
+    if spec is None or getattr(spec, "reward", None) is None:
+        return []
+    fn = _reward_fn(loaded)
+    errors: list[SpecError] = []
+    problems = fn.python_problems() if fn.python_rules else {}
+    for j, rule in enumerate(spec.reward.rules):
+        name = str(rule.name)
+        if name in problems:
+            code, words = problems[name]
+            errors.append(loaded.error(("reward", "rules", j, "function"), f"rule '{name}': {words}",
+                                       _PYTHON_HINTS.get(code, _PYTHON_HINT), code="S230"))
+    examples = [ex for ex in (getattr(spec, "examples", None) or []) if ex is not None]
+    for j, rule in enumerate(spec.reward.rules):
+        if rule.kind != "answer":
+            continue
+        gamed = probe_answer_rule(fn, str(rule.name), examples)
+        if gamed:
+            errors.append(_gameable(loaded, j, rule, gamed))
+    return errors
+
+
+_PYTHON_HINT = ("A python rule names function: module:function, e.g. rewards:score for def score(completion, "
+                "fields): in rewards.py next to the spec; it returns a number or a dict of named numbers.")
+_PYTHON_HINTS = {
+    "missing_module": "Put the file next to the spec, or fix the module part of function: (module:function; "
+                      "a dotted module is a folder: pkg.mod is pkg/mod.py).",
+    "missing_function": "Define the function in the file, or fix the function part of function: (module:function).",
+    "import_error": "Fix the file: importing it must work on its own (run python -c 'import MODULE' in the spec's "
+                    "folder to see the whole traceback).",
+    "shadowed": "Give the file a name no installed module has, e.g. my_rewards.py, and write function: "
+                "my_rewards:NAME.",
+    "signature": "The function is called as fn(completion, fields): completion is the text the rules read, fields "
+                 "the row's dataset fields. Write def NAME(completion, fields):.",
+    "not_callable": "function: must name a function (def NAME(completion, fields):).",
+    "start_timeout": "Importing the file must finish within the import time limit: move slow work (loading a model, "
+                     "reading a big file) out of the import or make it lazy.",
+}
+
+
+# -- probes ---------------------------------------------------------------------------------------------------
+
+_LETTER_WORDS = {"A": "Absolutely", "B": "Basically", "C": "Clearly", "D": "Definitely", "E": "Evidently",
+                 "F": "Frankly", "G": "Generally", "H": "Honestly", "I": "Indeed", "J": "Just"}
+_GENERIC_FORMATS = ("The answer is \\boxed{{{}}}.", "Answer: {}", "The answer is {}.", "#### {}", "{}")
+
+
+def _reference(fn: Any, name: str, examples: list[Any]) -> tuple[str, dict[str, Any]] | None:
+    """(reference answer text, fields) from the first example with a usable one, else a made-up reference."""
+    check = fn._checks[fn.rule_names.index(name)]
+    for ex in examples:
+        prepared, text, problem, _ = check.reference(dict(ex.fields))
+        if problem is None and text:
+            return text, dict(ex.fields)
+    made_up = "42" if check.comparator.kind in ("numeric", "math") else "B"
+    marker = check.ref_extractor.spec.marker or "####"
+    for raw in (made_up, f"{marker} {made_up}", f"\\boxed{{{made_up}}}", f"Answer: {made_up}"):
+        fields = {check.field: raw}
+        _, text, problem, _ = check.reference(fields)
+        if problem is None and text == made_up:
+            return made_up, fields
+    return None
+
+
+def _decoy_and_options(ref: str) -> tuple[str, list[str], bool]:
+    """(a wrong answer, the options a list of 'every option' holds, whether the reference is a choice letter)."""
+    from sailrl.runtime.answers import parse_number
+
+    letter = len(ref) == 1 and ref.upper() in _LETTER_WORDS
+    if letter:
+        upper = ref.isupper()
+        letters = string.ascii_uppercase if upper else string.ascii_lowercase
+        last = max(letters.index(ref), 3)
+        options = list(letters[: last + 1])
+        decoy = options[0] if options[0] != ref else options[1]
+        return decoy, options, True
+    value = parse_number(ref)
+    if value is not None:
+        wrong = value + 1
+        decoy = str(wrong.numerator) if wrong.denominator == 1 else str(float(wrong))
+        return decoy, [decoy, ref], False
+    return "unknown", ["unknown", ref], False
+
+
+def _templates(fn: Any, name: str, examples: list[Any], ref: str, fields: dict[str, Any]) -> list[Any]:
+    """Functions answer -> completion in the rule's answer format: from passing examples, else common formats."""
+    check = fn._checks[fn.rule_names.index(name)]
+    first = check.extractor.spec.occurrence == "first"
+    out: list[Any] = []
+    for ex in examples:
+        text = ex.completion
+        try:
+            answer = check.extractor(text)
+        except TimeoutError:
+            continue
+        if not answer:
+            continue
+        pos = text.find(answer) if first else text.rfind(answer)
+        if pos < 0:
+            continue
+        out.append(lambda x, t=text, p=pos, n=len(answer): t[:p] + x + t[p + n:])
+    out += [lambda x, f=f: f.format(x) for f in _GENERIC_FORMATS]
+    # The rest of a template must not hold the reference already (else a probe could pass on that other copy).
+    elsewhere = re.compile(rf"(?<![A-Za-z0-9]){re.escape(ref)}(?![A-Za-z0-9])")
+    return [t for t in out if not elsewhere.search(t("")) and fn.rule_verdict(name, t(ref), fields)[0]][:2]
+
+
+def probe_answer_rule(fn: Any, name: str, examples: list[Any]) -> list[tuple[str, str]]:
+    """The adversarial completions (label, text) that answer rule ``name`` of ``fn`` scores as correct.
+
+    ``examples``: the spec's worked examples (for a reference and the answer format). Returns [] when none
+    passes, or when the rule cannot be probed (no usable reference, no answer format that it accepts).
+    """
+    found = _reference(fn, name, examples)
+    if found is None:
+        return []
+    ref, fields = found
+    decoy, options, letter = _decoy_and_options(ref)
+    templates = _templates(fn, name, examples, ref, fields)
+    if not templates or fn.rule_verdict(name, templates[0](decoy), fields)[0]:
+        return []  # no format the rule accepts, or it accepts a wrong answer: nothing adversarial to learn
+    probes: list[tuple[str, str]] = [("an empty completion", "")]
+    for t in templates:
+        probes += [
+            ("every option listed", t(", ".join(options))),
+            ("every option listed", t(", ".join(reversed(options)))),
+            ("two answers", t(f"{decoy} or {ref}")),
+            ("the right answer outside the answer, after a wrong one", t(decoy) + f" (or maybe {ref})"),
+            ("the right answer outside the answer, before a wrong one", f"Maybe {ref}? " + t(decoy)),
+        ]
+        if letter:
+            word = _LETTER_WORDS[ref.upper()]
+            probes.append(("a word that starts with the right letter, then another option",
+                           t(f"{word if ref.isupper() else word.lower()} {decoy}")))
+    gamed = []
+    seen: set[str] = set()
+    for label, text in probes:
+        if text in seen:
+            continue
+        seen.add(text)
+        if fn.rule_verdict(name, text, fields)[0]:
+            gamed.append((label, text))
+    return gamed
+
+
+def _quote(text: str, n: int = 70) -> str:
+    text = text.replace("\n", "⏎")
+    return "'" + (text if len(text) <= n else "..." + text[-(n - 3):]) + "'"
+
+
+def _gameable(loaded: LoadedSpec, j: int, rule: Any, gamed: list[tuple[str, str]]) -> SpecError:
+    name = str(rule.name)
+    by_label: dict[str, list[str]] = {}
+    for label, text in gamed[:3]:
+        by_label.setdefault(label, []).append(_quote(text))
+    shown = "; ".join(f"{label}: {', '.join(texts)}" for label, texts in by_label.items())
+    more = f" (and {len(gamed) - 3} more)" if len(gamed) > 3 else ""
+    message = (f"rule '{name}' can be gamed: it scores {len(gamed)} adversarial completion(s) as correct -- "
+               f"{shown}{more}")
+    kind = rule.extract.from_
+    if kind == "regex":
+        hint = ("Make the pattern take only a complete answer: end the answer at the end of its line and require a "
+                "word boundary after a letter, e.g. pattern: 'answer:\\s*\\(?([A-D])\\)?\\.?\\s*$' with flags: "
+                "[IGNORECASE, MULTILINE].")
+    elif kind == "last_number":
+        hint = ("from: last_number takes the last number anywhere in the text: ask for a marked answer and read it "
+                "with from: boxed (\\boxed{...}) or from: after_marker.")
+    elif kind == "whole" or rule.extract.fallback == "whole":
+        hint = ("The whole completion is read as the answer: ask for a marked answer (from: boxed or a regex) and "
+                "drop fallback: whole.")
+    else:
+        hint = ("Ask for the answer in one marked place (\\boxed{...}) and compare it with compare: numeric or math, "
+                "which refuse a list of answers.")
+    hint += (" Once fixed, keep it so: add such a completion to examples: with expect: {" + name + ": 0}.")
+    path = ("reward", "rules", j, "extract")
+    return loaded.error(path if loaded.nearest(path) == path else ("reward", "rules", j), message, hint,
+                        code="W110", severity="warning")

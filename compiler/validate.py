@@ -7,9 +7,9 @@
 2. the semantic checks (:func:`sailrl.compiler.checks.check_spec`): regexes, templates rendered on an example row
    in the runtime's bounded sandbox, model, training, sampling, data, and warnings for unusual values;
 3. the budget checks (``sailrl.compiler.cost_checks``);
-4. the worked reward ``examples:`` (:func:`sailrl.compiler.reward_checks.check_reward_examples`), whenever the
-   rules they depend on are valid, also when other parts of the spec are not. An example that expects a score of
-   a broken rule (or the total, while any rule is broken) is skipped, and one warning says which and why.
+4. the reward rules' own checks and the worked reward ``examples:`` (``sailrl.compiler.reward_checks``), on the
+   valid rules, also when other parts of the spec are not. An example that expects a score of a broken rule (or
+   the total, while any rule is broken) is skipped, and one warning says which and why.
 
 Problems are de-duplicated by (location, code); a schema complaint about a pattern that a check located more
 precisely is dropped. Warnings never fail validation: they are returned on ``LoadedSpec.warnings`` (and listed
@@ -67,9 +67,18 @@ def problems(text: str, filename: str = "<string>", *, path: Path | None = None,
     check_errors = check_spec(loaded)
     check_errors += _cost_checks(loaded)
     found = _drop_covered(schema_errors, check_errors) + check_errors
-    found += _reward_examples(loaded, found)
+    found += _reward_checks(loaded, found)
+    found += _reward_rules(loaded, found)  # python rules that cannot load, answer rules that can be gamed
     wrong = {e.key_path for e in found if not e.is_warning}
     return loaded, dedupe([e for e in found if not (e.is_warning and e.key_path in wrong)])
+
+
+def _reward_rules(loaded: LoadedSpec, found: list[SpecError]) -> list[SpecError]:
+    """``sailrl.compiler.reward_checks.check_reward_rules`` on the valid rules (the view the examples use)."""
+    from sailrl.compiler.reward_checks import check_reward_rules
+
+    view = _examples_view(loaded, found)
+    return list(check_reward_rules(dataclasses.replace(loaded, spec=view[0]))) if view is not None else []
 
 
 def _cost_checks(loaded: LoadedSpec) -> list[SpecError]:
@@ -94,34 +103,48 @@ def _drop_covered(schema_errors: list[SpecError], check_errors: list[SpecError])
     return [e for e in schema_errors if not covered(e)]
 
 
-def _reward_examples(loaded: LoadedSpec, found: list[SpecError]) -> list[SpecError]:
-    """The worked examples' problems, for every example whose rules are valid; one W104 for those skipped."""
-    from sailrl.compiler.reward_checks import check_reward_examples
+def _reward_checks(loaded: LoadedSpec, found: list[SpecError]) -> list[SpecError]:
+    """The reward rules' own checks and the worked examples' problems, on the valid rules.
+
+    Examples whose rules are valid are scored; one W104 warning names those skipped.
+    """
+    from sailrl.compiler import reward_checks
 
     raw = loaded.data.get("examples") if isinstance(loaded.data, dict) else None
-    if not isinstance(raw, list) or not raw:
-        return []
-    if not loaded.complete and not {"reward", "examples"} <= loaded.complete_sections:
+    has_examples = isinstance(raw, list) and bool(raw)
+    if not loaded.complete and "reward" not in loaded.complete_sections:
+        if not has_examples:
+            return []
         return [loaded.error(("examples",), "the worked examples were not scored: the YAML syntax error stops the "
-                             "file before the reward rules and examples are complete",
+                             "file before the reward rules are complete",
                              "Fix the syntax error; `sailrl validate` then scores every example.", code="W104",
                              severity="warning", at="key")]
     view = _examples_view(loaded, found)
     if view is None:
+        if not has_examples:
+            return []
         return [loaded.error(("examples",), "the worked examples were not scored: the reward section has problems "
                              "(listed here) that stop sailrl from building the reward",
                              "Fix the reward rules; `sailrl validate` then scores every example.", code="W104",
                              severity="warning", at="key")]
     spec_view, skipped, broken = view
-    out = list(check_reward_examples(dataclasses.replace(loaded, spec=spec_view)))
+    if not loaded.complete and "examples" not in loaded.complete_sections:
+        spec_view = spec_view.model_copy(update={"examples": []})
+        if has_examples:
+            skipped, broken = list(range(len(raw))), []
+    with_view = dataclasses.replace(loaded, spec=spec_view)
+    out: list[SpecError] = []
+    if hasattr(reward_checks, "check_reward_rules"):
+        out += reward_checks.check_reward_rules(with_view)
+    out += reward_checks.check_reward_examples(with_view)
     if skipped:
-        names = ", ".join(f"'{b}'" for b in broken)
         which = ", ".join(str(i + 1) for i in skipped)
+        why = (f"they expect a score of rule {', '.join(repr(b) for b in broken)} or the total, and that rule has "
+               "problems (listed here)") if broken else "the YAML syntax error cuts the examples short"
         out.append(loaded.error(
             ("examples",),
-            f"{len(skipped)} of {len(raw)} worked examples (number {which}) were not scored: they expect a score of "
-            f"rule {names} or the total, and the rule has problems (listed here)",
-            "Fix the rule first; `sailrl validate` then scores these examples too.",
+            f"{len(skipped)} of {len(raw)} worked examples (number {which}) were not scored: {why}",
+            "Fix that first; `sailrl validate` then scores these examples too.",
             code="W104", severity="warning", at="key",
         ))
     return out
@@ -177,7 +200,8 @@ def _examples_view(loaded: LoadedSpec, found: list[SpecError]) -> tuple[Any, lis
         reference_field = ref if isinstance(ref, str) else "answer"
     examples: list[Any] = []
     skipped: list[int] = []
-    for i, raw in enumerate(tree.get("examples") or []):
+    items = tree.get("examples")
+    for i, raw in enumerate(items if isinstance(items, list) else []):
         try:
             ex = RewardExample.model_validate(raw)
         except ValidationError:

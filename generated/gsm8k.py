@@ -173,10 +173,14 @@ SAMPLING = {
     "on_policy_mismatch": "warn",  # sampling.on_policy_mismatch
     "on_policy_kl_threshold": 0.01,  # sampling.on_policy_kl_threshold
 }
+PRICING = {
+    "tinker": {"train": None, "prefill": None, "sample": None},  # pricing.tinker
+    "sail": {"balanced": None, "flex": None},  # pricing.sail
+}
 OUTPUT = {
     "run_dir": "runs/{name}",  # output.run_dir
     "wandb_project": None,  # output.wandb_project
-    "log_rollouts": "all",  # output.log_rollouts
+    "log_rollouts": 16,  # output.log_rollouts
 }
 
 CONFIG = {
@@ -188,6 +192,7 @@ CONFIG = {
     "reward": REWARD,
     "training": TRAINING,
     "sampling": SAMPLING,
+    "pricing": PRICING,
     "output": OUTPUT,
 }
 

@@ -439,8 +439,7 @@ def number_problem(s: str) -> str | None:
     try:
         value = _parse(s)
     except _OutOfRange:
-        return (f"is a number out of range (its exponent is beyond +-{MAX_EXPONENT}); compare: numeric compares "
-                f"numbers up to 1e{MAX_EXPONENT}")
+        return f"is out of range (compare: numeric reads exponents up to +-{MAX_EXPONENT})"
     if value is None:
         return "is not a number, but the rule compares numerically (compare: numeric)"
     return None

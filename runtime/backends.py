@@ -113,7 +113,6 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
     check_keys(sampler, spec_path)
     if sampler == "local":
         from sailrl.runtime.local import LocalServiceClient
-
         from sailrl.runtime.local.sources import check_model_source
 
         # A folder without config.json, a damaged GGUF, an unreachable hub, no chat template, too little memory:

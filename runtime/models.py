@@ -70,9 +70,11 @@ def get_tokenizer(model_name: str, base_dir: str | os.PathLike | None = None) ->
         return _byte_tokenizer()
     source = classify(model_name, base_dir)
     if source.kind in ("local_dir", "gguf"):
-        from sailrl.runtime.local.sources import load_tokenizer, resolve_model
+        from sailrl.runtime.local.sources import ResolvedModel, load_tokenizer, require_gguf
 
-        return load_tokenizer(resolve_model(model_name, base_dir))
+        if source.kind == "gguf":
+            require_gguf()
+        return load_tokenizer(ResolvedModel(model_name, source.kind, str(source.path)))
     from tinker_cookbook import tokenizer_utils
 
     return tokenizer_utils.get_tokenizer(model_name)

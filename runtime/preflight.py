@@ -249,7 +249,7 @@ async def _base_policy(spec: Any, sampler: str, workdir: Path, spec_path: str | 
     s = spec.sampling
     m = spec.model
     if sampler == "sail":
-        from sailrl.runtime.sail_adapter import AdaptiveSailCompleter
+        from sailrl.runtime.sail import AdaptiveSailCompleter
 
         return AdaptiveSailCompleter(model=m.name, max_tokens=s.max_tokens, temperature=s.temperature,
                                      top_p=s.top_p, completion_window=s.completion_window), None
@@ -414,14 +414,15 @@ def _sample_problems(spec: Any, sample: dict[str, Any]) -> list[dict[str, Any]]:
 
 def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int = 3, sampler: str | None = None,
                  spec_path: str | None = None, loaded: Any = None, policy: Any = None,
-                 max_rows_measured: int = 5000) -> dict[str, Any]:
+                 max_rows_measured: int = 5000, spec_warnings: Sequence[Any] = ()) -> dict[str, Any]:
     """Check the spec's data, prompts and reward (and, with ``sample`` > 0, the base policy's rewards).
 
     spec: a validated Spec. spec_dir: the spec file's folder. show: prompts / skipped rows / completions to
     include. sampler: None (auto), "local", "tinker" or "sail" (see :func:`plan_sampling`). loaded: the
     ``LoadedSpec`` (to locate dataset problems in the file). policy: a TokenCompleter to sample from instead of
     opening a backend (tests). max_rows_measured: training rows whose prompt lengths feed the token section and
-    the cost estimate (a sample of them beyond that).
+    the cost estimate (a sample of them beyond that). spec_warnings: the validation stage's warnings
+    (``SpecError`` s, e.g. a value outside its usual range); each becomes a warning of the report.
 
     Returns the report dict (see the module docstring). Raises :class:`PreflightError` when sampling cannot
     start (unknown sampler, missing or malformed key).
@@ -438,6 +439,10 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
     report: dict[str, Any] = {"spec": spec_path, "name": spec.name, "model": spec.model.name}
     problems: list[dict[str, Any]] = []
     report["problems"] = problems
+    for w in spec_warnings:
+        where = f"{w.file}:{w.line}:{w.column}" if w.line else w.file
+        problems.append(_problem("warning", f"{where}: {w.key_path}: {w.message}" if w.key_path else
+                                 f"{where}: {w.message}", w.hint, f"{w.key_path or 'the spec'} looks unusual"))
 
     reward_fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field)
     const = constant_reward(spec)
@@ -513,7 +518,7 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
     sampled_lengths: list[int] | None = None
     degenerate: tuple[int, int] | None = None
     if plan is not None:
-        section = _sample_with(plan, spec, spec_dir, train, seed, sample, show, spec_path, policy, reward_fn,
+        section = _sample_with(plan, spec, train, seed, sample, show, spec_path, policy, reward_fn,
                                tokenizer, renderer, problems)
         if section is None:
             return _finish(report)
@@ -529,7 +534,7 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
     return _finish(report)
 
 
-def _sample_with(plan: SamplingPlan, spec: Any, spec_dir: Path, train: list[dict], seed: int, sample: int,
+def _sample_with(plan: SamplingPlan, spec: Any, train: list[dict], seed: int, sample: int,
                  show: int, spec_path: str | None, policy: Any, reward_fn: Any, tokenizer: Any, renderer: Any,
                  problems: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The ``sample`` section, sampled as ``plan`` says; None (with an error added) when it cannot sample."""
@@ -600,7 +605,7 @@ def _cost_section(spec: Any, prompt_lengths: list[int] | None, completion_length
     tok = estimate.total_tokens()
     how = ("completion lengths from the sampled base policy" if completion_lengths else
            f"completions of 1 to max_tokens ({spec.sampling.max_tokens}) tokens")
-    tokens_text = (f"{_range_text(tok.low / 1e6, tok.high / 1e6, lambda x: f'{x:.3g}')} M" if tok.high >= 1e5
+    tokens_text = (f"{_range_text(tok.low / 1e6, tok.high / 1e6, lambda x: f'{x:.3g}')} M" if tok.high >= 1e6
                    else _range_text(tok.low, tok.high, lambda x: f"{x:,.0f}"))
     if estimate.total_usd is None:
         cost_text = ("unknown: add " + ", ".join(p.spec_key for p in estimate.missing_prices) + " (USD per "

@@ -311,7 +311,6 @@ def make_environment() -> SandboxedEnvironment:
 
 
 _OPEN_BLOCKS = frozenset({"for", "if", "macro", "call", "filter", "with", "block", "autoescape"})
-_OPEN = {"lparen": "rparen", "lbracket": "rbracket", "lbrace": "rbrace"}
 _DUNDER = re.compile(r"__\w*")
 
 
@@ -319,12 +318,14 @@ def _nesting_problem(env: jinja2.Environment, source: str) -> tuple[str, int] | 
     """(problem, line) when brackets or blocks in ``source`` nest deeper than MAX_TEMPLATE_NESTING."""
     brackets = blocks = 0
     after_block_begin = False
-    for lineno, kind, value in env.lex(source):
-        if kind in _OPEN:
+    for lineno, kind, value in env.lex(source):  # raw tokens: ("operator", "("), ("whitespace", " "), ...
+        if kind == "whitespace":
+            continue
+        if kind == "operator" and value in "([{":
             brackets += 1
             if brackets > MAX_TEMPLATE_NESTING:
                 return f"brackets are nested more than {MAX_TEMPLATE_NESTING} levels deep", lineno
-        elif kind in _OPEN.values():
+        elif kind == "operator" and value in ")]}":
             brackets = max(brackets - 1, 0)
         elif kind == "block_begin":
             after_block_begin = True

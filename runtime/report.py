@@ -49,6 +49,9 @@ def rollout_metrics(groups: Sequence[Any], failed: int, rule_names: Sequence[str
     for name in rule_names:
         key = f"reward/{name}"
         out[key] = sums[key] / counts[key] if counts.get(key) else float("nan")
+    for key in sums:  # sub-scores a python rule returned: reward/<rule>/<name>
+        if key.startswith("reward/") and key not in out:
+            out[key] = sums[key] / counts[key]
     if counts.get("correct"):
         out["correct"] = sums["correct"] / counts["correct"]
     out["frac_truncated"] = sums.get("truncated", 0.0) / n if n else float("nan")
@@ -80,6 +83,11 @@ def _fmt(x: Any, spec: str = "+.3f") -> str:
     return format(x, spec) if isinstance(x, (int, float)) and not math.isnan(x) else "  n/a "
 
 
+def _k(x: Any) -> str:
+    x = float(x or 0)
+    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.0f}"
+
+
 def _pct(x: Any) -> str:
     return f"{100 * x:.0f}%" if isinstance(x, (int, float)) and not math.isnan(x) else "n/a"
 
@@ -87,7 +95,8 @@ def _pct(x: Any) -> str:
 def step_line(step: int, total: int, metrics: dict[str, Any], rule_names: Sequence[str], seconds: float, *,
               show_cost: bool = True) -> str:
     """``step 3/40 | reward +0.512 = correct +0.40 + format +0.11 | correct 80% | degenerate 12% | truncated 0% |
-    1.2k tok | $0.0123 (total $0.04) | 0.9s`` (cost only with ``show_cost`` and a known price)."""
+    tokens 2.8k in, 1.5k out, 1.0k trained | $0.0123 (total $0.04) | 0.9s`` (cost only with ``show_cost`` and a
+    known price)."""
     reward = f"reward {_fmt(metrics.get('reward/total'))}"
     rules = " + ".join(f"{n} {_fmt(metrics.get(f'reward/{n}'))}" for n in rule_names)
     parts = [f"step {step:4d}/{total}", f"{reward} = {rules}" if rules else reward]
@@ -95,8 +104,8 @@ def step_line(step: int, total: int, metrics: dict[str, Any], rule_names: Sequen
         parts.append(f"correct {_pct(metrics['correct'])}")
     parts.append(f"degenerate {100 * (metrics.get('degenerate_frac') or 0):3.0f}%")
     parts.append(f"truncated {100 * (metrics.get('frac_truncated') or 0):3.0f}%")
-    tokens = sum(float(metrics.get(f"tokens/{k}") or 0) for k in ("prompt", "sampled", "trained"))
-    parts.append(f"{tokens / 1000:.1f}k tok")
+    parts.append(f"tokens {_k(metrics.get('tokens/prompt'))} in, {_k(metrics.get('tokens/sampled'))} out, "
+                 f"{_k(metrics.get('tokens/trained'))} trained")
     if metrics.get("cost/step") is not None and show_cost:
         parts.append(f"${metrics['cost/step']:.4f} (total ${metrics.get('cost/total') or 0:.2f})")
     if metrics.get("staleness/max"):

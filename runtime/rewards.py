@@ -585,6 +585,21 @@ class RewardFunction:
                   for name in self.rule_names]
         return score, traces
 
+    def rule_verdict(self, name: str, completion: str, fields: dict[str, Any], *, truncated: bool = False,
+                     num_tokens: int | None = None) -> tuple[bool, str]:
+        """(passed, reason) of rule ``name`` alone on one completion (the other rules are not run). Never raises."""
+        ctx = _Ctx(completion, fields, truncated, num_tokens)
+        check = self._checks[self.rule_names.index(name)]
+        try:
+            ok = check.passes(ctx)
+        except Exception as exc:  # noqa: BLE001 - as in score(): the rule fails
+            ok = False
+            ctx.note(_cap(f"the rule raised {type(exc).__name__}: {exc}"))
+        except MathTimeout:
+            ok = False
+            ctx.note("math-verify ran past the time limit")
+        return ok, _cap("; ".join(ctx.why))
+
     def reference_problem(self, fields: dict[str, Any]) -> str | None:
         """Why this row's reference answer cannot be used by an answer rule (plain words), else None.
 
@@ -688,5 +703,7 @@ class RewardFunction:
             times = "" if check.weight == 1 else f"{_num(check.weight)} x "
             return (f"{name}: {times}the number returned by {call} (a dict of named numbers counts as their sum); "
                     f"0 if it {limit}.")
-        return (f"{name}: {_signed(on_pass)} if {call} returns a number above 0; otherwise {_signed(on_fail)} "
-                f"(also if it {limit}).")
+        cond = f"{call} returns a number above 0 (True counts as 1)"
+        if on_pass == 0 and on_fail != 0:
+            return f"{name}: {_signed(on_fail)} unless {cond}; otherwise 0 (also {_signed(on_fail)} if it {limit})."
+        return (f"{name}: {_signed(on_pass)} if {cond}; otherwise {_signed(on_fail)} (also if it {limit}).")

@@ -39,7 +39,7 @@ from sailrl.runtime import report
 from sailrl.runtime.backends import Backend, check_keys, open_backend
 from sailrl.runtime.rollout import RolloutBatch, RuleGroupBuilder, SamplingPolicy, rollout_groups
 from sailrl.runtime.rundir import RunDirectory
-from sailrl.spec.errors import SailrlError, ServiceError, UserError
+from sailrl.spec.errors import ConfigError, SailrlError, ServiceError, UserError
 from sailrl.spec.schema import Spec
 
 __all__ = [
@@ -171,7 +171,7 @@ class Run:
         self.console = console
         self.finished = finished
         self.history: list[dict[str, Any]] = run_dir.read_metrics()
-        self.cost = _cost_model(spec)
+        self.cost = _cost_model(spec, prompts, train_rows, eval_rows)
         self.rollout_log = _rollout_log(run_dir, spec.output.log_rollouts, spec.prompt.reference_field)
         self.wandb_run: Any = None
         self._records: dict[int, _StepRecord] = {}
@@ -268,34 +268,38 @@ class Run:
         return self._reference
 
     # ------------------------------------------------------------------ 3. roll out
-    def _builder(self, row: dict[str, Any], group_size: int) -> RuleGroupBuilder:
+    def _builder(self, row: dict[str, Any], group_size: int, scorer: Any) -> RuleGroupBuilder:
         key = int(row.get("_index", id(row)))
         if key not in self._model_inputs:
             stop = self.spec.sampling.stop or self.prompts.stop_sequences()
             self._model_inputs[key] = (self.prompts.model_input(row), stop)
         model_input, stop = self._model_inputs[key]
         return RuleGroupBuilder(row=row, model_input=model_input, stop=stop, renderer=self.renderer,
-                                reward_fn=self.reward_fn, group_size=group_size)
+                                reward_fn=self.reward_fn, group_size=group_size, scorer=scorer)
 
     async def rollout(self, policy: Policy, step: int, *, rows: list[dict[str, Any]] | None = None,
                       group_size: int | None = None, phase: str = "rollout") -> RolloutBatch:
         """Every rollout of every group of ``step``'s rows, concurrently, scored by the reward rules.
 
-        A group whose rollouts fail is dropped and counted; every group records the sampler checkpoint and step
-        that produced it. Raises :class:`RunError` when every group failed (a service fault, not a degenerate
-        batch), quoting the first failures.
+        Scoring runs off the event loop, within one budget for the step (``reward.step_budget_s``; rules past it
+        fail and are counted). A group whose rollouts fail is dropped and counted; every group records the sampler
+        checkpoint and step that produced it. Raises :class:`RunError` when every group failed (a service fault,
+        not a degenerate batch), quoting the first failures.
         """
+        from sailrl.runtime.scoring import StepScorer
+
         rows = self.rows(step) if rows is None else rows
         gs = group_size or self.spec.training.group_size
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
+        scorer = StepScorer(self.reward_fn)
         with _phase(step, phase, timings):
-            batch = await rollout_groups(policy.completer, [self._builder(r, gs) for r in rows])
+            batch = await rollout_groups(policy.completer, [self._builder(r, gs, scorer) for r in rows])
         batch.seconds = time.perf_counter() - t0
         batch.sampler_paths = [policy.sampler_path] * len(batch.groups)
         batch.sampler_steps = [policy.sampler_step] * len(batch.groups)
         stats = getattr(policy.completer, "stats", None)  # the Sail completer counts polls, retries and failures
-        batch.extra_metrics = stats.as_metrics() if stats is not None else {}
+        batch.extra_metrics = {**(stats.as_metrics() if stats is not None else {}), **scorer.metrics()}
         if batch.failed:
             first = batch.failed[0]
             self.console.print(f"[yellow]step {step}: {len(batch.failed)} group(s) failed and were dropped "
@@ -328,8 +332,8 @@ class Run:
         rec.metrics["tokens/sampled"] = float(sampled)
         rec.timings.setdefault("time/rollout", round(getattr(batch, "seconds", 0.0), 4))
         staleness = [step - s for s in batch.sampler_steps]
+        rec.metrics["off_policy_k"] = float(self.spec.training.max_steps_off_policy)  # 0: synchronous
         if self.spec.training.max_steps_off_policy > 0:
-            rec.metrics["off_policy_k"] = float(self.spec.training.max_steps_off_policy)
             rec.metrics["groups_stale_dropped"] = float(stale)
             if staleness:
                 rec.metrics["staleness/mean"] = sum(staleness) / len(staleness)
@@ -457,11 +461,18 @@ class Run:
 
     def _check_budget(self, step: int) -> None:
         budget = self.spec.training.max_cost_usd
-        if budget is None or self.cost is None:
+        if budget is None:
             return
-        spent = (self.history[-1].get("cost/total") if self.history else 0.0) or 0.0
+        if self.history:
+            spent = self.history[-1].get("cost/total")
+        else:  # before the first RL step: what the supervised warm-up has cost
+            spent = self.cost.cost_of("warmup_trained", sum(r.get("tokens", 0) for r in self.run_dir.read_warmup()))
         nxt = self.cost.next_step_estimate(self.history, step=step - 1)  # it counts steps from 0
-        if nxt is not None and spent + nxt > budget:
+        if spent is None or nxt is None:
+            missing = ", ".join(p.spec_key for p in self.cost.missing_prices()) or "pricing:"
+            raise ConfigError(f"training.max_cost_usd is set but these prices are unknown: {missing}; add them "
+                              "under pricing: (USD per million tokens) or remove the budget")
+        if spent + nxt > budget:
             raise BudgetReached(
                 f"budget reached before step {step}: spent ${spent:.4f} of training.max_cost_usd ${budget:.4f}, and the "
                 f"next step is estimated at ${nxt:.4f}. Raise training.max_cost_usd to continue.")
@@ -603,10 +614,14 @@ def _sail_extras(sampling: Any, tokenizer: Any) -> dict[str, Any]:
     return extras
 
 
-def _cost_model(spec: Spec) -> Any:
+def _cost_model(spec: Spec, prompts: Any, train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]]) -> Any:
+    """The run's prices; with a budget, the prompt lengths too (the first step's estimate counts them)."""
     from sailrl.runtime.cost import CostModel
 
-    return CostModel.from_spec(spec)
+    if spec.training.max_cost_usd is None:
+        return CostModel.from_spec(spec)
+    return CostModel.from_spec(spec, prompt_token_lengths=[prompts.model_input(r).length for r in train_rows],
+                               eval_prompt_token_lengths=[prompts.model_input(r).length for r in eval_rows])
 
 
 def _rollout_log(run_dir: RunDirectory, limit: Any, reference_field: str) -> Any:

@@ -3,7 +3,8 @@
 Each subcommand lives in its own module under ``sailrl.commands`` and is imported only when it runs,
 so ``sailrl validate`` and ``sailrl compile`` never pay for torch or transformers.
 
-Exit codes: 0 ok, 1 invalid spec / stale output / failed check, 2 usage error.
+Exit codes: 0 ok, 1 invalid spec / stale output / failed check, 2 usage error, 70 internal error (a bug in
+sailrl: the traceback is printed; it never exits 1, which means "your input has a problem").
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+INTERNAL_ERROR = 70  # sysexits.h EX_SOFTWARE
 
 # name -> (module under sailrl.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -65,3 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 -- the last line of defence: never a bare traceback with exit 1
+        from sailrl.spec.errors import SpecErrors, UserError
+
+        if isinstance(exc, SpecErrors):
+            print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
+            return 1
+        if isinstance(exc, UserError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        import traceback
+
+        traceback.print_exc()
+        print(f"sailrl {args.command}: internal error (a bug in sailrl, not a problem in your files): "
+              f"{type(exc).__name__}: {exc}. Please report it with the traceback above.", file=sys.stderr)
+        return INTERNAL_ERROR

@@ -43,6 +43,7 @@ def yaml_lines(text: str) -> list[str]:
     return parts
 
 
+_EXCERPT_WIDTH = 100  # longest source excerpt shown (characters)
 _RED = "\033[31;1m"
 _BOLD = "\033[1m"
 _BLUE = "\033[34;1m"
@@ -110,10 +111,17 @@ def _excerpt(lines: list[str], line: int, column: int, end_column: int | None, n
     red = _RED if color else ""
     reset = _RESET if color else ""
     text = lines[line - 1].rstrip("\r\n").replace("\t", "→")  # make tabs visible; width 1 keeps carets aligned
+    shift = 0
+    if len(text) > _EXCERPT_WIDTH:  # show a window around the column, marked with ... at the cut ends
+        begin = max(0, min(column - 1 - _EXCERPT_WIDTH // 3, len(text) - _EXCERPT_WIDTH))
+        window = text[begin:begin + _EXCERPT_WIDTH]
+        head = "..." if begin else ""
+        tail = "..." if begin + _EXCERPT_WIDTH < len(text) else ""
+        text, shift = head + window + tail, begin - len(head)
     out = [f"{blue}{str(line).rjust(width)} |{reset} {text}"]
     if column >= 1:
-        start = min(column - 1, len(text))
-        stop = end_column - 1 if end_column and end_column > column else start + 1
+        start = min(max(column - 1 - shift, 0), len(text))
+        stop = end_column - 1 - shift if end_column and end_column > column else start + 1
         stop = max(start + 1, min(stop, max(len(text), start + 1)))
         carets = "^" * (stop - start)
         suffix = f" {note}" if note else ""

@@ -722,8 +722,11 @@ def read_spec_file(path: str | Path) -> tuple[str, str]:
         raise SpecErrors([SpecError(name, 0, 0, "", "file not found",
                                     "Check the path, or run `sailrl init` to write a starter spec.",
                                     code="S001")]) from None
+    except IsADirectoryError:
+        raise SpecErrors([SpecError(name, 0, 0, "", "this is a folder, not a spec file",
+                                    "Give the path of a .yaml file.", code="S002")]) from None
     except OSError as exc:
-        what = "it is a folder, not a file" if p.is_dir() else f"cannot read the file: {exc.strerror or exc}"
+        what = f"cannot read the file: {exc.strerror or exc}"
         raise SpecErrors([SpecError(name, 0, 0, "", what, code="S002")]) from None
     if len(raw) > MAX_SPEC_BYTES:
         try:

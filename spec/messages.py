@@ -231,7 +231,9 @@ def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath,
               "less_than": ("lt", "less than"), "less_than_equal": ("le", "at most")}
     if etype in bounds:
         key, words = bounds[etype]
-        return path, f"must be {words} {ctx.get(key)}, got {shown}", None, "value", "S107"
+        bound = ctx.get(key)
+        bound = f"{bound:g}" if isinstance(bound, float) else bound
+        return path, f"must be {words} {bound}, got {shown}", None, "value", "S107"
     if etype in ("too_short", "too_long"):
         annotation, _ = model_at(root, loaded.data, path)
         if typing.get_origin(annotation) is tuple:

@@ -8,6 +8,9 @@ Every rule has a ``name`` (the metric key ``reward/<name>``; default: its ``kind
 ``pass_score`` / ``fail_score`` (each defaults to 0 when only the other is given). The total reward is the
 sum of the contributions, clipped to ``clip`` when given.
 
+A ``kind: python`` rule names a function in a file next to the spec (``function: rewards:score``); its
+contribution is weight x the number the function returns (see :class:`PythonRule`).
+
 The Sail guide's reward ``correct - 0.1 * (1 - format)`` is two rules::
 
     reward:
@@ -300,6 +303,9 @@ class PythonRule(_RuleBase):
             "pkg.scoring:score is pkg/scoring.py. Signature: score(completion: str, fields: dict) -> float | "
             "dict[str, float]."
         ),
+    )
+    weight: float | None = Field(
+        None, description="Contribution = weight x the number the function returns (0 when the call fails). Default 1."
     )
     timeout_s: float = Field(
         1.0, gt=0, le=60,

@@ -1,13 +1,14 @@
 """The spec: one YAML file describing an RL fine-tuning run.
 
-Defaults reproduce the Sail guide's run (``shared/seeds/000_ae89c72fb71d9d8c.txt``): Kimi K2.6, LoRA rank 32,
+Defaults reproduce the run of Sail's "RL fine-tuning with Tinker" guide: Kimi K2.6, LoRA rank 32,
 16 groups x 4 samples per step, learning rate 1e-5, ``importance_sampling``, 7 steps, max_tokens 1024,
 temperature 1.0, sampled on Sail. (The guide's ``completion_window: priority`` is retired in the current
 sail SDK; the default here is ``balanced``.)
 
-Only shapes, types and per-field bounds live here. Checks that need several fields or other libraries
-(regexes compile, templates parse and use declared fields, renderer names, divisibility) are in
-``sailrl.compiler.checks`` so that every problem is collected and reported together.
+Only shapes, types, per-field bounds and usual ranges (``usual_range``: outside them the validation stage warns)
+live here. Checks that need several fields or other libraries (templates parse and use declared fields,
+renderer names, divisibility) are in the validation stage (``sailrl.compiler.checks``) so that every problem is
+collected and reported together.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from sailrl.cli import main
-from sailrl.spec.loader import load_spec, parse_yaml
+from sailrl.compiler.validate import validate_file
+from sailrl.spec.loader import parse_yaml
+from sailrl.spec.models import BUILTIN_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,8 +126,8 @@ def test_init_writes_a_starter_that_validates(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "spec.yaml").read_text() == (ROOT / "spec" / "starter.yaml").read_text()
     data = (tmp_path / "data" / "addition.jsonl").read_text().splitlines()
     assert len(data) == 100 and set(json.loads(data[0])) == {"question", "answer"}
-    loaded = load_spec(tmp_path / "spec.yaml")  # includes the data-file check and the reward examples
-    assert loaded.spec.sampling.sampler == "local" and loaded.spec.model.name == "sailrl/tiny"
+    loaded = validate_file(tmp_path / "spec.yaml")  # includes the data-file check and the reward examples
+    assert loaded.spec.sampling.sampler == "local" and loaded.spec.model.name in BUILTIN_MODELS
     assert main(["validate", "spec.yaml"]) == 0
 
 
@@ -168,3 +170,28 @@ def test_spec_reference_lists_every_field():
         for key in model.get("properties", {}):
             assert f"| `{key}` |" in text
     assert "| `learning_rate` | number (> 0) | `1e-05` |" in text
+
+
+def test_error_codes_doc_lists_every_code():
+    from sailrl.compiler.docgen import render_codes
+    from sailrl.spec.codes import CODES
+
+    committed = (ROOT / "docs" / "error-codes.md").read_text(encoding="utf-8")
+    assert committed == render_codes(), (
+        "docs/error-codes.md is stale: run `python -m sailrl.compiler.docgen --codes > docs/error-codes.md`"
+    )
+    for code in CODES.values():
+        assert f"| `{code.code}` | `{code.name}` | {code.severity} |" in committed
+
+
+def test_init_comments_name_the_file_it_writes(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "myspec.yaml"]) == 0
+    text = (tmp_path / "myspec.yaml").read_text()
+    assert "#     sailrl validate myspec.yaml    # every problem at once" in text
+    assert "#     sailrl run myspec.yaml         # compile and train now" in text
+    assert "spec.yaml" not in text.replace("myspec.yaml", "").replace("spec.schema.json", "")
+    assert capsys.readouterr().out.endswith("next: sailrl validate myspec.yaml  then  sailrl run myspec.yaml\n")
+    assert main(["init", "my spec.yaml"]) == 0
+    assert "#     sailrl run 'my spec.yaml'      # compile" in (tmp_path / "my spec.yaml").read_text()
+    assert main(["validate", "my spec.yaml"]) == 0

@@ -3,10 +3,13 @@ header-only CSV files, and prompts too long for the model's context (skipped wit
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sailrl.runtime.data as data
 from sailrl.runtime.data import DatasetError, load_rows
@@ -197,3 +200,48 @@ def test_max_tokens_filling_the_context_is_said(tmp_path):
     (tmp_path / "rows.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
     with pytest.raises(DatasetError, match="so no prompt fits; lower sampling.max_tokens"):
         load_rows(make_spec("rows.jsonl", max_tokens=64), tmp_path, renderer=tiny_renderer(), context_window=64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(min_size=0, max_size=300), window=st.integers(min_value=20, max_value=400))
+def test_the_cheap_length_bound_never_lets_a_long_prompt_through(text, window):
+    from sailrl.runtime.data.rows import PromptLimit
+
+    renderer = tiny_renderer()
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+    limit = PromptLimit(renderer=renderer, context_window=window, max_tokens=8)
+    exact = renderer.build_generation_prompt(messages).length
+    measured = limit.tokens(messages)
+    assert measured is None or measured == exact
+    assert (measured is not None and measured > limit.max_prompt_tokens) == (exact > limit.max_prompt_tokens)
+
+
+@functools.cache
+def trained_bpe(kind: str):
+    """A small BPE tokenizer trained here: byte-level (GPT-2 style) or metaspace (sentencepiece style)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_level = kind == "byte_level"
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False) if byte_level else pre_tokenizers.Metaspace()
+    tok.decoder = decoders.ByteLevel() if byte_level else decoders.Metaspace()
+    alphabet = pre_tokenizers.ByteLevel.alphabet() if byte_level else []
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<eos>"], initial_alphabet=alphabet)
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog 3+4=7", "ünïcödé テスト 🙂 a b"] * 50, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
+
+
+@settings(max_examples=40, deadline=None)
+@given(kind=st.sampled_from(["byte_level", "metaspace"]),
+       text=st.text(alphabet="the quick brown fox 3+4=7 ünï テ🙂\n", max_size=200),
+       window=st.integers(min_value=10, max_value=300))
+def test_the_cheap_length_bound_holds_for_bpe_tokenizers(kind, text, window):
+    from sailrl.runtime.data.rows import PromptLimit
+
+    renderer = get_renderer("role_colon", trained_bpe(kind))
+    messages = [{"role": "user", "content": text}]
+    limit = PromptLimit(renderer=renderer, context_window=window, max_tokens=4)
+    exact = renderer.build_generation_prompt(messages).length
+    measured = limit.tokens(messages)
+    assert (measured is not None and measured > limit.max_prompt_tokens) == (exact > limit.max_prompt_tokens)

@@ -96,7 +96,14 @@ def test_save_to_disk_unknown_split_suggests(tmp_path):
     assert err.value.key == "dataset.split"
 
 
-def test_hub_id_goes_through_load_dataset_with_config_and_split(tmp_path, monkeypatch):
+@pytest.fixture
+def reachable_hub(monkeypatch):
+    from sailrl.runtime.data import readers
+
+    monkeypatch.setattr(readers, "hub_problem", lambda source: None)
+
+
+def test_hub_id_goes_through_load_dataset_with_config_and_split(tmp_path, monkeypatch, reachable_hub):
     import datasets
 
     calls = []
@@ -115,7 +122,7 @@ def test_hub_id_goes_through_load_dataset_with_config_and_split(tmp_path, monkey
     assert out.source == "openai/gsm8k (main) [train]"
 
 
-def test_hub_failure_is_one_plain_sentence(tmp_path, monkeypatch):
+def test_hub_failure_is_one_plain_sentence(tmp_path, monkeypatch, reachable_hub):
     import datasets
 
     def offline(*args, **kwargs):
@@ -127,6 +134,48 @@ def test_hub_failure_is_one_plain_sentence(tmp_path, monkeypatch):
     msg = str(err.value)
     assert msg.startswith("cannot load dataset 'someone/missing' from the Hugging Face hub: ConnectionError")
     assert ".jsonl" in msg and err.value.key == "dataset.source"
+
+
+def test_an_unreachable_hub_is_one_line_in_seconds(tmp_path, monkeypatch):
+    import time
+
+    import datasets
+    import httpx
+    from huggingface_hub import HfApi
+
+    def unreachable(self, repo_id, **kwargs):
+        assert kwargs["timeout"] == 5.0
+        raise httpx.ConnectError("[Errno -2] Name or service not known")
+
+    def never(*args, **kwargs):
+        raise AssertionError("load_dataset must not be called: it retries for half a minute")
+
+    monkeypatch.setattr(HfApi, "dataset_info", unreachable)
+    monkeypatch.setattr(datasets, "load_dataset", never)
+    started = time.perf_counter()
+    with pytest.raises(DatasetError) as err:
+        load_rows(make_spec("openai/gsm8k"), tmp_path)
+    assert time.perf_counter() - started < 2.0
+    assert str(err.value) == (
+        "cannot load dataset 'openai/gsm8k': the Hugging Face hub is unreachable (ConnectError: [Errno -2] Name or "
+        "service not known); connect to the network, or with a cached copy set HF_HUB_OFFLINE=1; for a local file "
+        "give a path ending in .jsonl, .json, .csv or .parquet (relative to the spec file)")
+    assert err.value.key == "dataset.source"
+
+
+def test_a_hub_id_the_hub_does_not_have(tmp_path, monkeypatch):
+    import httpx
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    def missing(self, repo_id, **kwargs):
+        response = httpx.Response(404, request=httpx.Request("GET", "https://huggingface.co/api/datasets/x"))
+        raise RepositoryNotFoundError("404 Client Error", response=response)
+
+    monkeypatch.setattr(HfApi, "dataset_info", missing)
+    with pytest.raises(DatasetError, match=r"^cannot load dataset 'someone/nope': the hub has no dataset of that "
+                                           r"name you can read \(check the id; a private one needs HF_TOKEN\)"):
+        load_rows(make_spec("someone/nope"), tmp_path)
 
 
 def test_missing_file_names_the_path(tmp_path):

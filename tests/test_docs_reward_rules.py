@@ -3,14 +3,18 @@
 Conventions in the guide (a fenced block's first line decides what it is):
 
 * ```` ```yaml ```` starting ``# example: <name>``: a complete ``reward:`` section plus ``examples:``. It is put in a
-  small spec (``HEADER`` below, then the snippet as written) and loaded with :func:`sailrl.spec.loader.load_spec`,
+  small spec (``HEADER`` below, then the snippet as written) and loaded with :func:`sailrl.compiler.validate.validate_file`,
   which scores every example; a disagreement raises. Every example block must have examples.
 * ```` ```yaml ```` starting ``# mistake: <name>``: a deliberately wrong section; loading it must fail.
 * ```` ```text ```` starting ``$ sailrl ...``: that command, run on the spec of the nearest yaml block above it
   (or of the example named by a ``<!-- spec: NAME -->`` line right before the fence). Every following line must appear in the command's output, in order (``...`` marks lines left out). Commands on
   an example must exit 0, ``validate`` on a mistake must exit 1.
 
-Every ```` ```yaml ```` block in the guide must be an example or a mistake, so nothing goes unchecked.
+* ```` ```python ```` starting ``# file: <name>``: a Python file that every snippet's spec folder gets (what
+  ``kind: python`` rules name). Every python block must name its file.
+
+Every ```` ```yaml ```` block in the guide must be an example or a mistake, so nothing goes unchecked. An example
+whose answer rules draw a "can be gamed" warning (W110) must show that warning in a ``$ sailrl validate`` block.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ import pytest
 import yaml
 
 from sailrl.cli import main as sailrl_main
+from sailrl.compiler.validate import validate_file
 from sailrl.spec.errors import SpecErrors
-from sailrl.spec.loader import load_spec
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "reward-rules.md"
 
@@ -53,6 +57,11 @@ class Snippet:
     commands: list[tuple[str, list[str], int]] = field(default_factory=list)  # (command, expected lines, line)
 
 
+_FILE_MARK = re.compile(r"#\s*file:\s*(\S+)")
+#: The guide's Python files (name -> text), written next to every snippet's spec.
+FILES: dict[str, str] = {}
+
+
 def _snippets() -> list[Snippet]:
     source = GUIDE.read_text(encoding="utf-8")
     out: list[Snippet] = []
@@ -60,7 +69,11 @@ def _snippets() -> list[Snippet]:
         lang, body = m.group(1), m.group(2)
         line = source.count("\n", 0, m.start()) + 1
         first = body.split("\n", 1)[0]
-        if lang == "yaml":
+        if lang == "python":
+            mark = _FILE_MARK.fullmatch(first.strip())
+            assert mark, f"reward-rules.md:{line}: a python block must start with '# file: NAME'"
+            FILES[mark.group(1)] = body
+        elif lang == "yaml":
             mark = _MARK.fullmatch(first.strip())
             assert mark, f"reward-rules.md:{line}: a yaml block must start with '# example: NAME' or '# mistake: NAME'"
             out.append(Snippet(mark.group(1), mark.group(2), body, line))
@@ -97,6 +110,8 @@ def _write_spec(snippet: Snippet, folder: Path) -> Path:
     (folder / "rows.jsonl").write_text(
         "{" + ", ".join(f'"{n}": "1"' for n in names) + "}\n", encoding="utf-8"
     )
+    for name, text in FILES.items():
+        (folder / name).write_text(text, encoding="utf-8")
     path = folder / "spec.yaml"
     path.write_text(HEADER.format(fields=", ".join(names)) + snippet.text, encoding="utf-8")
     return path
@@ -128,7 +143,8 @@ def test_guide_has_the_documented_snippets() -> None:
                  "kind: all_of", "from: boxed", "from: regex", "from: last_number", "from: after_marker",
                  "from: whole", "compare: exact", "compare: normalized", "compare: numeric", "compare: math",
                  "mode: fullmatch", "negate: true", "DOTALL", "clip:", "correct_rule:", "abs_tol", "rel_tol",
-                 "fallback: whole", "occurrence: first", "truncated: true", "num_tokens:"):
+                 "fallback: whole", "occurrence: first", "truncated: true", "num_tokens:", "kind: python",
+                 "timeout_s:"):
         assert word in examples, f"no example in the guide uses {word!r}"
 
 
@@ -140,10 +156,15 @@ def test_example_snippet_loads_and_scores_as_claimed(snippet: Snippet, tmp_path:
     monkeypatch.chdir(tmp_path)
     _write_spec(snippet, tmp_path)
     try:
-        loaded = load_spec("spec.yaml")  # scores every example; a disagreement raises SpecErrors
+        loaded = validate_file("spec.yaml")  # scores every example; a disagreement raises SpecErrors
     except SpecErrors as exc:
         pytest.fail(f"reward-rules.md:{snippet.line}: snippet '{snippet.name}' does not load:\n{exc.format()}")
     assert len(loaded.spec.examples) == len(data["examples"])
+    shown = "\n".join("\n".join(e) for c, e, _ in snippet.commands if c.startswith("sailrl validate"))
+    for w in loaded.warnings:
+        assert w.code != "W110" or w.message in shown, (
+            f"reward-rules.md:{snippet.line}: snippet '{snippet.name}' can be gamed and the guide does not say so "
+            f"(show it in a `$ sailrl validate spec.yaml` block):\n{w.message}")
 
 
 @pytest.mark.parametrize("snippet", [s for s in SNIPPETS if s.kind == "mistake"], ids=lambda s: s.name)
@@ -151,7 +172,7 @@ def test_mistake_snippet_is_rejected(snippet: Snippet, tmp_path: Path, monkeypat
     monkeypatch.chdir(tmp_path)
     _write_spec(snippet, tmp_path)
     with pytest.raises(SpecErrors):
-        load_spec("spec.yaml")
+        validate_file("spec.yaml")
     assert snippet.commands, f"reward-rules.md:{snippet.line}: show what sailrl says about mistake '{snippet.name}'"
 
 

@@ -47,7 +47,7 @@ def test_sampler_weights_are_a_peft_adapter_on_the_reproducible_base(svc):
     )
     with open(os.path.join(directory, "base_model.json")) as f:
         base_info = json.load(f)
-    assert base_info == {"model_name": "sailrl/tiny", "seed": 0, "config": TINY_CONFIG}
+    assert base_info == {"model_name": "sailrl/tiny", "seed": 0, "config": TINY_CONFIG, "revision": None}
 
     loaded = PeftModel.from_pretrained(build_tiny_model(base_info["seed"]), directory).eval()
     x = torch.tensor([SEQ])

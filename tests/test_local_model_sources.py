@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import tinker
+import torch
 from tinker import types
 
 from sailrl.runtime.local import LocalServiceClient

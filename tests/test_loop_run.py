@@ -95,7 +95,7 @@ def test_a_failed_group_is_dropped_and_counted_and_the_step_goes_on(tmp_path):
                 return await super().__call__(model_input, stop, max_tokens=max_tokens)
 
         policy = FlakyPolicy(good.sampling_client, max_tokens=12)
-        batch = await rollout_groups(policy, [run._builder(r, 4) for r in rows])
+        batch = await rollout_groups(policy, [run._builder(r, 4, None) for r in rows])
         assert len(batch.groups) == 1 and [i for i, _ in batch.failed] == [rows[0]["_index"]]
         assert "SailRolloutError: expired after 3 attempts" in batch.failed[0][1]
         batch.sampler_steps = [1] * len(batch.groups)

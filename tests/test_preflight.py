@@ -8,6 +8,7 @@ the ``slow`` ones sample the real base policy on the embedded backend (``sailrl/
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -276,7 +277,7 @@ def test_a_local_model_samples_itself(monkeypatch):
 def test_cli_samples_a_remote_spec_with_the_stand_in(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     monkeypatch.setattr(preflight, "_hub_unreachable", lambda name: "the hub is unreachable (test)")
-    text = QUICKSTART.read_text().replace("name: sailrl/tiny", "name: Qwen/Qwen3-8B").replace(
+    text = re.sub(r"name: sailrl/tiny\S*", "name: Qwen/Qwen3-8B", QUICKSTART.read_text()).replace(
         "renderer: role_colon", "renderer: qwen3")
     text = text.replace("source: data/addition.jsonl", f"source: {EXAMPLES / 'data' / 'addition.jsonl'}")
     spec = tmp_path / "qwen.yaml"
@@ -291,6 +292,28 @@ def test_cli_samples_a_remote_spec_with_the_stand_in(tmp_path, monkeypatch, caps
     assert any(p["message"].startswith("cannot load the tokenizer of Qwen/Qwen3-8B: the hub is unreachable (test)")
                for p in report["problems"])
     assert report["cost"]["completions"] == "not sampled: 1 to max_tokens (12) tokens each"
+
+
+def test_sampler_sail_samples_the_base_model_on_sail(fake_sail_server):
+    from tests.fakes.sail_server import Sample
+
+    tok = get_tokenizer("sailrl/tiny")
+
+    def answer(prompt_tokens, payload):
+        a, b = map(int, re.search(r"(\d+)\+(\d+)=", tok.decode(prompt_tokens)).groups())
+        ids = tok.encode(f" {a + b}\n\nUser:", add_special_tokens=False)
+        return Sample(ids, [-0.5] * len(ids), "stop")
+
+    fake_sail_server.sampler = answer
+    fake_sail_server.service_time_s = 0.0
+    report = build_report(make_spec(sampling={"max_tokens": 12}), EXAMPLES, sample=2, sampler="sail")
+    posts = fake_sail_server.payloads
+    assert len(posts) == 8  # 2 groups x group_size 4
+    assert posts[0]["model"] == "sailrl/tiny" and "lora" not in (posts[0].get("metadata") or {})
+    assert posts[0]["max_output_tokens"] == 12 and posts[0]["stop"] == ["\n\nUser:"]
+    s = report["sample"]
+    assert (s["sampler"], s["groups"], s["rules"]["correct"]["passed"], s["degenerate_fraction"]) == ("sail", 2, 8, 1.0)
+    assert report["verdict"].startswith("not ready: every one of the 2 sampled groups is degenerate")
 
 
 # ------------------------------------------------------------------------------------------- cost estimate
@@ -429,3 +452,19 @@ def test_pattern_the_tiny_model_never_produces_blocks(tmp_path, capsys):
     assert "every one of the 2 sampled groups is degenerate" in out
     assert "no completion passed 'magic'" in out
     assert "not ready" in out
+
+
+def test_the_spec_warnings_are_in_the_verdict(tmp_path, capsys):
+    spec = tmp_path / "w.yaml"
+    spec.write_text(
+        "name: w\nmodel: {name: sailrl/tiny}\n"
+        f"dataset: {{source: {EXAMPLES / 'data' / 'addition.jsonl'}}}\n"
+        "prompt: {user: '{{ question }}='}\n"
+        "reward:\n  rules:\n    - {name: c, kind: answer, extract: {from: last_number}}\n"
+        "training: {learning_rate: 1e5}\n"
+        "sampling: {sampler: local, max_tokens: 8}\n")
+    assert main(["preflight", str(spec), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "ready, with 1 warning: training.learning_rate looks unusual"
+    assert report["problems"][0]["message"] == (f"{spec}:8:27: training.learning_rate: learning_rate 1e5 is outside "
+                                                f"its usual range, 1e-07 to 0.01")

@@ -1,7 +1,7 @@
 """PromptBuilder: sandboxed strict templates, the renderer's tokens and stop sequences, warm-up examples.
 
 Uses the offline byte tokenizer (``transformers.ByT5Tokenizer(extra_ids=0)``) with tinker_cookbook's role_colon
-renderer, the pair the embedded backend uses for ``sailrl/tiny`` (shared/NOTES.md).
+renderer, the pair the embedded backend uses for ``sailrl/tiny``.
 """
 
 from __future__ import annotations
@@ -114,3 +114,82 @@ def test_builder_without_renderer_only_renders_messages():
     assert b.messages(ROW) == [{"role": "user", "content": "3+4"}]
     with pytest.raises(RuntimeError, match="without a renderer"):
         b.model_input(ROW)
+
+
+# -- limits: no template hangs a run or exhausts memory ------------------------------------------------------
+
+HANGING = {
+    "nested range loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "lipsum": "{{ lipsum(n=100000) }}",
+    "power": "{{ 9**(n*10**8) }}",
+    "repetition": "{{ 'a' * 10**8 }}",
+    "center method": "{{ question.center(100000000) }}",
+    "center filter": "{{ question|center(100000000) }}",
+    "percent format filter": "{{ '%100000000d'|format(1) }}",
+    "percent operator": "{{ '%100000000d' % 1 }}",
+    "str.format width": "{{ '{:>100000000}'.format(1) }}",
+    "concat doubling": "{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+                       "{% endfor %}{{ ns.s }}",
+    "plus doubling": "{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+                     "{% endfor %}{{ ns.s }}",
+    "loops over long strings": "{% for c in 'a' * 1000000 %}{% for d in 'b' * 1000000 %}{% endfor %}{% endfor %}",
+    "list repetition": "{{ (range(100000)|list) * 100000 }}",
+    "batch": "{{ range(10)|batch(1000000000, 'x')|list }}",
+    "recursive macro": "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+    "filter chain": "{{ question" + "|upper" * 300 + " }}",
+}
+
+
+@pytest.mark.parametrize("source", HANGING.values(), ids=HANGING.keys())
+def test_runaway_templates_stop_within_their_limits(source):
+    import time
+
+    from sailrl.runtime.prompts import RENDER_TIMEOUT_S
+
+    start = time.perf_counter()
+    with pytest.raises(PromptError) as err:
+        render_template(source, {"question": "q", "n": 3}, row_index=4)
+    assert time.perf_counter() - start < RENDER_TIMEOUT_S + 0.5
+    assert err.value.kind == "limit" and str(err.value).startswith("row 4: prompt.user ")
+
+
+def test_limit_messages_state_the_limit():
+    with pytest.raises(PromptError, match=r"'\*' would build a text of about 100,000,000 characters \(the limit is "
+                                          r"2,000,000\)"):
+        render_template("{{ 'a' * 10**8 }}", {})
+    with pytest.raises(PromptError, match=r"took longer than 0.5 s to render \(templates are limited to 0.5 s a row\)"):
+        render_template("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", {})
+    with pytest.raises(PromptError, match=r"'\*\*' would build a number of about 95,424,251 digits"):
+        render_template("{{ 9**(10**8) }}", {})
+
+
+@pytest.mark.parametrize("source", ["{{ question.__class__ }}", "{{ cycler.__init__.__globals__ }}",
+                                    "{{ ''['__class__'] }}", "{{ self._TemplateReference__context }}"])
+def test_sandbox_refusals_are_forbidden_errors(source):
+    with pytest.raises(PromptError) as err:
+        render_template(source, {"question": "x"})
+    assert err.value.kind == "forbidden" and "sandbox forbids" in str(err.value)
+
+
+def test_ordinary_templates_still_render():
+    src = ("{% for i in range(3) %}{{ loop.index }}{{ question }};{% endfor %}{{ 'ab' ~ question }} "
+           "{{ '%s-%d'|format('a', 3) }} {{ '{} {}'.format(1, 2) }} {{ [1, 2]|join(',') }} {{ question * 3 }} "
+           "{{ 2 ** 10 }} {{ question|center(7) }}|")
+    assert render_template(src, {"question": "q"}) == "1q;2q;3q;abq a-3 1 2 1,2 qqq 1024    q   |"
+
+
+def test_a_long_field_is_fine_and_the_output_cap_is_two_million_characters():
+    from sailrl.runtime.prompts import MAX_RENDER_CHARS
+
+    doc = "word " * 300_000  # 1.5 M characters of real data
+    assert len(render_template("{{ doc }}", {"doc": doc})) == len(doc)
+    with pytest.raises(PromptError, match="renders more than 2,000,000 characters"):
+        render_template("{{ doc }}{{ doc }}", {"doc": doc})
+    assert MAX_RENDER_CHARS == 2_000_000
+
+
+def test_prompt_error_is_a_user_error_and_a_value_error():
+    from sailrl.spec.errors import DataError, SailrlError
+
+    assert issubclass(PromptError, DataError) and issubclass(PromptError, ValueError)
+    assert issubclass(PromptError, SailrlError)

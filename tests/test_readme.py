@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sailrl.spec.loader import load_spec_text
+from sailrl.compiler.validate import validate_text
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 
@@ -16,7 +16,7 @@ def _block_after(marker: str) -> str:
 
 
 def test_the_walkthrough_spec_validates():
-    spec = load_spec_text(_block_after("## A spec, walked through"), filename="README.md").spec
+    spec = validate_text(_block_after("## A spec, walked through"), filename="README.md").spec
     assert spec.dataset.source == "openai/gsm8k" and spec.training.learning_rate == 4e-5
     assert [r.name for r in spec.reward.rules] == ["correct", "format"]
 

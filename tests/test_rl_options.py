@@ -188,3 +188,26 @@ def test_a_run_with_every_option_logs_what_each_did(tmp_path, monkeypatch):
         assert abs(lines[0]["kl_policy_base"]) < 1e-5
     rollouts = [json.loads(x) for x in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     assert {(r["step"], r["sampler_step"], r["staleness"]) for r in rollouts} == {(1, 1, 0), (2, 1, 1), (3, 2, 1)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first,then", [(0, 1), (1, 0)])
+def test_switching_off_policy_mode_on_resume_continues_and_records_each_steps_mode(tmp_path, monkeypatch,
+                                                                                   first, then, capsys):
+    monkeypatch.chdir(ROOT)
+    run_dir = tmp_path / "run"
+    base = ["training.warmup=null", "training.groups_per_step=4", "training.group_size=4", "sampling.max_tokens=6",
+            "training.save_every=1", f"output.run_dir={run_dir}"]
+
+    def run(k: int, steps: int, *extra: str) -> int:
+        sets = [*base, f"training.max_steps_off_policy={k}", f"training.steps={steps}"]
+        return main(["run", str(QUICKSTART), *sum((["--set", s] for s in sets), []), *extra])
+
+    assert run(first, 2) == 0
+    assert run(then, 4, "--resume") == 0
+    assert "resuming with a spec that differs" in capsys.readouterr().err
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2, 3, 4]
+    assert [m["off_policy_k"] for m in lines] == [float(first)] * 2 + [float(then)] * 2
+    # the first step after a resume samples from its own checkpoint: nothing sampled before the kill survives
+    assert lines[2]["sampler_step"] == 3.0

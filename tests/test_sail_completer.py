@@ -46,7 +46,7 @@ KWARGS: dict[str, Any] = {
     "tinker_lora_name": "run-1-step-3",
 }
 FAST = PollPolicy(
-    first_poll_s=0.02, max_interval_s=0.05, retry_base_s=0.01, retry_max_s=0.02,
+    min_interval_s=0.01, first_poll_s=0.02, max_interval_s=0.05, retry_base_s=0.01, retry_max_s=0.02,
     response_deadline_s=5.0, request_timeout_s=5.0,
 )
 PROMPT = [11, 12, 13, 14, 15, 16]
@@ -184,24 +184,13 @@ def test_sdk_argument_checks_are_kept() -> None:
 # ------------------------------------------------------------------------------------------------------
 
 
-def test_poll_schedule() -> None:
-    p = PollPolicy()
-    assert [p.poll_interval(k, 0.0) for k in range(6)] == [0.25, 0.5, 1.0, 2.0, 4.0, 4.0]
-    assert p.poll_interval(0, 0.5) == pytest.approx(0.25 * (1 - 0.25 * 0.5))
-    assert p.poll_interval(10_000, 0.0) == 4.0
-    assert [p.retry_delay(n, 0.0) for n in (1, 2, 3, 10)] == [1.0, 2.0, 4.0, 30.0]
-    for bad in ({"jitter": 1.0}, {"backoff": 0.5}, {"first_poll_s": 0}, {"max_attempts": 0}):
-        with pytest.raises(ValueError):
-            PollPolicy(**bad)
-
-
 def test_polls_until_completed_and_counts(fake_sail_server: FakeSailServer) -> None:
     fake_sail_server.service_time_s = 0.3
     completer = ours()
     result = run(completer(prompt(), ["\n"]))
     assert result.tokens == [16, 15, 14, 13]
     polls = fake_sail_server.polls["resp_000001"]
-    assert polls >= 3  # 0.02, 0.04, 0.05 ... s apart: several polls before 0.3 s
+    assert polls >= 3  # a lone rollout is a scout: polled every 0.01-0.015 s until 0.3 s
     assert completer.stats.polls == polls
     metrics = completer.stats.as_metrics()
     assert metrics["sail/completed"] == 1.0 and metrics["sail/attempts"] == 1.0
@@ -320,6 +309,7 @@ def test_malformed_output_is_retried_then_reported(fake_sail_server: FakeSailSer
     with pytest.raises(SailRolloutError, match="token_ids and logprobs lengths do not match"):
         run(completer(prompt(), ["\n"]))
     assert completer.stats.failure_reasons == {"malformed output": 2}
+    assert completer.stats.malformed == 2 and completer.stats.as_metrics()["sail/malformed"] == 2.0
 
 
 @pytest.mark.parametrize("status", [400, 401, 403])
@@ -347,7 +337,15 @@ def test_make_sail_policy(fake_sail_server: FakeSailServer) -> None:
     policy = make_sail_policy(
         model="moonshotai/Kimi-K2.6", signed_url=SIGNED_URL, adapter_config=ADAPTER, lora_name="run-1-step-3",
         max_tokens=4, temperature=0.7, top_p=0.9, completion_window="balanced", poll=FAST,
+        vocab_size=259, poll_deadline_s=30,
     )
+    assert policy.vocab_size == 259
+    assert policy.poll.response_deadline_s == 30 and policy.poll.min_interval_s == FAST.min_interval_s
+    default = make_sail_policy(
+        model="m", signed_url=SIGNED_URL, adapter_config=ADAPTER, lora_name="x", max_tokens=4, temperature=1.0,
+        top_p=1.0, completion_window="balanced",
+    )
+    assert default.vocab_size is None and default.poll == PollPolicy() and default.poll.response_deadline_s == 1200
     run(policy(prompt(), ["\n"]))
     run(stock()(prompt(), ["\n"]))
     assert fake_sail_server.payloads[0] == fake_sail_server.payloads[1]

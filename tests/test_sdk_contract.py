@@ -10,7 +10,7 @@ import tinker
 
 from sailrl.runtime.sail import tinker_rest_client_class
 
-# (class, method, keyword arguments runtime/loop.py and runtime/sail_adapter.py pass)
+# (class, method, keyword arguments the loop (runtime/run.py) and runtime/sail/ pass)
 CALLS = [
     (tinker.ServiceClient, "create_lora_training_client_async",
      {"base_model", "rank", "seed", "train_mlp", "train_attn", "train_unembed"}),
@@ -54,3 +54,21 @@ def test_sail_completer_takes_the_arguments_make_sail_policy_passes():
     params = set(inspect.signature(sail.SailTokenCompleter.__init__).parameters)
     assert {"model", "max_tokens", "temperature", "top_p", "completion_window", "tinker_lora_signed_url",
             "adapter_config", "tinker_lora_name"} <= params
+
+
+def test_the_sail_sdk_helpers_the_adaptive_completer_reuses_exist():
+    """runtime/sail/completer.py builds the SDK's exact request and parses its answers with these sail.tinker
+    helpers and constants; a sail release that renames one fails here."""
+    import sail.inference
+    import sail.tinker as sail_tinker
+
+    for name in ("_model_input_to_tokens", "_normalize_stop", "_adapter_config_payload",
+                 "_response_id_from_create_response", "_first_output_text", "_tokens_and_logprobs_from_response",
+                 "_stop_reason_from_response"):
+        assert callable(getattr(sail_tinker, name, None)), f"sail.tinker.{name} is gone"
+    for name in ("_RAW_PROMPT_SENTINEL", "_RAW_PROMPT_TOKENS_FIELD", "_TINKER_ADAPTER_CONFIG_METADATA_FIELD",
+                 "_TINKER_LORA_NAME_METADATA_FIELD", "_LOGPROBS_INCLUDE", "_DEFAULT_POLL_TIMEOUT_SECONDS"):
+        assert isinstance(getattr(sail_tinker, name, None), str | float), f"sail.tinker.{name} is gone"
+    for call in (sail.inference.responses.create, sail.inference.responses.retrieve):
+        assert callable(getattr(call, "aio", None))
+    assert {"voyage", "timeout"} <= set(inspect.signature(sail.inference.responses.retrieve.aio).parameters)

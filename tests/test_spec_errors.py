@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import MINIMAL_SPEC
 
-from sailrl.spec.errors import SpecError, SpecErrors
 from sailrl.compiler.validate import validate_file, validate_text
+from sailrl.spec.errors import SpecError, SpecErrors
 from sailrl.spec.renderers import (
     COOKBOOK_RENDERERS,
     KNOWN_RENDERERS,

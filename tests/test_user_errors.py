@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from sailrl.cli import main
-from sailrl.runtime.backends import BackendError, open_backend
+from sailrl.compiler.validate import validate_text
 from sailrl.launch import apply_overrides, build_spec
+from sailrl.runtime.backends import BackendError, open_backend
 from sailrl.spec.errors import SpecErrors
-from sailrl.spec.loader import load_spec, load_spec_text
+from sailrl.spec.loader import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "spec/examples/quickstart.yaml"
@@ -21,7 +22,7 @@ SPEC_DIR = QUICKSTART.parent
 
 def _errors(text: str) -> list:
     with pytest.raises(SpecErrors) as e:
-        load_spec_text(text, filename="s.yaml")
+        validate_text(text, filename="s.yaml")
     return e.value.errors
 
 

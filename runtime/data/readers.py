@@ -12,7 +12,8 @@ Sources (relative paths are relative to the spec file's folder):
   than :data:`MAX_CSV_CELL_CHARS` characters, a header with no rows under it.
 - ``.parquet``: ``datasets``' parquet builder.
 - a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``: ``datasets.load_from_disk``.
-- anything else is a Hugging Face dataset id: ``datasets.load_dataset(id, config, split=split)``.
+- anything else is a Hugging Face dataset id: ``datasets.load_dataset(id, config, split=split)``, after a
+  metadata request with a short timeout (:func:`hub_problem`), so an unreachable hub is one line in seconds.
 
 Every failure is a :class:`~sailrl.runtime.data.base.DatasetError` in plain words.
 """
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.runtime.data.base import DatasetError
+from sailrl.spec.constants import LOCAL_DATA_SUFFIXES, MAX_INT_DIGITS
 from sailrl.spec.messages import did_you_mean
 
 __all__ = [
@@ -43,9 +45,9 @@ __all__ = [
     "resolve",
 ]
 
-LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+LOCAL_SUFFIXES = LOCAL_DATA_SUFFIXES  # the spec layer's table: a dataset.source ending in one is a local file
 MAX_JSON_DEPTH = 100  # lists / objects inside each other, the row object itself counting as level 1
-MAX_NUMBER_DIGITS = 1000  # digits of a JSON integer (Python refuses to convert more than 4,300)
+MAX_NUMBER_DIGITS = MAX_INT_DIGITS  # digits of a JSON integer: the spec's limit, Python's own (4,300)
 MAX_CSV_CELL_CHARS = 1_000_000  # characters in one CSV cell
 
 
@@ -453,9 +455,43 @@ def _load_disk_dir(path: Path, split: str, key: str) -> Source:
     return Source(columns=list(ds.column_names), dataset=ds)
 
 
+HUB_TIMEOUT_S = 5.0  # seconds the hub's metadata request may take before the hub counts as unreachable
+_LOCAL_HINT = "for a local file give a path ending in .jsonl, .json, .csv or .parquet (relative to the spec file)"
+
+
+def hub_problem(source: str) -> str | None:
+    """Why the Hugging Face hub cannot serve dataset ``source`` now, or None (load it).
+
+    One metadata request with a :data:`HUB_TIMEOUT_S` timeout, so an unreachable hub is reported in seconds
+    instead of after ``datasets``' download retries. With ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` set:
+    None (``datasets`` reads its cache).
+    """
+    from datasets import config
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    if config.HF_HUB_OFFLINE:
+        return None
+    try:
+        HfApi().dataset_info(source, timeout=HUB_TIMEOUT_S)
+    except GatedRepoError:
+        return "it is gated: accept its terms on the hub and set HF_TOKEN"
+    except RepositoryNotFoundError:
+        return "the hub has no dataset of that name you can read (check the id; a private one needs HF_TOKEN)"
+    except HfHubHTTPError:
+        return None  # the hub answered; let datasets say what it makes of it
+    except Exception as exc:  # noqa: BLE001 -- DNS, refused, timeout: the hub is unreachable
+        return (f"the Hugging Face hub is unreachable ({first_line(exc)}); connect to the network, or with a "
+                f"cached copy set HF_HUB_OFFLINE=1")
+    return None
+
+
 def _load_hub(source: str, config: str | None, split: str, key: str) -> Source:
     import datasets
 
+    problem = hub_problem(source)
+    if problem is not None:
+        raise DatasetError(f"cannot load dataset {source!r}: {problem}; {_LOCAL_HINT}", key="dataset.source")
     try:
         with _Quiet():
             ds = datasets.load_dataset(source, config, split=split)
@@ -470,8 +506,7 @@ def _load_hub(source: str, config: str | None, split: str, key: str) -> Source:
     except Exception as exc:  # noqa: BLE001 -- hub, network and builder errors, reworded for the user
         raise DatasetError(
             f"cannot load dataset {source!r} from the Hugging Face hub: {first_line(exc)}. Check the id and your "
-            f"network; for a local file give a path ending in .jsonl, .json, .csv or .parquet (relative to the "
-            f"spec file)", key="dataset.source") from None
+            f"network; {_LOCAL_HINT}", key="dataset.source") from None
     if isinstance(ds, Mapping):  # a DatasetDict despite split=
         ds = _split_of(ds, split, f"dataset {source!r}", key)
     return Source(columns=list(ds.column_names), dataset=ds)

@@ -14,7 +14,7 @@ never rendered with empty strings. The reasons, by ``kind`` (:data:`SKIP_KINDS`)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sailrl.runtime.data.base import DatasetError, SkippedRow
@@ -101,21 +101,40 @@ def check_required(need: Mapping[str, str], mapping: Mapping[str, str], columns:
             key="dataset.fields")
 
 
-@dataclass(frozen=True)
+@dataclass
 class PromptLimit:
     """The prompt length a row may have: ``context_window - max_tokens`` tokens.
 
     renderer: the ``tinker_cookbook`` renderer that turns the row's messages into tokens. context_window: the
     model's context (tokens). max_tokens: ``sampling.max_tokens``.
+
+    :meth:`tokens` renders a prompt to tokens only when a cheap bound says it might not fit: a token stands for
+    at least one byte of text, or for a word boundary (a sentencepiece ``▁``), so a message of ``b`` UTF-8 bytes
+    is at most ``2 b`` tokens; the conversation adds the renderer's own tokens, measured once on the same
+    roles with empty messages (plus :attr:`SLACK`).
     """
 
     renderer: Any
     context_window: int
     max_tokens: int
+    _overhead: dict[tuple[str, ...], int] = field(default_factory=dict, repr=False)
+
+    SLACK = 16
 
     @property
     def max_prompt_tokens(self) -> int:
         return self.context_window - self.max_tokens
+
+    def tokens(self, messages: list[dict[str, str]]) -> int | None:
+        """The prompt's length in tokens when it might exceed :attr:`max_prompt_tokens`; None when it surely fits."""
+        roles = tuple(m["role"] for m in messages)
+        if roles not in self._overhead:
+            empty = [{"role": r, "content": ""} for r in roles]
+            self._overhead[roles] = self.renderer.build_generation_prompt(empty).length + self.SLACK
+        content_bytes = sum(len(m["content"].encode("utf-8")) for m in messages)
+        if self._overhead[roles] + 2 * content_bytes <= self.max_prompt_tokens:
+            return None
+        return int(self.renderer.build_generation_prompt(messages).length)
 
     def reason(self, n: int) -> str:
         """E.g. "prompt is 5,000 tokens; the model's context is 4,096 and sampling.max_tokens is 1,024"."""
@@ -162,8 +181,8 @@ class RowChecker:
             if problem:
                 return "reference", f"reference rejected by the reward rules: {problem}"
         if self.limit is not None:
-            n = self.limit.renderer.build_generation_prompt(messages).length
-            if n > self.limit.max_prompt_tokens:
+            n = self.limit.tokens(messages)
+            if n is not None and n > self.limit.max_prompt_tokens:
                 return "too_long", self.limit.reason(n)
         if self.renderer_check is not None:
             problem = self.renderer_check(row)

@@ -23,9 +23,9 @@ batch, however many rows it has:
 KV cache: the model's ``DynamicCache`` layers (transformers >= 4.56) are moved into preallocated
 buffers that are written in place (``_GrowingLayer``) instead of concatenated every step; other
 layer kinds (sliding window, linear attention) and older caches are used as the model made them.
-Decode steps of grouped-query-attention models on SDPA attend with the query heads grouped per
-key/value head instead of repeating the key/value heads (``_decode_attention``); prefill is
-unchanged.
+Decode steps of models on SDPA attention attend with the query heads grouped per key/value head
+instead of repeating the key/value heads, and take their one-token causal mask straight from the
+padding mask (``_decode_attention``); prefill is unchanged.
 
 Per-row sampling (``tinker.SamplingParams``): ``temperature`` (0 = greedy), ``top_k`` (-1 = off),
 ``top_p`` (1 = off), ``max_tokens`` (``None`` = up to the context length), ``stop`` (``None`` =
@@ -293,15 +293,41 @@ def _grouped_decode_sdpa(module, query, key, value, attention_mask, dropout=0.0,
     return out.reshape(b, h, 1, d).transpose(1, 2), None
 
 
+def _decode_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
+                 mask_function: Any = None, attention_mask: torch.Tensor | None = None, **kwargs: Any):
+    """transformers' ``sdpa_mask``, except for one causal query token over a 2D padding mask.
+
+    That query sits after every cached position, so its causal mask is the padding mask itself:
+    ``attention_mask[:, None, None, :kv_length]`` (``(B, 1, 1, kv_length)`` bool). Any other case
+    (prefill, sliding windows, packed or custom masks) goes to ``sdpa_mask`` unchanged.
+    """
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    if (
+        q_length == 1
+        and kv_offset == 0
+        and mask_function is causal_mask_function
+        and attention_mask is not None
+        and attention_mask.dim() == 2
+        and attention_mask.dtype == torch.bool
+        and attention_mask.shape[-1] >= kv_length
+    ):
+        return attention_mask[:, None, None, :kv_length]
+    if mask_function is not None:
+        kwargs["mask_function"] = mask_function
+    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                     kv_offset=kv_offset, attention_mask=attention_mask, **kwargs)
+
+
 def _decode_attention_available() -> bool:
     global _DECODE_REGISTERED
     if _DECODE_REGISTERED is None:
         try:
             from transformers import AttentionInterface
-            from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+            from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask  # noqa: F401
 
             AttentionInterface.register(_DECODE_ATTENTION, _grouped_decode_sdpa)
-            AttentionMaskInterface.register(_DECODE_ATTENTION, sdpa_mask)
+            AttentionMaskInterface.register(_DECODE_ATTENTION, _decode_mask)
             _DECODE_REGISTERED = True
         except ImportError:  # pragma: no cover - transformers without the attention interface
             _DECODE_REGISTERED = False

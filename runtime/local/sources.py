@@ -328,9 +328,10 @@ def check_model_source(model_name: str, renderer: str | None = None, *, base_dir
     """Every check of a base model that needs no weights; returns the :class:`ResolvedModel`.
 
     ``renderer``: the spec's ``model.renderer`` (``None`` means the default, which for a folder or GGUF file is
-    ``chat_template``). ``dtype``: default ``device.local_dtype(device)``. Raises :class:`BaseModelError` (one line): a folder without ``config.json``, a missing,
-    damaged or unreadable GGUF file (or no ``gguf`` package), a hub model neither cached nor reachable, a
-    ``chat_template`` renderer for a tokenizer without a chat template, weights larger than free memory.
+    ``chat_template``). ``dtype``: default ``device.local_dtype(device)``. Raises :class:`BaseModelError` (one
+    line): a folder without ``config.json``, a missing, damaged or unreadable GGUF file (or no ``gguf`` package),
+    a hub model neither cached nor reachable, a ``chat_template`` renderer for a tokenizer without a chat
+    template, weights larger than free memory. A hub model not yet cached is downloaded here.
     """
     from sailrl.runtime.local.device import local_dtype
 

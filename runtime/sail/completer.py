@@ -96,15 +96,15 @@ class PollPolicy:
     - *Scouts* (the first ``scouts`` rollouts that start before any response is final) share one schedule and
       take turns: scout i (0-based) first polls ``(i + 1) * min_interval_s`` after creation; after that the next
       scout poll, by whichever scout is due first, comes ``dense_interval = max(min_interval_s, dense_fraction *
-      elapsed)`` after the last one, so the estimate is late by at most one ``dense_interval``.
+      elapsed)`` after the last one, so the estimate is late by about one ``dense_interval`` at most.
     - The others, until a response is final: the sparse schedule, first poll after ``first_poll_s``, then every
       ``min(max_interval_s, max(first_poll_s, sparse_fraction * elapsed))``, shortened by up to ``jitter`` (a
       uniform fraction) so rollouts do not poll in lockstep.
     - Once a response is final after ``T`` seconds (the shortest seen so far, the *estimate*), a rollout polls at
       ``elapsed == T``, then its n-th poll after that (n = 0, 1, ...) comes
-      ``min(max(min_interval_s, dense_fraction * elapsed) * 2**n, max(due_max_interval_s, dense_fraction * elapsed))``
-      later: dense right when the step's last rollouts are due, at most ``due_max_interval_s`` apart until
-      ``elapsed`` is ``due_max_interval_s / dense_fraction``, never more than ``dense_fraction`` of the elapsed time.
+      ``min(min_interval_s * 2**n, max(due_max_interval_s, dense_fraction * elapsed))`` later: dense right when
+      the step's last rollouts are due, then at most ``due_max_interval_s`` apart until ``elapsed`` is
+      ``due_max_interval_s / dense_fraction``, and never more than ``dense_fraction`` of the elapsed time.
 
     Without ``adaptive`` every rollout follows the sparse schedule alone (``PollPolicy.fixed(1.0)`` is a plain 1 s
     poller). A response not final ``response_deadline_s`` after its creation (or after ``max_polls`` polls, when
@@ -163,13 +163,13 @@ class PollPolicy:
         return base * (1.0 - self.jitter * u)
 
     def dense_interval(self, elapsed: float) -> float:
-        """Seconds between two polls of the scouts together (or of a rollout past the estimate) at ``elapsed``."""
+        """Seconds between two polls of the scouts (taking turns) at ``elapsed``."""
         return max(self.min_interval_s, self.dense_fraction * elapsed)
 
     def due_interval(self, elapsed: float, n: int) -> float:
         """Seconds to the next poll of a rollout past the estimate, after ``n`` polls past it."""
         cap = max(self.due_max_interval_s, self.dense_fraction * elapsed)
-        return min(self.dense_interval(elapsed) * 2.0 ** min(n, 32), cap)
+        return min(self.min_interval_s * 2.0 ** min(n, 32), cap)
 
     def retry_delay(self, n: int, u: float) -> float:
         """Seconds before retry ``n`` (1-based), for a uniform draw ``u`` in [0, 1)."""
@@ -376,8 +376,9 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
 
     Calling it (``await completer(model_input, stop, max_tokens=None)``) sends the request body
     `build_payload` returns -- byte for byte what the SDK's ``__call__`` sends -- through the SDK's client
-    (``sail.inference.responses.create.aio`` / ``retrieve.aio``), and returns the final response checked by
-    `_check_completion` as ``TokensWithLogprobs(tokens, maybe_logprobs, stop_reason)``. ``max_tokens``
+    (``sail.inference.responses.create.aio`` / ``retrieve.aio``), and returns the final response, parsed by the
+    SDK's helpers and checked (see the module docstring), as ``TokensWithLogprobs(tokens, maybe_logprobs,
+    stop_reason)``. ``max_tokens``
     (tinker-cookbook's per-call cap) lowers ``max_output_tokens`` for that call. Raises `SailRolloutError` after
     ``poll.max_attempts`` failed attempts and `SailRequestRejected` at once on a 4xx or a missing key.
     ``stats`` (`SailStats`) counts polls, retries and failures. Concurrent calls share one poll schedule
@@ -550,9 +551,9 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
             return poll.due_interval(elapsed, due_polls), False, "due"
         if slot is not None:  # the scouts share one schedule: the next poll comes dense_interval after the last
             if polls == 0 or self._state.last_scout_poll is None:
-                return poll.min_interval_s * (slot + 1) - elapsed, False, "scout"
+                return poll.min_interval_s * (slot + 1) - elapsed, True, "scout"
             due_at = self._state.last_scout_poll + poll.dense_interval(elapsed)
-            return due_at - time.monotonic(), False, "scout"
+            return due_at - time.monotonic(), True, "scout"
         return poll.sparse_interval(elapsed, self.rng.random()), poll.adaptive, "sparse"
 
     async def _wait(self, response_id: str, created: float) -> dict[str, Any]:
@@ -624,7 +625,8 @@ def completion_window_problem(completion_window: str) -> str | None:
 
     Runs the SDK's own constructor check (``sail.SailTokenCompleter``), so the answer is what a run's completer
     would raise. The SDK refuses only "", "asap", "priority" and "15m"; a name it accepts may still be unknown to
-    the service, so a spec checker also compares the name with the windows sailrl documents.
+    the service: the spec's table of windows (``sailrl.spec.constants.COMPLETION_WINDOWS``, ``RETIRED_WINDOWS``)
+    is what validation checks, and a test checks that table against this function.
     """
     try:
         sail.SailTokenCompleter(model="check", max_tokens=1, completion_window=completion_window)

@@ -14,14 +14,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not write; exit 1 with a diff when PATH is missing or differs from a fresh compile")
 
 
-def compile_spec(spec_path: str, output: str | None) -> tuple[str, str]:
-    """(output path, script text). Raises SpecErrors when the spec is invalid (every check of `sailrl validate`)."""
+def compile_spec(spec_path: str, output: str | None, *, warn: bool = True) -> tuple[str, str]:
+    """(output path, script text). Raises SpecErrors when the spec is invalid (every check of `sailrl validate`).
+
+    ``warn``: print the spec's warnings to stderr.
+    """
     from sailrl.commands._common import print_warnings
     from sailrl.compiler.render import default_output_path, render_script
     from sailrl.compiler.validate import validate_file
 
     loaded = validate_file(spec_path)
-    print_warnings(loaded, sys.stderr.isatty())
+    if warn:
+        print_warnings(loaded, sys.stderr.isatty())
     out = output or default_output_path(spec_path, loaded.spec)
     text = render_script(loaded.spec, spec_path=spec_path, spec_bytes=loaded.text.encode("utf-8"),
                          output_path=out if out != "-" else default_output_path(spec_path, loaded.spec))
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from sailrl.spec.errors import SpecErrors
 
     try:
-        out, text = compile_spec(args.spec, args.output)
+        out, text = compile_spec(args.spec, args.output, warn=not args.check)
     except SpecErrors as exc:
         print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
         return 1

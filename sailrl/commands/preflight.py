@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = build_report(spec, spec_dir, sample=args.sample, show=args.show,
                               sampler=None if args.sampler == "auto" else args.sampler, spec_path=args.spec,
-                              loaded=loaded)
+                              loaded=loaded, spec_warnings=[] if args.overrides else loaded.warnings)
     except PreflightError as exc:
         print(f"sailrl preflight: {exc}", file=sys.stderr)
         return 1

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 
     from sailrl.runtime.rewards import RewardFunction
 
-    fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field)
+    fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, Path(args.spec).resolve().parent)
     problems = 0
     results = []
     for item in items:
@@ -144,8 +144,9 @@ def run(args: argparse.Namespace) -> int:
         for item, _, problem, score, _traces in results:
             print(json.dumps({
                 "completion": item["completion"], "total": score.total, "contributions": score.contributions,
-                "passed": score.passed, "correct": score.correct, "timeouts": score.timeouts,
-                "errors": score.errors, "reference_problem": problem,
+                "passed": score.passed, "reasons": score.reasons, "correct": score.correct,
+                "timeouts": score.timeouts, "errors": score.errors, "subscores": score.subscores,
+                "reference_problem": problem,
             }))
     else:
         _print_tables(fn, results)

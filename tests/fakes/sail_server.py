@@ -325,6 +325,8 @@ class FakeSailServer:
     def _handle(self, method: str, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
         """(status, JSON data | raw bytes | a callable that returns the data, run off the loop)."""
         now = time.monotonic()
+        if path.startswith("/_fake/"):
+            return self._admin(method, path, body)
         with self._lock:
             self.requests.append(RecordedRequest(method, path, body if isinstance(body, dict) else None,
                                                  headers, now))
@@ -335,12 +337,6 @@ class FakeSailServer:
             raw = self.raw_answers.get((method, self._counts[method]))
             if raw is not None:
                 return raw
-            if method == "GET" and path == "/_fake/stats":
-                return 200, {"posts": self._counts["POST"], "polls": dict(self.polls),
-                             "created_at": {rid: r.created_at for rid, r in self._responses.items()}}
-            if method == "POST" and path == "/_fake/config" and isinstance(body, dict):
-                self.service_time_s = float(body.get("service_time_s", self.service_time_s))
-                return 200, {"service_time_s": self.service_time_s}
             if method == "POST" and path == "/v1/responses":
                 return self._create(body, now)
             match = re.fullmatch(r"/v1/responses/([A-Za-z0-9_\-]+)", path)
@@ -351,6 +347,17 @@ class FakeSailServer:
                 return 404, {"error": {"type": "not_found", "message": f"no response {match.group(1)}"}}
             self.polls[record.id] += 1
         return self._retrieve(record, now)
+
+    def _admin(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        """``/_fake/stats`` and ``/_fake/config``: not recorded, not counted, never failed on purpose."""
+        with self._lock:
+            if method == "GET" and path == "/_fake/stats":
+                return 200, {"posts": self._counts["POST"], "polls": dict(self.polls),
+                             "created_at": {rid: r.created_at for rid, r in self._responses.items()}}
+            if method == "POST" and path == "/_fake/config" and isinstance(body, dict):
+                self.service_time_s = float(body.get("service_time_s", self.service_time_s))
+                return 200, {"service_time_s": self.service_time_s}
+        return 404, {"error": {"type": "not_found", "message": f"no route {method} {path}"}}
 
     def _create(self, body: Any, now: float) -> tuple[int, dict[str, Any]]:
         if not isinstance(body, dict) or not isinstance(body.get("raw_prompt_tokens"), list):
