@@ -12,8 +12,9 @@ the quickstart shape (``sailrl/tiny``, LoRA rank 16, 16 groups x 8 rollouts, at 
 
 ``sequential`` (K=0): save -> sample -> train, step after step. ``overlapped`` (K=1): step n trains on the batch
 sampled from checkpoint n-1 while the batch of step n+1 is sampled from checkpoint n (the backend's sampling
-worker runs while its training worker trains). Every repetition runs both modes for ``--steps`` steps, in a
-rotating order, after the same warm-up. Reported: seconds per step and steps per minute (min and median over the
+worker runs while its training worker trains); its timing leaves out the first batch of a run, which nothing can
+overlap (steady state). Every repetition runs both modes for ``--steps`` steps, in a rotating order, after the same
+warm-up. Reported: seconds per step and steps per minute (min and median over the
 repetitions), the ratio overlapped / sequential, and the sampling and training phase times of the sequential
 mode (their sum over their max is the most overlap can give).
 
@@ -96,16 +97,23 @@ class Step:
         await opt.result_async()
         self.timings["train"].append(time.perf_counter() - t0)
 
-    async def sequential(self, steps: int) -> None:
+    async def sequential(self, steps: int) -> float:
+        t0 = time.perf_counter()
         for _ in range(steps):
             await self.train(await self.sample(await self.sampler()))
+        return time.perf_counter() - t0
 
-    async def overlapped(self, steps: int) -> None:
+    async def overlapped(self, steps: int) -> float:
+        """Seconds of ``steps`` steady-state steps; the first batch (sampled before any step can overlap, once
+        per run) is not timed."""
         sampler = await self.sampler()
         batch = await self.sample(sampler)
+        sampler = await self.sampler()
+        t0 = time.perf_counter()
         for _ in range(steps):
             batch, _ = await asyncio.gather(self.sample(sampler), self.train(batch))
             sampler = await self.sampler()
+        return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -117,7 +125,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each mode")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads per worker (default: the service's, 1 for sailrl/tiny)")
+                        help="torch threads the workers share (default: the service's, 1 for sailrl/tiny)")
     args = parser.parse_args()
 
     svc = LocalServiceClient(base_dir=tempfile.mkdtemp(prefix="bench-overlap-"), seed=0, num_threads=args.threads)
@@ -133,17 +141,16 @@ def main() -> None:
     for rep in range(args.repeats):
         for mode in order[rep % 2:] + order[: rep % 2]:
             before = {k: len(v) for k, v in work.timings.items()}
-            t0 = time.perf_counter()
-            asyncio.run(modes[mode](args.steps))
-            per_step[mode].append((time.perf_counter() - t0) / args.steps)
+            per_step[mode].append(asyncio.run(modes[mode](args.steps)) / args.steps)
             if mode == "overlapped":  # keep the phase times of the sequential mode only
                 for k in work.timings:
                     del work.timings[k][before[k]:]
     svc.close("success")
 
     print(f"{args.groups} groups x {args.samples} samples x {args.tokens} tokens, sailrl/tiny LoRA r16, "
-          f"torch threads per worker {svc._backend.num_threads}, {args.repeats} repetitions x {args.steps} steps "
-          f"per mode, warm-up {args.warmup} run(s) per mode, torch {torch.__version__}")
+          f"torch threads {svc._backend.threads.total} (half each while both workers run), "
+          f"{args.repeats} repetitions x {args.steps} steps per mode, warm-up {args.warmup} run(s) per mode, "
+          f"torch {torch.__version__}")
     print(f"{'mode':<11} {'s/step min':>10} {'s/step median':>14} {'steps/min (min)':>16} {'steps/min (median)':>19}")
     for mode, times in per_step.items():
         lo, med = min(times), statistics.median(times)

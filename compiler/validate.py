@@ -67,18 +67,9 @@ def problems(text: str, filename: str = "<string>", *, path: Path | None = None,
     check_errors = check_spec(loaded)
     check_errors += _cost_checks(loaded)
     found = _drop_covered(schema_errors, check_errors) + check_errors
-    found += _reward_checks(loaded, found)
-    found += _reward_rules(loaded, found)  # python rules that cannot load, answer rules that can be gamed
+    found += _reward_checks(loaded, found)  # rules' own checks (python rules, gameable answers) and the examples
     wrong = {e.key_path for e in found if not e.is_warning}
     return loaded, dedupe([e for e in found if not (e.is_warning and e.key_path in wrong)])
-
-
-def _reward_rules(loaded: LoadedSpec, found: list[SpecError]) -> list[SpecError]:
-    """``sailrl.compiler.reward_checks.check_reward_rules`` on the valid rules (the view the examples use)."""
-    from sailrl.compiler.reward_checks import check_reward_rules
-
-    view = _examples_view(loaded, found)
-    return list(check_reward_rules(dataclasses.replace(loaded, spec=view[0]))) if view is not None else []
 
 
 def _cost_checks(loaded: LoadedSpec) -> list[SpecError]:
@@ -104,9 +95,9 @@ def _drop_covered(schema_errors: list[SpecError], check_errors: list[SpecError])
 
 
 def _reward_checks(loaded: LoadedSpec, found: list[SpecError]) -> list[SpecError]:
-    """The reward rules' own checks and the worked examples' problems, on the valid rules.
-
-    Examples whose rules are valid are scored; one W104 warning names those skipped.
+    """The reward rules' own checks (``check_reward_rules``: python rules that cannot load, answer rules that
+    can be gamed) and the worked examples' problems, both on the valid rules; one W104 warning names the examples
+    skipped. Nothing runs on a reward section a YAML syntax error cut short.
     """
     from sailrl.compiler import reward_checks
 
@@ -133,9 +124,7 @@ def _reward_checks(loaded: LoadedSpec, found: list[SpecError]) -> list[SpecError
         if has_examples:
             skipped, broken = list(range(len(raw))), []
     with_view = dataclasses.replace(loaded, spec=spec_view)
-    out: list[SpecError] = []
-    if hasattr(reward_checks, "check_reward_rules"):
-        out += reward_checks.check_reward_rules(with_view)
+    out: list[SpecError] = list(reward_checks.check_reward_rules(with_view))  # python rules, gameable answers
     out += reward_checks.check_reward_examples(with_view)
     if skipped:
         which = ", ".join(str(i + 1) for i in skipped)

@@ -5,10 +5,11 @@
 """RL fine-tuning run "sail-guide-orca-math", compiled from its sailrl spec.
 
 `main()` below is the algorithm this run trains with: each step snapshots the LoRA weights as a sampler
-checkpoint, resolves it to a policy (a signed checkpoint URL served on Sail), rolls out groups of completions scored by the
-reward rules, drops degenerate groups, computes advantages, assembles training data and trains one optimizer
-step (Tinker trains, Sail samples every rollout). `sailrl.runtime` supplies what it calls: the clients, data order, prompts and reward
-rules, the sampler, and the run directory (metrics, rollouts, checkpoints, resume).
+checkpoint, resolves it to a policy, rolls out groups of completions scored by the reward rules, drops
+degenerate groups, computes advantages, assembles training data and trains one optimizer step.
+Backend: Tinker trains, Sail samples every rollout.
+`sailrl.runtime` supplies what it calls: the clients, data order, prompts and reward rules, the sampler, and
+the run directory (metrics, rollouts, checkpoints, resume).
 
 Run:
     python generated/sail_guide.py

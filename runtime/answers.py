@@ -561,6 +561,10 @@ def _math_pool() -> Any:
         return _MATH_POOL
 
 
+_FORMS_CACHE_SIZE = 4096
+_MISSING = object()
+
+
 class _MathValue:
     """An answer for ``compare: math``: its text and, when read in the main thread, math-verify's parse."""
 
@@ -594,14 +598,23 @@ class Comparator:
         self.abs_tol = abs_tol
         self.rel_tol = rel_tol
         self.math_timeout_s = math_timeout_s
+        # numeric / normalized forms of recent answers (the rollouts of a group often give the same answer)
+        self._forms: dict[str, Any] = {}
 
     def prepare(self, answer: str) -> Any:
         if self.kind == "exact":
             return answer.strip() or None
-        if self.kind == "normalized":
-            return normalize(answer) or None
-        if self.kind == "numeric":
-            return parse_number(answer)
+        if self.kind in ("numeric", "normalized"):
+            forms = self._forms
+            form = forms.get(answer, _MISSING)  # one lookup: another thread may clear the cache meanwhile
+            if form is not _MISSING:
+                return form
+            form = parse_number(answer) if self.kind == "numeric" else (normalize(answer) or None)
+            if len(answer) <= 256:
+                if len(forms) >= _FORMS_CACHE_SIZE:
+                    forms.clear()
+                forms[answer] = form
+            return form
         if len(answer) > MAX_ANSWER_CHARS or not answer.strip():
             return None
         if not _in_main_thread():

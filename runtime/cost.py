@@ -376,7 +376,7 @@ def drawn_length_sum(lengths: Sequence[int], positions: int, seed: int, *, reshu
         sd = statistics.stdev(lengths) if n > 1 else 0.0
         se = sd / math.sqrt(n) * math.sqrt((total_rows - n) / max(total_rows - 1, 1))
         return Range(positions * max(mean - 2 * se, 0.0), positions * (mean + 2 * se), positions * mean)
-    from sailrl.runtime.data import rows_for_step
+    from sailrl.runtime.data.order import rows_for_step
 
     epochs, rest = divmod(positions, n)
     total = epochs * sum(lengths)
@@ -416,7 +416,7 @@ def estimate_run(spec: Any, prompt_token_lengths: Sequence[int] | None,
     are ``steps // eval_every`` (one rollout per held-out row each), and the warm-up trains
     ``warmup.steps x batch_size`` examples drawn as the loop draws them. Costs use :class:`CostModel` prices.
     """
-    from sailrl.runtime.data import shuffle_seed
+    from sailrl.runtime.data.order import shuffle_seed
 
     model = CostModel.from_spec(spec, sampler=sampler, prompt_token_lengths=prompt_token_lengths,
                                 eval_prompt_token_lengths=eval_prompt_token_lengths)

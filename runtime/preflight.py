@@ -444,7 +444,7 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
         problems.append(_problem("warning", f"{where}: {w.key_path}: {w.message}" if w.key_path else
                                  f"{where}: {w.message}", w.hint, f"{w.key_path or 'the spec'} looks unusual"))
 
-    reward_fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field)
+    reward_fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir=spec_dir)
     const = constant_reward(spec)
     low, high = reward_fn.bounds()
     report["reward"] = {"formula": reward_fn.explain(), "min": low, "max": high, "constant": const}

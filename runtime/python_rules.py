@@ -302,6 +302,8 @@ class PythonFunction:
             reply = self._pool().call({"op": "load", "function": self.function}, _LOAD_TIMEOUT_S)
         except WorkerStartError as exc:
             return exc.code, str(exc)
+        except Exception as exc:  # noqa: BLE001 - e.g. the interpreter cannot be started
+            return "died", f"the worker process could not start ({_exc_text(exc)})"
         result = reply.get("result")
         if result == "ok":
             return None

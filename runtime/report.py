@@ -25,7 +25,8 @@ __all__ = ["TOKEN_KINDS", "rollout_metrics", "step_line", "summary_lines", "toke
 TOKEN_KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained")
 
 
-def rollout_metrics(groups: Sequence[Any], failed: int, rule_names: Sequence[str], prefix: str = "") -> dict[str, float]:
+def rollout_metrics(groups: Sequence[Any], failed: int, rule_names: Sequence[str],
+                    prefix: str = "") -> dict[str, float]:
     """Means over every rollout of ``groups`` (tinker_cookbook ``TrajectoryGroup``s) and the group counts.
 
     A mean over no rollouts is NaN (logged as null).

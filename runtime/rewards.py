@@ -1,20 +1,29 @@
-"""``RewardFunction``: a spec's reward rules turned into per-rule scores and a total.
+"""``RewardFunction``: a spec's reward rules turned into per-rule scores, reasons and a total.
 
 Each rule passes or fails on one completion; a passing rule contributes its pass score (``weight``, default 1,
-or ``pass_score``), a failing one its fail score (0, or ``fail_score``). The total is the sum of contributions,
-clipped to ``reward.clip`` when given. The Sail guide's ``correct - 0.1 * (1 - format)``
-(``shared/seeds/000_ae89c72fb71d9d8c.txt``) is an ``answer`` rule of weight 1 plus an ``all_of`` rule
-(has_answer AND termination) with ``pass_score: 0, fail_score: -0.1``.
+or ``pass_score``), a failing one its fail score (0, or ``fail_score``); a ``kind: python`` rule with ``weight``
+contributes weight x the number its function returns. The total is the sum of contributions, clipped to
+``reward.clip`` when given. The Sail guide's ``correct - 0.1 * (1 - format)`` is an ``answer`` rule of weight 1
+plus an ``all_of`` rule (has_answer AND termination) with ``pass_score: 0, fail_score: -0.1``.
 
 :meth:`RewardFunction.score` never raises: a rule that errors scores as failed and is reported in
 ``Score.errors``; a user regex (``match`` rules, ``regex`` extractors) that runs past ``reward.regex_timeout_s``
 (and a ``compare: math`` step past ``reward.math_timeout_s``) scores as failed and is counted in
-``Score.timeouts``. Rows whose reference answer is unusable are meant to be dropped when the dataset loads
-(:meth:`RewardFunction.reference_problem`); if one is scored anyway, its answer rules fail and
+``Score.timeouts``; a python call that raises, runs past its ``timeout_s`` or returns something else fails and
+is counted in ``Score.python_failures``. Every rule gets a reason in plain words (``Score.reasons``, at most
+:data:`REASON_CHARS` characters). Rows whose reference answer is unusable are meant to be dropped when the
+dataset loads (:meth:`RewardFunction.reference_problem`); if one is scored anyway, its answer rules fail and
 ``Score.errors`` says why, so the reward is never silently a plain 0 or 1.
 
-Metric keys the training loop logs: ``reward/<rule name>`` (mean contribution), ``reward/total``, ``correct``
-(pass rate of :attr:`RewardFunction.correct_rule`), ``regex_timeouts``.
+Size caps: the rules read completions of at most :data:`MAX_COMPLETION_CHARS` characters (a longer one fails
+every rule that reads the text) and references of at most :data:`MAX_REFERENCE_CHARS`; ``numeric`` and
+``math`` read answers of at most ``sailrl.runtime.answers.MAX_ANSWER_CHARS``. With a ``budget``
+(:class:`sailrl.runtime.scoring.ScoringBudget`), each time limit is cut to what the step has left and rules past
+it fail (``Score.budget_exceeded``).
+
+Metric keys the training loop logs (``sailrl.runtime.rollout.RuleEnv``): ``reward/<rule name>`` (mean
+contribution), ``reward/total``, ``correct`` (pass rate of :attr:`RewardFunction.correct_rule`),
+``regex_timeouts``, ``rule_errors``, ``python_rule_failures``, ``reward_budget_exceeded``.
 """
 
 from __future__ import annotations
@@ -89,7 +98,7 @@ class _Ctx:
     """What a rule sees: the completion, the row's fields, how it ended, the step's budget, and counters."""
 
     __slots__ = ("answers", "budget", "budget_exceeded", "completion", "error", "fields", "num_tokens",
-                 "python_failures", "subscores", "timeouts", "too_long", "truncated", "value", "why")
+                 "python_failures", "quoted", "subscores", "timeouts", "too_long", "truncated", "value", "why")
 
     def __init__(self, completion: str, fields: dict[str, Any], truncated: bool, num_tokens: int | None,
                  budget: Any = None) -> None:
@@ -105,6 +114,7 @@ class _Ctx:
         self.error: str | None = None
         self.value: float | None = None  # a contribution set by the rule itself (weighted python rules)
         self.subscores: dict[str, float] | None = None
+        self.quoted: tuple[str, str] | None = None  # (answer, its quoted form) for reasons
         self.too_long = len(completion) > MAX_COMPLETION_CHARS
         self.answers: dict[tuple, str | None] = {}  # extractor key -> answer found in the completion
 
@@ -249,6 +259,14 @@ class _Match(_Check):
 _BUDGET = object()  # _extract's answer when the step's budget stopped it
 
 
+def _quoted(ctx: _Ctx, answer: str) -> str:
+    """``_short(answer)``, once per completion (the has_answer and answer rules quote the same answer)."""
+    q = ctx.quoted
+    if q is None or q[0] is not answer:
+        q = ctx.quoted = (answer, _short(answer))
+    return q[1]
+
+
 def _extract(extractor: CompiledExtractor, ctx: _Ctx) -> Any:
     """Run an extractor on the completion (once per completion); a regex timeout counts and yields None.
 
@@ -285,7 +303,7 @@ class _HasAnswer(_Check):
         answer = _extract(self.extractor, ctx)
         if answer is _BUDGET:
             return False
-        ctx.why.append(f"answer {_short(answer)}" if answer is not None else "no answer found")
+        ctx.why.append(f"answer {_quoted(ctx, answer)}" if answer is not None else "no answer found")
         return answer is not None
 
     def describe(self) -> str:
@@ -399,7 +417,7 @@ class _Answer(_Check):
             else:
                 ctx.note(f"answer {_short(answer)} {self.comparator.unusable()}")
             return False
-        ctx.why.append(f"answer {_short(answer)} {'matches' if ok else 'does not match'} reference {ref_quoted}")
+        ctx.why.append(f"answer {_quoted(ctx, answer)} {'matches' if ok else 'does not match'} reference {ref_quoted}")
         return ok
 
     def describe(self) -> str:

@@ -474,8 +474,8 @@ class Run:
                               "under pricing: (USD per million tokens) or remove the budget")
         if spent + nxt > budget:
             raise BudgetReached(
-                f"budget reached before step {step}: spent ${spent:.4f} of training.max_cost_usd ${budget:.4f}, and the "
-                f"next step is estimated at ${nxt:.4f}. Raise training.max_cost_usd to continue.")
+                f"budget reached before step {step}: spent ${spent:.4f} of training.max_cost_usd ${budget:.4f}, and "
+                f"the next step is estimated at ${nxt:.4f}. Raise training.max_cost_usd to continue.")
 
     # ------------------------------------------------------------------ checkpoints
     async def save_state(self, step: int, *, name: str | None = None, extra: dict[str, Any] | None = None) -> str:
@@ -720,8 +720,9 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
             lora_rank = int(info.lora_rank)
     tokenizer = training_client.get_tokenizer() if backend.is_local else get_tokenizer(m.name)
     renderer = get_renderer(m.renderer or default_renderer(m.name, options.spec_dir), tokenizer)
-    reward_fn = RewardFunction.from_spec(spec.reward, reference_field=spec.prompt.reference_field)
-    rows = load_rows(spec, options.spec_dir, reward_fn=reward_fn)
+    reward_fn = RewardFunction.from_spec(spec.reward, reference_field=spec.prompt.reference_field,
+                                         spec_dir=options.spec_dir)  # python rules load from the spec's folder
+    rows = load_rows(spec, options.spec_dir, reward_fn=reward_fn, renderer=renderer)  # over-long prompts skipped
     if rows.skipped:
         console.print(f"[yellow]skipped {len(rows.skipped)} dataset rows (first: row {rows.skipped[0].index}: "
                       f"{rows.skipped[0].reason}); see `sailrl preflight` for all[/yellow]")
@@ -737,6 +738,10 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
                                                          "overrides": list(options.overrides)})
     if options.script_text is not None:
         run_dir.write_script(options.script_text)
+    if backend.is_local:  # `sailrl clean` keeps the checkpoints this run directory's --resume needs
+        from sailrl.runtime.checkpoint_store import note_run_directory
+
+        note_run_directory(run_dir.path)
     warmup_total = t.warmup.steps if t.warmup else 0
     if completed > 0 or (state is None and t.resume_from):  # RL has started, or starts from a saved state
         warmup_completed = warmup_total

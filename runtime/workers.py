@@ -143,10 +143,12 @@ class _Child:
         self._in.write(_encode(obj))
         self._in.flush()
 
-    def call(self, request: dict[str, Any], wait_s: float) -> dict[str, Any]:
-        """The child's answer; ``{"result": "timeout"}`` after killing it at ``wait_s``; ``died`` if it died."""
+    def call(self, data: bytes, wait_s: float) -> dict[str, Any]:
+        """The child's answer to one encoded request; ``{"result": "timeout"}`` after killing it at ``wait_s``;
+        ``died`` if it died."""
         try:
-            self._send(request)
+            self._in.write(data)
+            self._in.flush()
             reply = _read_frame(self._out, time.monotonic() + wait_s)
         except TimeoutError:
             self.kill()
@@ -270,12 +272,14 @@ class WorkerPool:
         """Send ``request`` (``timeout_s`` is added to it) to an idle child; its answer (a dict with ``result``).
 
         Never takes longer than ``timeout_s + GRACE_S`` once a child is loaded. Raises WorkerStartError when the
-        child cannot load its job.
+        child cannot load its job, and WorkerError (or pickle's error) for a request that cannot be sent (too
+        large, not picklable) -- before any child is used.
         """
+        data = _encode({**request, "timeout_s": float(timeout_s)})
         child = self._acquire()
         reply: dict[str, Any] | None = None
         try:
-            reply = child.call({**request, "timeout_s": float(timeout_s)}, float(timeout_s) + GRACE_S)
+            reply = child.call(data, float(timeout_s) + GRACE_S)
             return reply
         finally:
             self._release(child if reply is not None and reply.get("result") not in ("timeout", "died") else None)

@@ -105,10 +105,8 @@ def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, A
 
 def _validate_text(text: str, filename: str, path: Path | None) -> Any:
     """Every ``sailrl validate`` check on a spec's text; raises ``SpecErrors``."""
-    try:
-        from sailrl.compiler.validate import validate_text  # the validation stage
-    except ImportError:
-        from sailrl.spec.loader import load_spec_text as validate_text
+    from sailrl.compiler.validate import validate_text  # the validation stage
+
     return validate_text(text, filename=filename, path=path)
 
 
@@ -122,7 +120,10 @@ def build_spec(config: dict[str, Any], overrides: list[str], spec_dir: Path | st
 
     if not overrides:
         return Spec.model_validate(config)
-    merged = apply_overrides(config, overrides)
+    # Checked as the user would have written it: the values that differ from the defaults, plus the overrides (a
+    # default written out would trip checks meant for what a spec sets, e.g. an unused reference_field).
+    written = Spec.model_validate(config).model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    merged = apply_overrides(written, overrides)
     text = yaml.safe_dump(merged, sort_keys=False, allow_unicode=True)
     where = Path(spec_dir).resolve() / "spec-with-overrides.yaml" if spec_dir is not None else None
     return _validate_text(text, "<spec with --set overrides>", where).spec

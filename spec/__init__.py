@@ -1,1 +1,3 @@
-"""The spec language: schema (``schema``, ``rewards``), YAML loading with locations (``loader``), errors."""
+"""The spec language: schema (``schema``, ``rewards``, ``base``), YAML loading with locations and limits
+(``loader``), errors and their codes (``errors``, ``codes``, ``messages``), shared tables (``constants``,
+``patterns``, ``models``, ``renderers``, ``pricing``). Imports nothing of sailrl above it."""

@@ -592,6 +592,11 @@ def _recover_prefix(text: str, stop_line: int, filename: str) -> _Parsed | None:
     return None
 
 
+# Files up to this size are parsed a second time, up to a syntax error, to check what comes before it (a spec
+# is a few kilobytes; the YAML reader handles ~0.4 MB/s, so a second pass of a large file would double its time).
+_RECOVER_CHARS = 64 * 1024
+
+
 def _parse(text: str, filename: str) -> _Parsed:
     text, errors = _non_printable(text, filename)
     root, exc, mark = _compose(text)
@@ -601,7 +606,8 @@ def _parse(text: str, filename: str) -> _Parsed:
         stop_line = stop.line
         if isinstance(exc, yaml.MarkedYAMLError) and exc.context_mark is not None:
             stop_line = min(stop_line or 10**9, exc.context_mark.line + 1)
-        partial = _recover_prefix(text, stop_line, filename) if stop_line and stop_line > 1 else None
+        recover = stop_line and stop_line > 1 and len(text) <= _RECOVER_CHARS
+        partial = _recover_prefix(text, stop_line, filename) if recover else None
         if partial is None:
             return _Parsed(errors=errors, complete=False, complete_lines=0)
         partial.errors = errors + partial.errors

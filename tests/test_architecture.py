@@ -26,9 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"spec": "sailrl.spec", "compiler": "sailrl.compiler", "runtime": "sailrl.runtime", "sailrl": "sailrl"}
 SKIP = ("spec/examples",)  # example specs and the script that makes their data: not part of the package
 
-# Prompts and the reward rule engine (rules, answers, python rules and the worker processes they run in).
+# Prompts, the reward rule engine (rules, answers, python rules and the worker processes they run in), and the
+# cost arithmetic with the data order it replays (pure functions of the spec).
 SELF_CONTAINED = frozenset({"sailrl.runtime.prompts", "sailrl.runtime.rewards", "sailrl.runtime.answers",
-                            "sailrl.runtime.python_rules", "sailrl.runtime.workers"})
+                            "sailrl.runtime.python_rules", "sailrl.runtime.workers", "sailrl.runtime.cost",
+                            "sailrl.runtime.data.order", "sailrl.runtime.data.base"})
 RENDERING = frozenset({"sailrl.compiler.render", "sailrl.compiler.docgen"})
 VALIDATION = frozenset({"sailrl.compiler", "sailrl.compiler.validate", "sailrl.compiler.checks",
                         "sailrl.compiler.reward_checks", "sailrl.compiler.cost_checks"})
@@ -46,11 +48,11 @@ RULES = {
     "sailrl": "the sailrl package root holds only the version: it imports nothing of sailrl",
     "spec": "the spec language imports nothing above it (only sailrl and sailrl.spec)",
     "runtime": "the runtime imports only sailrl, the spec and the runtime",
-    "self-contained": "a self-contained runtime piece (prompts, rewards, answers, python_rules, workers) imports "
-                      "only sailrl, the spec and the other self-contained pieces",
+    "self-contained": "a self-contained runtime piece (prompts, rewards, answers, python_rules, workers, cost, "
+                      "data.order, data.base) imports only sailrl, the spec and the other self-contained pieces",
     "rendering": "rendering imports only sailrl and the spec",
     "validation": "the validation stage imports only sailrl, the spec, itself and the runtime's self-contained "
-                  "pieces (prompts, rewards, answers, python_rules, workers)",
+                  "pieces (prompts, rewards, answers, python_rules, workers, cost, data.order, data.base)",
 }
 
 

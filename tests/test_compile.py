@@ -230,10 +230,14 @@ def test_cli_check_reports_stale_and_regenerate_command(tmp_path):
     r = _sailrl("compile", str(spec), "-o", str(out))
     assert r.returncode == 0 and out.exists()
     assert _sailrl("compile", str(spec), "-o", str(out), "--check").returncode == 0
-    spec.write_text(spec.read_text().replace("steps: 40\n  group_size", "steps: 41\n  group_size"))
+    import re
+
+    n = int(re.search(r"\n  steps: (\d+)\n  group_size", spec.read_text()).group(1))
+    spec.write_text(spec.read_text().replace(f"steps: {n}\n  group_size", f"steps: {n + 1}\n  group_size"))
     r = _sailrl("compile", str(spec), "-o", str(out), "--check")
     assert r.returncode == 1
-    assert "-    \"steps\": 40,  # training.steps" in r.stderr and "+    \"steps\": 41,  # training.steps" in r.stderr
+    assert f"-    \"steps\": {n},  # training.steps" in r.stderr
+    assert f"+    \"steps\": {n + 1},  # training.steps" in r.stderr
     assert "Regenerate it with" in r.stderr
 
 

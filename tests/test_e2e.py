@@ -19,10 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-SMALL = [
-    "training.groups_per_step=4", "training.group_size=4", "sampling.max_tokens=6",
-    "training.warmup.steps=3", "training.warmup.batch_size=8",
-]
+SMALL = ["training.groups_per_step=4", "training.group_size=4", "sampling.max_tokens=6"]
 
 
 def _run_script(script: Path, run_dir: Path, *overrides: str, resume: bool = False,
@@ -166,3 +163,31 @@ def test_sail_path_runs_against_loopback_sail_with_local_tinker_stand_in(tmp_pat
     for m in lines:
         assert m["reward/total"] == pytest.approx(0.75) and m["correct"] == pytest.approx(0.5)
         assert m["reward/format"] == pytest.approx(0.5) and m["degenerate_frac"] == 0.0
+
+
+def test_a_compiled_script_with_python_rules_loads_them_from_the_spec_folder(tmp_path):
+    """The committed-script path for `kind: python`: the script's SPEC_DIR is where rewards.py is found."""
+    import shutil
+
+    src = ROOT / "docs/examples/python-reward"
+    spec_dir = tmp_path / "project"
+    shutil.copytree(src, spec_dir)
+    script = tmp_path / "scripts" / "train.py"
+    script.parent.mkdir()
+    r = subprocess.run([sys.executable, "-m", "sailrl", "compile", str(spec_dir / "spec.yaml"), "-o", str(script)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, str(script), "--set", "training.steps=2", "--set", "training.group_size=2",
+                        "--set", "training.groups_per_step=2"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = spec_dir / "runs/python-reward"  # a relative output.run_dir is relative to the spec's folder
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2]
+    assert all(m["python_rule_failures"] == 0 for m in lines)
+    assert all("reward/style/polite" in m and "reward/style/calm" in m for m in lines)
+    rollouts = [json.loads(x) for x in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert rollouts and all(set(r["rules"]) == {"brevity", "style", "unit"} for r in rollouts)
+    for r in rollouts:  # each python rule's score is what its function gives for the logged completion
+        words = len(r["completion"].split())
+        assert r["rules"]["brevity"]["score"] == pytest.approx(0.5 * max(0.0, min(1.0, (100 - words) / 80)))

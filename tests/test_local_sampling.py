@@ -160,6 +160,10 @@ def test_sampling_errors_are_plain(sampler):
         sampler.sample(types.ModelInput.from_ints([5]), 0, types.SamplingParams(max_tokens=1))
     with pytest.raises(ValueError, match="empty prompt"):
         sampler.sample(types.ModelInput.from_ints([]), 1, types.SamplingParams(max_tokens=1)).result()
+    with pytest.raises(ValueError, match=r"token id 300, outside the model's vocabulary \(0\.\.258\)"):
+        sampler.sample(types.ModelInput.from_ints([5, 300]), 1, types.SamplingParams(max_tokens=1)).result()
+    empty = sampler.sample(types.ModelInput.from_ints([5, 6]), 2, types.SamplingParams(max_tokens=0)).result()
+    assert [(s.tokens, s.stop_reason) for s in empty.sequences] == [([], "length")] * 2
     with pytest.raises(ValueError, match="does not support topk_sample_logprobs"):
         sampler.sample(
             types.ModelInput.from_ints([5]), 1, types.SamplingParams(max_tokens=1), topk_sample_logprobs=2
@@ -483,17 +487,26 @@ def test_samplers_own_their_weights(trainer):
     assert snap._batcher._worker is svc._backend.sample_worker is not svc._backend.worker
 
 
-def test_each_worker_runs_with_the_service_thread_count(tmp_path):
+def test_workers_share_the_service_thread_count(tmp_path):
+    """A job alone gets all the service's torch threads; while the other worker runs a job, half each."""
     import threading
 
     main_threads = torch.get_num_threads()
-    svc = LocalServiceClient(base_dir=tmp_path, seed=0, num_threads=1)
-    seen = {}
+    svc = LocalServiceClient(base_dir=tmp_path, seed=0, num_threads=2)
+    train, sample = svc._backend.worker, svc._backend.sample_worker
+    probe = lambda: (threading.current_thread().name, torch.get_num_threads())  # noqa: E731
     try:
-        torch.set_num_threads(2)  # threads started from now on inherit 2; the workers (started lazily) set 1
-        for name, worker in (("train", svc._backend.worker), ("sample", svc._backend.sample_worker)):
-            seen[name] = worker.submit(lambda: (threading.current_thread().name, torch.get_num_threads())).result()
+        torch.set_num_threads(1)  # threads started from now on inherit 1; each job sets its own count
+        alone = [train.submit(probe).result(), sample.submit(probe).result()]
+        release, started = threading.Event(), threading.Event()
+        busy = train.submit(lambda: (started.set(), release.wait(30), torch.get_num_threads())[2])
+        assert started.wait(10)
+        beside = sample.submit(probe).result(timeout=10)
+        release.set()
+        assert busy.result(timeout=10) == 2  # it started alone
+        after = sample.submit(probe).result(timeout=10)
     finally:
         torch.set_num_threads(main_threads)
         svc.close("success")
-    assert seen == {"train": ("sailrl-local-train", 1), "sample": ("sailrl-local-sample", 1)}
+    assert alone == [("sailrl-local-train", 2), ("sailrl-local-sample", 2)]
+    assert beside == ("sailrl-local-sample", 1) and after == ("sailrl-local-sample", 2)

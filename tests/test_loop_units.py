@@ -10,8 +10,8 @@ from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.rl.data_processing import assemble_training_data, compute_advantages
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 
-from sailrl.runtime.backends import BackendError, check_keys
 from sailrl.launch import apply_overrides
+from sailrl.runtime.backends import BackendError, check_keys
 from sailrl.runtime.report import rollout_metrics, sampled_tokens
 from sailrl.runtime.rl import split_degenerate
 from sailrl.runtime.rollout import RolloutBatch

@@ -1,6 +1,6 @@
 """RewardFunction: the issue's fidelity cases, per-rule scores, time limits, never raising, plain words.
 
-Each fidelity case from the issue is one named test. The Sail guide's reward (shared/seeds/000_...txt):
+Each fidelity case from the issue is one named test. The Sail guide's reward:
 ``correct - 0.1 * (1 - format)`` with format = a boxed answer is present AND the completion ended cleanly.
 """
 

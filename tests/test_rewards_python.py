@@ -359,3 +359,29 @@ def test_rule_errors_never_reach_the_loop_through_rule_env(spec_dir: Path) -> No
     assert result.logs["why/boom"] == "myrules.py:boom raised KeyError: 'zz' (at myrules.py:37)"
     assert (result.logs["passed/boom"], result.logs["score/boom"]) == (0, 0.0)
     assert textwrap.dedent(result.logs["completion"]) == "zz"
+
+
+def test_fields_that_cannot_be_sent_fail_that_call_and_keep_the_worker(spec_dir: Path) -> None:
+    fn = reward(spec_dir, py("score"))
+    assert fn.score("yes", {}).total == 0.5
+    s = fn.score("yes", {"answer": lambda: 1})  # a lambda cannot be pickled to the worker
+    assert s.passed == {"score": False}
+    assert s.reasons["score"].startswith("myrules.py:score could not be called: ")
+    assert fn.score("yes", {}).total == 0.5
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "python-reward"
+
+
+def test_the_documented_example_is_the_guides_and_validates() -> None:
+    import re
+
+    guide = (EXAMPLE.parents[1] / "reward-rules.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(# file: rewards.py\n.*?)```", guide, re.DOTALL)
+    assert block and block.group(1) == (EXAMPLE / "rewards.py").read_text(encoding="utf-8")
+    loaded = validate_file(EXAMPLE / "spec.yaml")
+    assert loaded.warnings == []
+    fn = RewardFunction.from_spec(loaded.spec.reward, loaded.spec.prompt.reference_field, EXAMPLE)
+    s = fn.score("Please note: it is 7 km.", {"unit": "km"})
+    assert s.contributions == {"brevity": 0.5, "style": 0.2, "unit": 0.0}
+    assert s.subscores == {"style": {"polite": 0.1, "calm": 0.1}}

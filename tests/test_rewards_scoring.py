@@ -64,9 +64,9 @@ def test_the_budget_stops_a_step_of_timing_out_regexes_at_about_the_budget() -> 
 
 
 def test_the_budget_cuts_a_slow_python_call_short(tmp_path: Path) -> None:
-    (tmp_path / "slow.py").write_text("import time\n\ndef score(c, f):\n    time.sleep(0.4)\n    return 1\n",
+    (tmp_path / "slow.py").write_text("import time\n\ndef score(c, f):\n    time.sleep(0.8)\n    return 1\n",
                                       encoding="utf-8")
-    fn = reward([{"name": "slow", "kind": "python", "function": "slow:score"}], tmp_path)
+    fn = reward([{"name": "slow", "kind": "python", "function": "slow:score", "timeout_s": 2}], tmp_path)
     fn.score("warm", {})  # start the worker outside the measured step
 
     async def step() -> list:
@@ -76,8 +76,8 @@ def test_the_budget_cuts_a_slow_python_call_short(tmp_path: Path) -> None:
     t0 = time.perf_counter()
     scores = asyncio.run(step())
     seconds = time.perf_counter() - t0
-    assert seconds < 2.0  # 12 x 0.4 s on at most 4 workers would be 1.2 s or more
-    assert sum(s.passed["slow"] for s in scores) >= 2
+    assert seconds < 3.0  # 12 x 0.8 s on at most 4 workers would be 2.4 s or more (4.8 s on 2)
+    assert sum(s.passed["slow"] for s in scores) >= 1
     assert sum(s.budget_exceeded for s in scores) >= 1
 
 
@@ -116,15 +116,16 @@ def test_the_event_loop_runs_while_completions_are_scored() -> None:
         tick = asyncio.create_task(ticker(stop))
         scorer = StepScorer(fn, budget_s=60)
         t0 = time.perf_counter()
-        await asyncio.gather(*(scorer.score("a" * 30 + "b", {}) for _ in range(8)))
+        await asyncio.gather(*(scorer.score("a" * 30 + "b", {}) for _ in range(16)))
         seconds = time.perf_counter() - t0
         stop.set()
         await tick
         return seconds
 
     seconds = asyncio.run(step())
-    assert seconds > 0.5  # 8 x 3 x 0.1 s of regexes on 4 threads
-    assert ticks > 0.4 * seconds / 0.01  # the loop kept turning (on the loop itself: about 1 tick)
+    assert seconds > 0.3  # 16 x 3 regexes that each run 0.1 s, on 4 threads
+    # The loop kept turning: tens of ticks (scored on the loop itself, the 16 tasks run back to back: 1 or 2).
+    assert ticks >= 10, (ticks, seconds)
 
 
 def test_math_off_the_main_thread_runs_in_the_worker_process() -> None:

@@ -174,7 +174,7 @@ def test_a_run_with_every_option_logs_what_each_did(tmp_path, monkeypatch):
     assert main(["run", str(QUICKSTART), *sum((["--set", s] for s in sets), [])]) == 0
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2, 3]
-    lr = 1e-3  # the quickstart's training.learning_rate
+    lr = load_spec(QUICKSTART).spec.training.learning_rate
     trained = [m for m in lines if m.get("datums")]
     for m in trained:
         assert m["learning_rate"] == pytest.approx(rl.learning_rate(lr, m["step"], 3, "linear", 1))

@@ -86,7 +86,7 @@ def test_connections_queued_before_serving_are_answered(fake_sail_server: FakeSa
         time.sleep(0.2)  # the request waits in the backlog
         server.start()
         thread.join(timeout=10)
-        assert json.loads(result[0]) == {"posts": 0, "polls": {}, "created_at": {}}
+        assert json.loads(result[0]) == {"posts": 0, "polls": {}, "created_at": {}, "service_s": {}}
     finally:
         server.close()
 
@@ -141,6 +141,12 @@ def test_the_server_in_its_own_process_reports_and_takes_its_service_time() -> N
         stats = call("/_fake/stats")
         assert stats["posts"] == 2 and stats["polls"] == {"resp_000001": 1, "resp_000002": 1}
         assert set(stats["created_at"]) == {"resp_000001", "resp_000002"}
+        assert stats["service_s"] == {"resp_000001": 0.25, "resp_000002": 0.0}
+        assert call("/_fake/config", {"service_time_s": [0.1, 0.3]}) == {"service_time_s": [0.1, 0.3]}
+        for _ in range(5):
+            call("/v1/responses", {"raw_prompt_tokens": [1], "max_output_tokens": 1})
+        drawn = list(call("/_fake/stats")["service_s"].values())[2:]
+        assert len(drawn) == 5 and all(0.1 <= x <= 0.3 for x in drawn) and len(set(drawn)) == 5
     finally:
         assert proc.stdin is not None
         proc.stdin.close()

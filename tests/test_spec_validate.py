@@ -261,3 +261,31 @@ def test_did_you_mean_prefers_what_fits_the_place():
     assert did_you_mean("zzz", ["question"]) is None
     assert did_you_mean_text("lerning_rate", ["learning_rate"]) == " -- did you mean 'learning_rate'?"
     assert did_you_mean_text("zzz", ["question"]) == ""
+
+
+def test_every_place_that_makes_a_spec_error_sets_a_known_code():
+    """Static: each SpecError(...) / loaded.error(...) call in the package passes code= with a code of the table."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    missing = []
+    for folder in ("spec", "compiler", "runtime", "sailrl"):
+        for path in sorted((root / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = node.func
+                makes = (isinstance(func, ast.Name) and func.id == "SpecError") or (
+                    isinstance(func, ast.Attribute) and func.attr == "error" and (
+                        (isinstance(func.value, ast.Name) and func.value.id == "loaded")
+                        or (isinstance(func.value, ast.Attribute) and func.value.attr == "loaded")))
+                if not makes:
+                    continue
+                code = next((k.value for k in node.keywords if k.arg == "code"), None)
+                if code is None:
+                    missing.append(f"{path.relative_to(root)}:{node.lineno}: no code=")
+                elif isinstance(code, ast.Constant) and code.value not in CODES:
+                    missing.append(f"{path.relative_to(root)}:{node.lineno}: unknown code {code.value!r}")
+    assert not missing, "\n".join(missing)

@@ -6,7 +6,8 @@ order (forward_backward, optim_step, saves, loads, sampler snapshots of the trai
 decodes with its own merged copy of the weights (``merged_model``) -- from the adapter file a save
 wrote, or from a copy of the adapter tensors taken in order on the training worker -- so a step
 can train while the previous weights sample, and what a sampler returns does not depend on what
-trains meanwhile. Each worker sets its torch intra-op threads to ``worker_threads()``.
+trains meanwhile. The workers share ``worker_threads()`` torch intra-op threads: all of them for a job
+running alone, half each while both run.
 """
 
 from __future__ import annotations
@@ -20,19 +21,19 @@ from typing import Any
 import torch
 
 from sailrl.runtime.local.checkpoints import CheckpointStore
-from sailrl.runtime.local.futures import Worker
+from sailrl.runtime.local.futures import ThreadBudget, Worker
 from sailrl.runtime.local.lora import merge_adapter
 from sailrl.runtime.local.sampling import LocalSamplingClient, SampleBatcher
 from sailrl.runtime.local.tiny import BaseModelCache, BaseModelSpec
 
 
 def worker_threads() -> int:
-    """Torch intra-op threads for each worker thread: the calling thread's ``torch.get_num_threads()``.
+    """The torch intra-op threads the workers share: the calling thread's ``torch.get_num_threads()``.
 
     ``LocalServiceClient`` sets that from its ``num_threads`` (default ``device.thread_count``:
     ``SAILRL_THREADS``, else 1 for the built-in models) just before it builds the backend, so the
-    thread policy lives in one place. ``torch.set_num_threads`` is per thread: a worker would
-    otherwise keep the count it inherits when it starts.
+    thread policy lives in one place. A job running alone gets all of them; while the training and
+    the sampling worker both run jobs, each gets half (at least 1; ``futures.ThreadBudget``).
     """
     return max(1, torch.get_num_threads())
 
@@ -79,9 +80,9 @@ class LocalBackend:
         coalesce_window_s: float = 0.003,
         sampler_cache_size: int = 2,
     ):
-        self.num_threads = worker_threads()
-        self.worker = Worker("sailrl-local-train", num_threads=self.num_threads)
-        self.sample_worker = Worker("sailrl-local-sample", num_threads=self.num_threads)
+        self.threads = ThreadBudget(worker_threads())
+        self.worker = Worker("sailrl-local-train", self.threads)
+        self.sample_worker = Worker("sailrl-local-sample", self.threads)
         self.model_lock = threading.RLock()
         self.store = CheckpointStore(base_dir)
         self.bases = _LockedBaseModels(BaseModelCache(dtype, device), self.model_lock)

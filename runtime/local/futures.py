@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -26,17 +27,45 @@ from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurre
 T = TypeVar("T")
 
 
+class ThreadBudget:
+    """Torch intra-op threads shared by the workers of one backend.
+
+    A job gets ``total`` threads while it is the only one running and ``max(1, total // busy)``
+    while ``busy`` workers run jobs at once (``torch.set_num_threads`` is per thread, set at the
+    start of each job), so two workers overlapping on ``total`` cores do not oversubscribe them.
+    """
+
+    def __init__(self, total: int):
+        self.total = max(1, int(total))
+        self._busy = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def job(self) -> Iterator[int]:
+        """Count the calling worker busy for the block and set its torch threads; yields the count."""
+        with self._lock:
+            self._busy += 1
+            threads = max(1, self.total // self._busy)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        try:
+            yield threads
+        finally:
+            with self._lock:
+                self._busy -= 1
+
+
 class Worker:
     """One daemon thread running submitted callables in FIFO order.
 
-    ``num_threads``: torch intra-op threads for this thread (``torch.set_num_threads`` is per
-    thread); ``None`` keeps what the thread inherits.
+    ``budget``: the ``ThreadBudget`` each job takes its torch intra-op threads from; ``None`` keeps
+    what the thread inherits.
     """
 
-    def __init__(self, name: str = "sailrl-local-worker", num_threads: int | None = None):
+    def __init__(self, name: str = "sailrl-local-worker", budget: ThreadBudget | None = None):
         self._queue: queue.Queue[tuple[Callable[[], Any], Future] | None] = queue.Queue()
         self._name = name
-        self._num_threads = num_threads
+        self._budget = budget
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -47,8 +76,6 @@ class Worker:
                 self._thread.start()
 
     def _run(self) -> None:
-        if self._num_threads is not None:
-            torch.set_num_threads(self._num_threads)
         while True:
             item = self._queue.get()
             if item is None:
@@ -57,7 +84,11 @@ class Worker:
             if not fut.set_running_or_notify_cancel():
                 continue
             try:
-                result = fn()
+                if self._budget is None:
+                    result = fn()
+                else:
+                    with self._budget.job():
+                        result = fn()
             except BaseException as exc:  # noqa: BLE001 -- delivered to whoever reads the future
                 fut.set_exception(exc)
             else:
@@ -84,10 +115,16 @@ class Worker:
         self._queue.put((fn, fut))
         return AwaitableConcurrentFuture(fut)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Stop the thread after the jobs already queued; wait up to ``timeout`` s for it to finish them
+        (not when called from the worker itself). A later ``submit`` starts a new thread."""
         with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                self._queue.put(None)
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                return
+            self._queue.put(None)
+        if thread is not threading.current_thread():
+            thread.join(timeout)
 
 
 def completed(value: T) -> AwaitableConcurrentFuture[T]:

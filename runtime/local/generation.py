@@ -445,7 +445,7 @@ def _prompt_logprob_outputs(
     return out_lp, out_topk
 
 
-def _check_prompts(requests: Sequence[SampleRequest], max_context: int) -> None:
+def _check_prompts(requests: Sequence[SampleRequest], max_context: int, vocab: int | None) -> None:
     for req in requests:
         if not req.prompt:
             raise ValueError("Cannot sample from an empty prompt: give at least one token.")
@@ -454,6 +454,44 @@ def _check_prompts(requests: Sequence[SampleRequest], max_context: int) -> None:
                 f"The prompt has {len(req.prompt)} tokens, which fills the model's context window "
                 f"of {max_context}; shorten the prompt."
             )
+        if vocab is not None and not 0 <= min(req.prompt) <= max(req.prompt) < vocab:
+            bad = next(t for t in req.prompt if not 0 <= t < vocab)
+            raise ValueError(
+                f"The prompt holds the token id {bad}, outside the model's vocabulary (0..{vocab - 1}); "
+                "encode prompts with this model's tokenizer."
+            )
+
+
+@dataclass
+class _Rows:
+    """The decode inputs of every row (one row per sample, in request order), built from the requests."""
+
+    req_of_row: torch.Tensor  # (n,) request index
+    prompt_of_row: torch.Tensor  # (n,) distinct-prompt index
+    limits: torch.Tensor  # (n,) most new tokens (max_tokens, at most the room left in the context)
+    uniforms: torch.Tensor  # (n, max(limits)) one draw per token a row may generate
+    stops: list[_Stops]  # per request
+
+    @classmethod
+    def build(cls, requests: Sequence[SampleRequest], prompt_of_req: list[int], max_context: int,
+              eos: int | None, generator: torch.Generator) -> _Rows:
+        counts = torch.tensor([r.num_samples for r in requests])
+        req_of_row = torch.repeat_interleave(torch.arange(len(requests)), counts)
+        req_limit = []
+        for req in requests:
+            room = max_context - len(req.prompt)
+            mt = req.params.max_tokens
+            req_limit.append(max(0, room if mt is None else min(int(mt), room)))
+        limits = torch.tensor(req_limit, dtype=torch.long)[req_of_row]
+        uniforms = torch.zeros((req_of_row.numel(), max(req_limit, default=0) or 1))
+        start = 0
+        for req, limit in zip(requests, req_limit, strict=True):
+            if float(req.params.temperature) > GREEDY_TEMPERATURE and limit > 0:
+                g = generator if req.params.seed is None else torch.Generator().manual_seed(int(req.params.seed))
+                uniforms[start : start + req.num_samples, :limit] = torch.rand((req.num_samples, limit), generator=g)
+            start += req.num_samples
+        stops = [_stops_for(r.params, eos) for r in requests]
+        return cls(req_of_row, torch.tensor(prompt_of_req)[req_of_row], limits, uniforms, stops)
 
 
 @torch.inference_mode()
@@ -469,76 +507,51 @@ def generate(
 
     ``generator``: a CPU ``torch.Generator`` for requests without ``SamplingParams.seed``.
     Raises ``ValueError`` for an empty prompt, a prompt that fills the context window of
-    ``max_context`` tokens, or a malformed ``stop``.
+    ``max_context`` tokens, a token id outside the model's vocabulary, or a malformed ``stop``.
     """
-    _check_prompts(requests, max_context)
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    _check_prompts(requests, max_context, getattr(embeddings, "num_embeddings", None))
     device = next(model.parameters()).device
-    eos = getattr(tokenizer, "eos_token_id", None)
 
     # Distinct prompts, prefilled once each (left-padded).
     prompt_index: dict[tuple[int, ...], int] = {}
     for req in requests:
         prompt_index.setdefault(tuple(req.prompt), len(prompt_index))
+    prompt_of_req = [prompt_index[tuple(r.prompt)] for r in requests]
+    rows = _Rows.build(requests, prompt_of_req, max_context, getattr(tokenizer, "eos_token_id", None), generator)
     prompts = list(prompt_index)
     lens = torch.tensor([len(p) for p in prompts])
     width = int(lens.max())
     ids = torch.zeros((len(prompts), width), dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.bool)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = True
-    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        mask[i, width - len(p) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
     want_prompt = any(r.include_prompt_logprobs or r.topk_prompt_logprobs > 0 for r in requests)
-
-    # Rows: one per sample, in request order, with their limits, stops and uniforms.
-    req_of_row = torch.repeat_interleave(torch.arange(len(requests)), torch.tensor([r.num_samples for r in requests]))
-    n_rows = int(req_of_row.numel())
-    stops = [_stops_for(r.params, eos) for r in requests]
-    req_limit = []
-    for req in requests:
-        room = max_context - len(req.prompt)
-        mt = req.params.max_tokens
-        req_limit.append(max(0, room if mt is None else min(int(mt), room)))
-    limits = torch.tensor(req_limit, dtype=torch.long)[req_of_row]
-    max_new = int(limits.max()) if n_rows else 0
-    req_greedy = [float(r.params.temperature) <= GREEDY_TEMPERATURE for r in requests]
-    uniforms = torch.zeros((n_rows, max(max_new, 1)))
-    start = 0
-    for r_i, req in enumerate(requests):
-        if not req_greedy[r_i] and req_limit[r_i] > 0:
-            g = generator if req.params.seed is None else torch.Generator().manual_seed(int(req.params.seed))
-            uniforms[start : start + req.num_samples, : req_limit[r_i]] = torch.rand(
-                (req.num_samples, req_limit[r_i]), generator=g
-            )
-        start += req.num_samples
-
     out = model(
         input_ids=ids.to(device),
-        attention_mask=mask.long().to(device),
+        attention_mask=mask.to(device),
         position_ids=positions.to(device),
         use_cache=True,
         logits_to_keep=0 if want_prompt else 1,
     )
-    prefill_logits = out.logits if want_prompt else None
-    tokens_out = torch.zeros((n_rows, max(max_new, 1)), dtype=torch.long)
-    logprobs_out = torch.zeros((n_rows, max(max_new, 1)), dtype=torch.float32)
+
+    n_rows, max_new = rows.uniforms.shape
+    tokens_out = torch.zeros((n_rows, max_new), dtype=torch.long)
+    logprobs_out = torch.zeros((n_rows, max_new), dtype=torch.float32)
     final_len = torch.zeros(n_rows, dtype=torch.long)
     stopped = torch.zeros(n_rows, dtype=torch.bool)
-
-    live_rows = torch.nonzero(limits > 0).squeeze(-1)
-    if live_rows.numel():
-        _decode(
-            model, out, mask, lens, width, live_rows, req_of_row, requests, limits, stops, uniforms,
-            req_greedy, tokenizer, device, tokens_out, logprobs_out, final_len, stopped,
-        )
+    live = torch.nonzero(rows.limits > 0).squeeze(-1)
+    if live.numel():
+        _decode(model, out, mask, lens, requests, rows, live, tokenizer, tokens_out, logprobs_out, final_len, stopped)
 
     tokens_np = tokens_out.numpy().astype(np.int32)
     logprobs_np = logprobs_out.numpy()
-    final = final_len.tolist()
-    stopped_l = stopped.tolist()
+    final, stopped_l = final_len.tolist(), stopped.tolist()
     responses: list[types.SampleResponse] = []
     row = 0
-    for req in requests:
+    for req, p_i in zip(requests, prompt_of_req, strict=True):
         seqs = []
         for s in range(req.num_samples):
             n = final[row]
@@ -553,9 +566,7 @@ def generate(
             row += 1
         prompt_lp, topk = None, None
         if req.include_prompt_logprobs or req.topk_prompt_logprobs > 0:
-            p_i = prompt_index[tuple(req.prompt)]
-            assert prefill_logits is not None
-            prompt_lp, topk = _prompt_logprob_outputs(req, _upcast(prefill_logits[p_i]), width - len(req.prompt))
+            prompt_lp, topk = _prompt_logprob_outputs(req, _upcast(out.logits[p_i]), width - len(req.prompt))
         responses.append(
             types.SampleResponse(sequences=seqs, prompt_logprobs_np=prompt_lp, _topk_prompt_logprobs_list=topk)
         )
@@ -564,92 +575,83 @@ def generate(
 
 def _decode(
     model: Any,
-    out: Any,
+    prefill: Any,
     mask: torch.Tensor,
     lens: torch.Tensor,
-    width: int,
-    rows: torch.Tensor,
-    req_of_row: torch.Tensor,
     requests: Sequence[SampleRequest],
-    limits: torch.Tensor,
-    stops: list[_Stops],
-    uniforms: torch.Tensor,
-    req_greedy: list[bool],
+    rows: _Rows,
+    live: torch.Tensor,
     tokenizer: Any,
-    device: torch.device,
     tokens_out: torch.Tensor,
     logprobs_out: torch.Tensor,
     final_len: torch.Tensor,
     stopped: torch.Tensor,
 ) -> None:
-    """The decode loop over ``rows`` (the rows with ``limits > 0``); fills the ``*_out`` tensors in place."""
-    # Prompt of each row, its cache rows and logits.
-    prompt_index: dict[tuple[int, ...], int] = {}
-    for req in requests:
-        prompt_index.setdefault(tuple(req.prompt), len(prompt_index))
-    prompt_of_req = torch.tensor([prompt_index[tuple(r.prompt)] for r in requests])
-    prompt_of_row = prompt_of_req[req_of_row[rows]]
-    max_new = int(limits[rows].max())
-    cache = _expand_cache(out.past_key_values, prompt_of_row.to(device), reserve=min(max_new, _INITIAL_RESERVE),
-                          limit=width + max_new)
-    logits = out.logits[:, -1, :][prompt_of_row.to(device)]
+    """Decode the ``live`` rows (those with ``limits > 0``) from the ``prefill`` output.
 
-    # Per-request tables -> per-row tensors.
-    r_rows = req_of_row[rows]
-    temps = torch.tensor([1.0 if g else float(r.params.temperature) for r, g in zip(requests, req_greedy,
-                                                                                     strict=True)])
-    top_k = torch.tensor([int(r.params.top_k) for r in requests])
-    top_p = torch.tensor([float(r.params.top_p) for r in requests])
-    greedy = torch.tensor(req_greedy)
-    rg = greedy[r_rows]
+    Fills ``tokens_out`` / ``logprobs_out`` ``(n, max_new)``, ``final_len`` and ``stopped`` ``(n,)`` in
+    place. The batch holds the rows still decoding (``batch_rows``: batch position -> row) plus the
+    finished rows not yet compacted away (``alive`` False).
+    """
+    device = prefill.logits.device
+    width = mask.shape[1]
+    prompt_of_row = rows.prompt_of_row[live]
+    max_new = int(rows.limits[live].max())
+    cache = _expand_cache(prefill.past_key_values, prompt_of_row.to(device), reserve=min(max_new, _INITIAL_RESERVE),
+                          limit=width + max_new)
+    logits = prefill.logits[:, -1, :][prompt_of_row.to(device)]
+
+    # Per-request sampling parameters and stop tables, indexed per row.
+    r_rows = rows.req_of_row[live]
+    greedy = torch.tensor([float(r.params.temperature) <= GREEDY_TEMPERATURE for r in requests])[r_rows]
+    temps = torch.tensor([float(r.params.temperature) for r in requests])[r_rows].masked_fill(greedy, 1.0)
+    top_k = torch.tensor([int(r.params.top_k) for r in requests])[r_rows]
+    top_p = torch.tensor([float(r.params.top_p) for r in requests])[r_rows]
     rp = _RowParams(
-        temps[r_rows].to(device), rg.to(device), top_k[r_rows].to(device), top_p[r_rows].to(device),
-        any_greedy=bool(rg.any()), all_greedy=bool(rg.all()),
-        any_filter=bool(((top_k[r_rows] > 0) & ~rg).any() or ((top_p[r_rows] < 1.0) & ~rg).any()),
+        temps.to(device), greedy.to(device), top_k.to(device), top_p.to(device),
+        any_greedy=bool(greedy.any()), all_greedy=bool(greedy.all()),
+        any_filter=bool((((top_k > 0) | (top_p < 1.0)) & ~greedy).any()),
     )
     vocab = logits.shape[-1]
-    id_sets = list(dict.fromkeys(s.token_ids for s in stops))
+    id_sets = list(dict.fromkeys(s.token_ids for s in rows.stops))
     id_table = torch.zeros((len(id_sets), vocab), dtype=torch.bool)
-    for k, ids in enumerate(id_sets):
-        valid = [i for i in ids if 0 <= i < vocab]
+    for k, token_ids in enumerate(id_sets):
+        valid = [i for i in token_ids if 0 <= i < vocab]
         if valid:
             id_table[k, valid] = True
-    id_set = torch.tensor([id_sets.index(s.token_ids) for s in stops])[r_rows]
-    string_sets = list(dict.fromkeys(s.strings for s in stops if s.strings))
+    id_set = torch.tensor([id_sets.index(s.token_ids) for s in rows.stops])[r_rows]
+    string_sets = list(dict.fromkeys(s.strings for s in rows.stops if s.strings))
     matchers = [stop_string_matcher(tokenizer, strings) for strings in string_sets]
-    string_set = torch.tensor([string_sets.index(s.strings) if s.strings else -1 for s in stops])[r_rows]
-    limit = limits[rows]
-    u_rows = uniforms[rows].to(device)
+    string_set = torch.tensor([string_sets.index(s.strings) if s.strings else -1 for s in rows.stops])[r_rows]
+    limit = rows.limits[live]
+    uniforms = rows.uniforms[live].to(device)
 
-    # Batch state: position -> row, alive flags, attention mask with room for every new token.
-    batch_rows = rows.clone()
-    alive = torch.ones(rows.numel(), dtype=torch.bool)
-    attn = torch.zeros((rows.numel(), width + max_new), dtype=torch.long, device=device)
+    batch_rows = live.clone()
+    alive = torch.ones(live.numel(), dtype=torch.bool)
+    attn = torch.zeros((live.numel(), width + max_new), dtype=torch.long, device=device)  # room for every token
     attn[:, :width] = mask[prompt_of_row].to(device)
     next_pos = lens[prompt_of_row].to(device)[:, None]
 
     with _decode_attention(model):
         step = 0
         while True:
-            choice, lp = _sample(logits, rp, u_rows[:, step])
-            choice_c, lp_c = choice.cpu(), lp.float().cpu()
+            choice, lp = _sample(logits, rp, uniforms[:, step])
+            choice_c = choice.cpu()
             tokens_out[batch_rows, step] = choice_c
-            logprobs_out[batch_rows, step] = lp_c
+            logprobs_out[batch_rows, step] = lp.float().cpu()
             hit = id_table[id_set, choice_c]
             for m_i, matcher in enumerate(matchers):
                 check = alive & (string_set == m_i) & ~hit
                 if bool(check.any()):
                     pos = torch.nonzero(check).squeeze(-1)
-                    cand = pos[matcher.candidates(choice_c[pos])]
                     lo = max(0, step + 1 - matcher.window)
-                    for p in cand.tolist():
+                    for p in pos[matcher.candidates(choice_c[pos])].tolist():
                         if matcher.matches(tokens_out[batch_rows[p], lo : step + 1].tolist()):
                             hit[p] = True
             done = alive & (hit | (limit <= step + 1))
             if bool(done.any()):
-                done_rows = batch_rows[done]
-                final_len[done_rows] = step + 1
-                stopped[done_rows] = hit[done]
+                final_len[batch_rows[done]] = step + 1
+                stopped[batch_rows[done]] = hit[done]
                 alive &= ~done
                 n_alive = int(alive.sum())
                 if n_alive == 0:
@@ -658,10 +660,10 @@ def _decode(
                     keep = torch.nonzero(alive).squeeze(-1)
                     keep_d = keep.to(device)
                     cache.batch_select_indices(keep_d)
-                    batch_rows, alive, limit = batch_rows[keep], alive[keep], limit[keep]
-                    id_set, string_set = id_set[keep], string_set[keep]
-                    rp, u_rows, attn, next_pos = rp.select(keep_d), u_rows[keep_d], attn[keep_d], next_pos[keep_d]
-                    choice = choice[keep_d]
+                    batch_rows, alive, limit, id_set, string_set = (
+                        batch_rows[keep], alive[keep], limit[keep], id_set[keep], string_set[keep])
+                    rp, uniforms, attn, next_pos, choice = (
+                        rp.select(keep_d), uniforms[keep_d], attn[keep_d], next_pos[keep_d], choice[keep_d])
             attn[:, width + step] = 1
             out = model(
                 input_ids=choice[:, None],

@@ -1,9 +1,11 @@
 """``LocalSamplingClient``: the ``tinker.SamplingClient`` interface over an in-process model.
 
 Concurrent ``sample`` calls are coalesced: each call queues its request and, if none is pending,
-one batch job on the backend's worker thread. The job first waits until no new request has
-arrived for ``coalesce_window_s`` (default 3 ms, at most ``max_wait_s`` = 50 ms), then serves
-every queued request with ONE ``generation.generate`` call (each distinct prompt prefilled once).
+one batch job on the backend's sampling worker thread (``backend.LocalBackend.sample_worker``,
+separate from the training worker, so sampling runs while a step trains). The job first waits until
+no new request has arrived for ``coalesce_window_s`` (default 3 ms, at most ``max_wait_s`` = 50 ms),
+then serves every queued request with ONE ``generation.generate`` call (each distinct prompt
+prefilled once).
 ``tinker_cookbook.rl.rollout_strategy.FailFast`` runs a group's rollouts with ``asyncio.gather``,
 one ``sample_async(num_samples=1)`` per env, so a whole group (or a whole step, when groups are
 gathered too) becomes one batched generation.

@@ -2,10 +2,11 @@
 retries and checked completions.
 
 One completer serves one RL step: its concurrent calls share a `_StepPollState`. Until a response of the step is
-final, a few *scout* rollouts poll densely (every ``max(min_interval_s, dense_fraction * elapsed)`` seconds) and
-the others sparsely; the first final response gives an estimate of the service time, and every rollout then polls
-at its own creation + that estimate and densely after it (``<= 1 s`` apart for the first 20 s, then at most
-``dense_fraction`` of its elapsed time): a step waits for its slowest rollout, so the tail is where polls pay.
+final, a few *scout* rollouts poll densely (together every ``max(min_interval_s, dense_fraction * elapsed)``
+seconds) and the others sparsely; the first final response gives an estimate of the service time, and every
+rollout then polls at its own creation + that estimate, then about once a second (like a plain 1 s poller), and
+densely again once it is among the step's last few unfinished rollouts: a step waits for its slowest rollout, so
+the tail is where polls pay (`PollPolicy` has the exact schedule).
 
 Completions are checked before they reach the loop: an answer that does not parse, non-finite logprobs, a logprob
 count that differs from the token count, token ids outside the vocabulary, more tokens than ``max_output_tokens``,
@@ -101,10 +102,12 @@ class PollPolicy:
       ``min(max_interval_s, max(first_poll_s, sparse_fraction * elapsed))``, shortened by up to ``jitter`` (a
       uniform fraction) so rollouts do not poll in lockstep.
     - Once a response is final after ``T`` seconds (the shortest seen so far, the *estimate*), a rollout polls at
-      ``elapsed == T``, then its n-th poll after that (n = 0, 1, ...) comes
-      ``min(min_interval_s * 2**n, max(due_max_interval_s, dense_fraction * elapsed))`` later: dense right when
-      the step's last rollouts are due, then at most ``due_max_interval_s`` apart until ``elapsed`` is
-      ``due_max_interval_s / dense_fraction``, and never more than ``dense_fraction`` of the elapsed time.
+      ``elapsed == T`` (at once if it is older and has not polled since); after that, every
+      ``max(due_interval_s, dense_fraction * elapsed)`` (shortened by up to ``jitter``) while many of the step's
+      rollouts are unfinished, and every ``dense_interval`` once the step is in its *tail*: at most
+      ``max(tail_min, tail_fraction * peak)`` rollouts unfinished, ``peak`` being the most that were in flight at
+      once. Entering the tail wakes the waiting rollouts, so the last ones are seen within about
+      ``dense_fraction`` of their elapsed time.
 
     Without ``adaptive`` every rollout follows the sparse schedule alone (``PollPolicy.fixed(1.0)`` is a plain 1 s
     poller). A response not final ``response_deadline_s`` after its creation (or after ``max_polls`` polls, when
@@ -120,7 +123,9 @@ class PollPolicy:
     scouts: int = 2
     min_interval_s: float = 0.025
     dense_fraction: float = 0.05
-    due_max_interval_s: float = 1.0
+    due_interval_s: float = 1.0
+    tail_fraction: float = 0.1
+    tail_min: int = 2
     first_poll_s: float = 2.0
     sparse_fraction: float = 0.5
     max_interval_s: float = 60.0
@@ -133,7 +138,7 @@ class PollPolicy:
     request_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        positive = ("min_interval_s", "due_max_interval_s", "first_poll_s", "max_interval_s", "response_deadline_s",
+        positive = ("min_interval_s", "due_interval_s", "first_poll_s", "max_interval_s", "response_deadline_s",
                     "request_timeout_s")
         for name in positive:
             value = getattr(self, name)
@@ -144,8 +149,10 @@ class PollPolicy:
                 raise ValueError(f"PollPolicy.{name} must be in [0, 10], got {getattr(self, name)!r}")
         if not 0 <= self.jitter < 1:
             raise ValueError(f"PollPolicy.jitter must be in [0, 1), got {self.jitter!r}")
-        if self.scouts < 0:
-            raise ValueError(f"PollPolicy.scouts must be >= 0, got {self.scouts!r}")
+        if self.scouts < 0 or self.tail_min < 0:
+            raise ValueError(f"PollPolicy.scouts and tail_min must be >= 0, got {self.scouts!r}, {self.tail_min!r}")
+        if not 0 <= self.tail_fraction <= 1:
+            raise ValueError(f"PollPolicy.tail_fraction must be in [0, 1], got {self.tail_fraction!r}")
         if self.max_attempts < 1 or (self.max_polls is not None and self.max_polls < 1):
             raise ValueError("PollPolicy.max_polls and max_attempts must be >= 1")
         if self.retry_base_s < 0 or self.retry_max_s < 0:
@@ -163,13 +170,16 @@ class PollPolicy:
         return base * (1.0 - self.jitter * u)
 
     def dense_interval(self, elapsed: float) -> float:
-        """Seconds between two polls of the scouts (taking turns) at ``elapsed``."""
+        """Seconds between two polls of the scouts (taking turns), or of a rollout in the step's tail, at
+        ``elapsed``."""
         return max(self.min_interval_s, self.dense_fraction * elapsed)
 
-    def due_interval(self, elapsed: float, n: int) -> float:
-        """Seconds to the next poll of a rollout past the estimate, after ``n`` polls past it."""
-        cap = max(self.due_max_interval_s, self.dense_fraction * elapsed)
-        return min(self.min_interval_s * 2.0 ** min(n, 32), cap)
+    def due_interval(self, elapsed: float, tail: bool, u: float) -> float:
+        """Seconds to the next poll of a rollout past the estimate at ``elapsed``, in the step's tail or not, for a
+        uniform draw ``u`` in [0, 1) (the jitter, outside the tail only)."""
+        if tail:
+            return self.dense_interval(elapsed)
+        return max(self.due_interval_s, self.dense_fraction * elapsed) * (1.0 - self.jitter * u)
 
     def retry_delay(self, n: int, u: float) -> float:
         """Seconds before retry ``n`` (1-based), for a uniform draw ``u`` in [0, 1)."""
@@ -317,19 +327,31 @@ def _check_completion(
 class _StepPollState:
     """The poll schedule's state shared by the concurrent rollouts of one completer (one asyncio loop at a time).
 
-    ``estimate_s``: the shortest time from a response's creation to a poll that saw it final. Rollouts that sleep
-    on a schedule the estimate would change wait on a shared future that `observe_final` resolves.
+    ``estimate_s``: the shortest time from a response's creation to a poll that saw it final. ``in_flight`` /
+    ``peak``: responses being waited for now / at most so far. Rollouts whose schedule a new estimate or the start
+    of the tail would change sleep on a shared future that `observe_final` and `leave` resolve.
     """
 
-    def __init__(self, scouts: int) -> None:
+    def __init__(self, policy: PollPolicy) -> None:
+        self.policy = policy
         self.estimate_s: float | None = None
         self.last_scout_poll: float | None = None  # time.monotonic() of the scouts' last poll
         self.scout_polls = 0
-        self._scout_slots = [False] * scouts
+        self.in_flight = 0
+        self.peak = 0
+        self._was_tail = False
+        self._scout_slots = [False] * (policy.scouts if policy.adaptive else 0)
         self._wake: asyncio.Future[None] | None = None
 
-    def take_scout_slot(self) -> int | None:
-        """A free scout slot (its index) while no response is final, else None."""
+    def in_tail(self) -> bool:
+        """At most ``max(tail_min, tail_fraction * peak)`` responses are still being waited for."""
+        return self.in_flight <= max(self.policy.tail_min, self.policy.tail_fraction * self.peak)
+
+    def enter(self) -> int | None:
+        """Count a response being waited for; its scout slot (an index) while no response is final, else None."""
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        self._was_tail = self.in_tail()
         if self.estimate_s is not None:
             return None
         for i, busy in enumerate(self._scout_slots):
@@ -338,20 +360,29 @@ class _StepPollState:
                 return i
         return None
 
-    def release_scout_slot(self, slot: int | None) -> None:
+    def leave(self, slot: int | None) -> None:
+        """A response is no longer waited for (final, failed or given up); entering the tail wakes sleepers."""
+        self.in_flight -= 1
         if slot is not None:
             self._scout_slots[slot] = False
+        tail = self.in_tail()
+        if tail and not self._was_tail:
+            self._wake_all()
+        self._was_tail = tail
 
     def observe_final(self, elapsed: float) -> None:
         """A response was seen final ``elapsed`` seconds after its creation: lower the estimate, wake sleepers."""
         if self.estimate_s is None or elapsed < self.estimate_s:
             self.estimate_s = elapsed
-            wake, self._wake = self._wake, None
-            if wake is not None and not wake.done() and wake.get_loop() is asyncio.get_running_loop():
-                wake.set_result(None)
+            self._wake_all()
+
+    def _wake_all(self) -> None:
+        wake, self._wake = self._wake, None
+        if wake is not None and not wake.done() and wake.get_loop() is asyncio.get_running_loop():
+            wake.set_result(None)
 
     async def sleep(self, seconds: float, *, wakeable: bool) -> bool:
-        """Sleep ``seconds``; with ``wakeable``, return early (True) when the estimate changes."""
+        """Sleep ``seconds``; with ``wakeable``, return early (True) when the estimate changes or the tail begins."""
         if seconds <= 0:
             return False
         if not wakeable:
@@ -428,7 +459,7 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
         self.vocab_size = vocab_size
         self.rng = rng or random.Random()
         self.stats = SailStats()
-        self._state = _StepPollState(self.poll.scouts if self.poll.adaptive else 0)
+        self._state = _StepPollState(self.poll)
 
     # -- request body ------------------------------------------------------------------------------
     def build_payload(self, model_input: Any, stop: Any = None, *, max_tokens: int | None = None) -> dict[str, Any]:
@@ -541,44 +572,51 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
         except InferenceError as exc:
             raise _Malformed(f"create answer: {exc}") from exc
 
-    def _next_poll(self, elapsed: float, slot: int | None, polls: int, due_polls: int) -> tuple[float, bool, str]:
-        """(seconds to the next poll, wakeable by a new estimate, its kind: scout/sparse/predicted/due)."""
+    def _next_poll(self, elapsed: float, slot: int | None, polls: int, last_poll: float | None
+                   ) -> tuple[float, bool, str]:
+        """(seconds to the next poll, wakeable by a new estimate or the tail, its kind: scout/sparse/predicted/due).
+
+        ``last_poll``: the elapsed time of this rollout's last poll (None before the first)."""
         poll = self.poll
-        estimate = self._state.estimate_s
-        if estimate is not None:
-            if elapsed < estimate:
-                return estimate - elapsed, True, "predicted"
-            return poll.due_interval(elapsed, due_polls), False, "due"
+        state = self._state
+        if not poll.adaptive:
+            return poll.sparse_interval(elapsed, self.rng.random()), False, "sparse"
+        if state.estimate_s is not None:
+            if last_poll is None or last_poll < state.estimate_s:  # not yet polled at the estimate: do it then
+                return state.estimate_s - elapsed, True, "predicted"
+            tail = state.in_tail()
+            return poll.due_interval(elapsed, tail, self.rng.random()), not tail, "due"
         if slot is not None:  # the scouts share one schedule: the next poll comes dense_interval after the last
-            if polls == 0 or self._state.last_scout_poll is None:
+            if polls == 0 or state.last_scout_poll is None:
                 return poll.min_interval_s * (slot + 1) - elapsed, True, "scout"
-            due_at = self._state.last_scout_poll + poll.dense_interval(elapsed)
+            due_at = state.last_scout_poll + poll.dense_interval(elapsed)
             return due_at - time.monotonic(), True, "scout"
-        return poll.sparse_interval(elapsed, self.rng.random()), poll.adaptive, "sparse"
+        return poll.sparse_interval(elapsed, self.rng.random()), True, "sparse"
 
     async def _wait(self, response_id: str, created: float) -> dict[str, Any]:
         poll = self.poll
         state = self._state
         deadline = created + poll.response_deadline_s
-        slot = state.take_scout_slot()
-        polls = due_polls = 0
+        slot = state.enter()
+        polls = 0
+        last_poll: float | None = None
         try:
             while poll.max_polls is None or polls < poll.max_polls:
                 now = time.monotonic()
                 remaining = deadline - now
                 if remaining <= 0:
                     break
-                delay, wakeable, kind = self._next_poll(now - created, slot, polls, due_polls)
+                delay, wakeable, kind = self._next_poll(now - created, slot, polls, last_poll)
                 scout_polls = state.scout_polls
                 if await state.sleep(min(delay, remaining), wakeable=wakeable):
-                    continue  # a new estimate: recompute this rollout's next poll
+                    continue  # a new estimate or the tail began: recompute this rollout's next poll
                 if kind == "scout" and state.scout_polls != scout_polls and polls:
                     continue  # another scout polled meanwhile: this one's turn moves on
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 polls += 1
-                due_polls += kind == "due"
+                last_poll = time.monotonic() - created
                 if kind == "scout":
                     state.scout_polls += 1
                     state.last_scout_poll = time.monotonic()
@@ -615,7 +653,7 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
                 if not isinstance(response, dict) or status is None:
                     raise _Malformed(f"poll answer has no status (response {response_id})")
         finally:
-            state.release_scout_slot(slot)
+            state.leave(slot)
         limits = f"{poll.response_deadline_s:g} s" + (f" / {poll.max_polls} polls" if poll.max_polls else "")
         raise _AttemptFailed(f"timeout: response {response_id} not finished after {limits}")
 

@@ -28,18 +28,21 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from sailrl import launch
+    from sailrl.commands._common import print_warnings
     from sailrl.compiler.render import render_script
+    from sailrl.compiler.validate import validate_file
     from sailrl.runtime.run import RunOptions, run_dir_path
     from sailrl.spec.errors import SpecErrors
 
     try:
-        loaded = _validate_file(args.spec)
+        loaded = validate_file(args.spec)
     except SpecErrors as exc:
         print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"error: cannot read {args.spec}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    print_warnings(loaded, sys.stderr.isatty())
     overrides = list(args.overrides) + ([f"sampling.sampler={args.sampler}"] if args.sampler else [])
     spec_dir = Path(args.spec).parent
     try:
@@ -62,11 +65,3 @@ def run(args: argparse.Namespace) -> int:
                          resume_command=shlex.join([*resume, "--resume"]), script_text=text)
     return launch.run_compiled(text, spec, options)
 
-
-def _validate_file(path: str):
-    """The spec file loaded and checked like ``sailrl validate`` does; raises ``SpecErrors``."""
-    try:
-        from sailrl.compiler.validate import validate_file
-    except ImportError:
-        from sailrl.spec.loader import load_spec as validate_file
-    return validate_file(path)

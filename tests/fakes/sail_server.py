@@ -10,7 +10,9 @@ It implements the two endpoints `sail.SailTokenCompleter` uses (wire format of s
   ``message.output_text.logprobs``).
 
 Knobs (plain attributes, may be changed between requests): ``service_time_s`` (seconds from creation until a
-response is final; ``math.inf`` = never), ``sampler`` (prompt tokens + payload -> `Sample`; called once per
+response is final; ``math.inf`` = never; a ``(low, high)`` pair draws each response's time uniformly from that
+range, seeded, so a run repeats), ``service_times`` (a queue of service times, one per created response, used
+before ``service_time_s``), ``sampler`` (prompt tokens + payload -> `Sample`; called once per
 response, on a worker thread, so a slow sampler does not hold up other requests), ``final_statuses``
 (a queue of final statuses, one per created response, e.g. ``["failed", "completed"]``; empty -> ``completed``),
 ``http_errors`` (``{("POST", n): 500}`` answers the n-th POST, 1-based, with that HTTP status; see `fail_request`)
@@ -18,8 +20,8 @@ and ``raw_answers`` (``{("GET", n): (200, b"...")}`` answers the n-th GET with t
 Records: ``requests`` (every request, in order), ``payloads`` (bodies of the POSTs that created a response),
 ``polls`` (GET count per response id), `created_at` (when each response was created), ``handler_errors``
 (exceptions raised while answering; those requests got HTTP 500). For a server in another process,
-``GET /_fake/stats`` answers ``{posts, polls, created_at}`` as JSON and ``POST /_fake/config`` with
-``{"service_time_s": x}`` sets the service time of the responses created after it.
+``GET /_fake/stats`` answers ``{posts, polls, created_at, service_s}`` as JSON and ``POST /_fake/config`` with
+``{"service_time_s": x}`` (or ``[low, high]``) sets the service time of the responses created after it.
 
 Samplers: `echo_sampler` (the default: the prompt reversed, exact logprobs for assertions); `policy_sampler(
 sampling_client_for)` samples each response from a Tinker-interface sampling client that
@@ -44,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
 import re
 import socket
 import threading
@@ -183,7 +186,8 @@ class _Response:
 class FakeSailServer:
     """A fake Sail Responses endpoint on 127.0.0.1; see the module docstring for knobs and records."""
 
-    service_time_s: float = 0.0
+    service_time_s: float | tuple[float, float] = 0.0
+    service_times: list[float] = field(default_factory=list)
     sampler: Sampler = echo_sampler
     final_statuses: list[str] = field(default_factory=list)
     http_errors: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -198,6 +202,7 @@ class FakeSailServer:
         self._lock = threading.Lock()
         self._responses: dict[str, _Response] = {}
         self._counts = {"POST": 0, "GET": 0}
+        self._rng = random.Random(0)  # draws service times from a (low, high) range
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -353,10 +358,12 @@ class FakeSailServer:
         with self._lock:
             if method == "GET" and path == "/_fake/stats":
                 return 200, {"posts": self._counts["POST"], "polls": dict(self.polls),
-                             "created_at": {rid: r.created_at for rid, r in self._responses.items()}}
+                             "created_at": {rid: r.created_at for rid, r in self._responses.items()},
+                             "service_s": {rid: r.service_time_s for rid, r in self._responses.items()}}
             if method == "POST" and path == "/_fake/config" and isinstance(body, dict):
-                self.service_time_s = float(body.get("service_time_s", self.service_time_s))
-                return 200, {"service_time_s": self.service_time_s}
+                value = body.get("service_time_s", self.service_time_s)
+                self.service_time_s = (float(value[0]), float(value[1])) if isinstance(value, list) else float(value)
+                return 200, {"service_time_s": value}
         return 404, {"error": {"type": "not_found", "message": f"no route {method} {path}"}}
 
     def _create(self, body: Any, now: float) -> tuple[int, dict[str, Any]]:
@@ -364,7 +371,10 @@ class FakeSailServer:
             return 400, {"error": {"type": "invalid_request", "message": "raw_prompt_tokens is required"}}
         response_id = f"resp_{len(self._responses) + 1:06d}"
         final = self.final_statuses.pop(0) if self.final_statuses else "completed"
-        self._responses[response_id] = _Response(response_id, body, now, self.service_time_s, final)
+        service = self.service_times.pop(0) if self.service_times else self.service_time_s
+        if isinstance(service, tuple):
+            service = self._rng.uniform(*service)
+        self._responses[response_id] = _Response(response_id, body, now, float(service), final)
         self.payloads.append(body)
         self.polls[response_id] = 0
         return 200, {"id": response_id, "object": "response", "status": "in_progress", "model": body.get("model")}

@@ -2,8 +2,9 @@
 
 Each row is ``{"question": ..., "answer": "<worked solution>\\n#### <number>"}``, the layout of GSM8K's
 ``answer`` field, so the same reward rule (the number after ``####``) scores both. The problems are two- and
-three-step arithmetic built from templates with numbers drawn by ``random.Random(seed)``; every answer is
-computed, never typed, so the file is correct and byte-for-byte reproducible::
+three-step arithmetic and, so that a small model gets some right, one-step arithmetic, built from templates
+with numbers drawn by ``random.Random(seed)``; every answer is computed, never typed, so the file is correct
+and byte-for-byte reproducible::
 
     python spec/examples/data/make_word_problems.py                  # rewrites word_problems.jsonl next to it
     python spec/examples/data/make_word_problems.py --count 200 --out /tmp/wp.jsonl
@@ -96,11 +97,38 @@ def _garden(r: random.Random, n: str) -> Problem:
             a * b + c)
 
 
+def _marbles(r: random.Random, n: str) -> Problem:
+    a, b = r.randint(3, 40), r.randint(2, 30)
+    return (f"{n} has {a} marbles and finds {b} more. How many marbles does {n} have?",
+            f"{a} + {b} = {a + b} marbles.", a + b)
+
+
+def _cookies(r: random.Random, n: str) -> Problem:
+    a = r.randint(10, 60)
+    b = r.randint(1, a - 1)
+    return (f"There are {a} cookies in a jar. {n} eats {b} of them. How many cookies are left in the jar?",
+            f"{a} - {b} = {a - b} cookies are left.", a - b)
+
+
+def _packs(r: random.Random, n: str) -> Problem:
+    a, b = r.randint(2, 12), r.randint(2, 12)
+    return (f"{n} buys {a} packs of cards with {b} cards in each pack. How many cards does {n} buy?",
+            f"{a} * {b} = {a * b} cards.", a * b)
+
+
+def _teams(r: random.Random, n: str) -> Problem:
+    b, q = r.randint(2, 9), r.randint(2, 9)
+    return (f"{b * q} children are split into {b} equal teams. How many children are in each team?",
+            f"{b * q} / {b} = {q} children.", q)
+
+
+#: Two- and three-step problems (GSM8K's kind), then one-step ones, so a small model gets some right.
 TEMPLATES: list[Callable[[random.Random, str], Problem]] = [
-    _shopping, _boxes, _wages, _train, _reading, _class, _bakery, _savings, _sharing, _garden]
+    _shopping, _boxes, _wages, _train, _reading, _class, _bakery, _savings, _sharing, _garden,
+    _marbles, _cookies, _packs, _teams]
 
 
-def make_rows(count: int = 60, seed: int = 0) -> list[dict[str, str]]:
+def make_rows(count: int = 84, seed: int = 0) -> list[dict[str, str]]:
     """``count`` rows ``{"question", "answer"}``, templates in turn, numbers from ``random.Random(seed)``."""
     if count < 1:
         raise ValueError("count must be >= 1")
@@ -115,7 +143,7 @@ def make_rows(count: int = 60, seed: int = 0) -> list[dict[str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=60)
+    parser.add_argument("--count", type=int, default=84)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("word_problems.jsonl"))
     args = parser.parse_args(argv)
