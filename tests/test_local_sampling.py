@@ -460,6 +460,25 @@ def test_sampling_concurrent_with_training_matches_sampling_alone(trainer, promp
     assert changed  # training did run meanwhile
 
 
+def test_signing_a_checkpoint_does_not_wait_for_training(trainer):
+    """Sail's URL signing (the rest client's TTL + archive calls) runs while the training worker is busy."""
+    import threading
+
+    svc, tc = trainer
+    path = tc.save_weights_for_sampler("signed").result().path
+    release, started = threading.Event(), threading.Event()
+    blocker = svc._backend.worker.submit(lambda: (started.set(), release.wait(30)))
+    assert started.wait(10)
+    try:
+        rest = svc.create_rest_client()
+        rest.set_checkpoint_ttl_from_tinker_path(path, 3600).result(timeout=10)
+        url = rest.get_checkpoint_archive_url_from_tinker_path(path).result(timeout=10).url
+        assert not blocker.future().done()
+    finally:
+        release.set()
+    assert url.startswith("file://") and url.endswith(".tar")
+
+
 def test_save_for_sampler_keeps_the_weights_of_its_call(trainer, prompt):
     svc, tc = trainer
     tokens = prompt + [70, 71, 72, 73]

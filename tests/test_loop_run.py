@@ -78,7 +78,7 @@ def test_a_backend_fault_names_its_step_and_phase(tmp_path):
 
 def test_a_failed_group_is_dropped_and_counted_and_the_step_goes_on(tmp_path):
     from sailrl.runtime.rollout import SamplingPolicy
-    from sailrl.runtime.sail_adapter import SailRolloutError
+    from sailrl.runtime.sail import SailRolloutError
 
     async def go():
         run = await _start(tmp_path, "training.steps=1")

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 import sailrl.runtime.sail as sail_pkg
-import sailrl.runtime.sail_adapter as shim
 from sailrl.runtime.sail import (
     CheckpointURLRefused,
     SailCheckpointError,
@@ -28,12 +27,6 @@ from tests.conftest import MINIMAL_SPEC
 PACKAGE_DIR = Path(sail_pkg.__file__).parent
 
 
-def test_the_shim_re_exports_the_package_objects() -> None:
-    assert set(shim.__all__) == set(sail_pkg.__all__)
-    for name in sail_pkg.__all__:
-        assert getattr(shim, name) is getattr(sail_pkg, name), name
-
-
 def test_the_package_has_the_three_modules() -> None:
     assert {m.name for m in pkgutil.iter_modules([str(PACKAGE_DIR)])} == {"adapter_config", "completer",
                                                                         "checkpoint_url"}
@@ -45,7 +38,7 @@ def test_errors_derive_from_the_service_error_category(cls: type) -> None:
 
 
 def test_docstrings_cite_nothing_outside_the_repository() -> None:
-    for path in [*PACKAGE_DIR.glob("*.py"), PACKAGE_DIR.parent / "sail_adapter.py"]:
+    for path in PACKAGE_DIR.glob("*.py"):
         text = path.read_text(encoding="utf-8")
         for needle in ("seeds/", "shared/", "NOTES.md", "cannot drift"):
             assert needle not in text, f"{path.name} mentions {needle!r}"

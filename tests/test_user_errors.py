@@ -95,10 +95,13 @@ def test_a_refused_run_writes_nothing_into_the_existing_run(tmp_path, capsys):
 
 
 def test_hub_model_on_the_local_backend_is_one_line():
+    """The embedded backend loads hub models; here (no hub, or an 8B model that does not fit) it says why."""
+    from sailrl.spec.errors import ModelError
+
     spec = load_spec(ROOT / "spec/examples/gsm8k.yaml").spec
-    with pytest.raises(BackendError) as e:
+    with pytest.raises(ModelError) as e:
         open_backend(spec, sampler="local")
-    assert "\n" not in str(e.value) and "--set model.name=sailrl/tiny" in str(e.value)
+    assert "\n" not in str(e.value) and "'Qwen/Qwen3-8B'" in str(e.value)
 
 
 def test_a_tinker_client_that_cannot_start_is_one_line(monkeypatch):
@@ -147,3 +150,13 @@ reward:
     errs = _errors(text)
     assert [(e.key_path, e.line, e.column) for e in errs if "two rules" in e.message] == [("reward.rules.1.name", 8, 13)]
     assert "the first is at line 6" in next(e for e in errs if "two rules" in e.message).message
+
+
+def test_a_run_refused_for_a_missing_key_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.delenv("SAIL_API_KEY", raising=False)
+    run_dir = tmp_path / "run"
+    rc = main(["run", str(ROOT / "spec/examples/gsm8k.yaml"), "--set", f"output.run_dir={run_dir}"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "TINKER_API_KEY is not set" in err and "Traceback" not in err
+    assert not run_dir.exists()  # no train.py, no config.json: nothing of a run that never started

@@ -1,13 +1,16 @@
 """Shared state of one ``LocalServiceClient``: worker threads, checkpoint store, base models, samplers.
 
-Two worker threads (``futures.Worker``): ``worker`` runs the training clients' operations in
-order (forward_backward, optim_step, saves, loads, sampler snapshots of the training weights);
-``sample_worker`` runs sample batches and builds samplers from checkpoints. A sampler always
-decodes with its own merged copy of the weights (``merged_model``) -- from the adapter file a save
-wrote, or from a copy of the adapter tensors taken in order on the training worker -- so a step
-can train while the previous weights sample, and what a sampler returns does not depend on what
-trains meanwhile. The workers share ``worker_threads()`` torch intra-op threads: all of them for a job
-running alone, half each while both run.
+Worker threads (``futures.Worker``): ``worker`` runs the training clients' operations in order
+(forward_backward, optim_step, saves, loads, sampler snapshots of the training weights);
+``sample_worker`` runs sample batches and builds samplers from checkpoints; ``io_worker`` runs the
+rest client's checkpoint calls (TTL, archive URL for Sail, listing, deletion), so signing a
+checkpoint does not wait for a step to train.
+
+A sampler always decodes with its own merged copy of the weights (``merged_model``) -- from the
+adapter file a save wrote, or from a copy of the adapter tensors taken in order on the training
+worker -- so a step can train while the previous weights sample, and what a sampler returns does
+not depend on what trains meanwhile. The training and sampling workers share ``worker_threads()``
+torch intra-op threads: all of them for a job running alone, half each while both run.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ def max_context_of(model: Any) -> int:
 
 class LocalBackend:
     """Everything the local clients share: ``worker`` (training), ``sample_worker`` (sampling),
-    the checkpoint store, the base models and a small cache of samplers per checkpoint path.
+    ``io_worker`` (rest calls), the checkpoint store, the base models and a small cache of samplers
+    per checkpoint path.
 
     ``model_lock`` guards base-model loading and anything else that seeds torch's global RNG
     (a LoRA init) against the other worker.
@@ -83,6 +87,7 @@ class LocalBackend:
         self.threads = ThreadBudget(worker_threads())
         self.worker = Worker("sailrl-local-train", self.threads)
         self.sample_worker = Worker("sailrl-local-sample", self.threads)
+        self.io_worker = Worker("sailrl-local-io")  # checkpoint TTLs, archives, listings: no model work
         self.model_lock = threading.RLock()
         self.store = CheckpointStore(base_dir)
         self.bases = _LockedBaseModels(BaseModelCache(dtype, device), self.model_lock)
@@ -97,9 +102,10 @@ class LocalBackend:
         self._clients_made = 0
 
     def close(self) -> None:
-        """Stop both worker threads once their queued work is done."""
+        """Stop the worker threads once their queued work is done."""
         self.worker.close()
         self.sample_worker.close()
+        self.io_worker.close()
 
     def next_lora_seed(self) -> int:
         """Seed for a LoRA init when the caller gives none: derived from the backend seed."""

@@ -6,9 +6,18 @@
 - Dtype (:func:`local_dtype`): ``$SAILRL_DTYPE`` when set (``float32``, ``bfloat16``, ``float16``); else
   bfloat16 on a CUDA device that supports it (``torch.cuda.is_bf16_supported()``); else float32. LoRA weights
   stay float32 (peft upcasts adapters) and losses are computed on float32 logits.
-- Threads (:func:`thread_count`): ``$SAILRL_THREADS`` when set; else 1 for the built-in models (see
-  ``THREADS_MEASUREMENT``); else torch's default (all cores) for larger models, whose matrices are big enough
-  to split.
+- Threads (:func:`thread_count`): ``$SAILRL_THREADS`` when set; else 1 for the built-in models; else torch's
+  default (one per core). Each of the backend's two worker threads (training, sampling) uses that count, so
+  with 1 the two overlap on two cores.
+
+  Measured with ``benchmarks/bench_threads.py`` on a 2-core machine shared with other work (load average ~4),
+  2 threads against 1, ratio of seconds (min / median of the repetitions; above 1 is slower):
+  ``sailrl/tiny-arith`` (one RL step: 16 x 8 rollouts of <= 12 tokens; one update on 128 datums), 9
+  repetitions: sampling 1.11 / 1.10, training 1.16 / 1.08 -- its 128-wide matrices gain nothing from a second
+  thread, so 1. SmolLM2-135M (GGUF; 2 x 4 rollouts of 16 tokens; 8 datums), 3 repetitions: sampling 0.97 / 0.98,
+  training 0.94 / 1.22 -- no clear gain on a busy 2-core machine either, but its matrices are large enough to
+  split on a machine with idle cores, so torch's default. (The earlier "2 threads 5-10x slower" figure did not
+  reproduce.)
 """
 
 from __future__ import annotations
@@ -20,10 +29,7 @@ import torch
 from sailrl.spec.errors import ConfigError
 from sailrl.spec.models import is_builtin
 
-__all__ = ["THREADS_MEASUREMENT", "local_device", "local_dtype", "thread_count"]
-
-#: What the built-in models' thread default rests on (``benchmarks/bench_threads.py``).
-THREADS_MEASUREMENT = "see benchmarks/bench_threads.py"
+__all__ = ["local_device", "local_dtype", "thread_count"]
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}

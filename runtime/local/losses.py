@@ -1,6 +1,6 @@
 """Tinker's built-in loss functions, token level, SUM reduction.
 
-Source: Tinker docs, "Basic loss functions" (shared/seeds/004_255ac8ef30ea99b4.txt). For one datum
+Source: the Tinker documentation, "Loss functions in Tinker" (losses.mdx), "Basic loss functions". For one datum
 with ``N`` = ``model_input.length`` target positions, ``target_logprobs`` (shape ``(N,)``) are the
 learner's log-probabilities of ``loss_fn_inputs["target_tokens"]``; ``logprobs`` are the sampler's
 (``sampling_logprobs``) and ``advantages`` the per-token advantages, all shape ``(N,)``:

@@ -242,8 +242,8 @@ class LocalServiceClient:
 
     # ------------------------------------------------------------------ misc
     def create_rest_client(self) -> LocalRestClient:
-        """A ``LocalRestClient`` over this service's checkpoints."""
-        return LocalRestClient(self._backend.worker, self._backend.store)
+        """A ``LocalRestClient`` over this service's checkpoints (its calls run on the backend's I/O worker)."""
+        return LocalRestClient(self._backend.io_worker, self._backend.store)
 
     def _capabilities(self) -> types.GetServerCapabilitiesResponse:
         spec = resolve_base_model(self.model_name, self._backend.seed, self.model_dir)

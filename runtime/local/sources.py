@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "available_memory",
     "check_memory",
     "check_model_source",
+    "check_parameters",
     "dtype_size",
     "gguf_reader",
     "hub_snapshot",
@@ -115,12 +117,25 @@ def _hub_error(name: str, why: str) -> BaseModelError:
     )
 
 
-def hub_snapshot(name: str, revision: str | None = None) -> tuple[str, str]:
+def _hub_parameter_count(api: Any, name: str, revision: str, timeout: float) -> int | None:
+    """Parameters of a hub model from its safetensors headers (``HfApi.get_safetensors_metadata``: a few range
+    requests, no weights), or None when the repository has none or the request fails."""
+    try:
+        meta = api.get_safetensors_metadata(name, revision=revision)
+        return int(sum(meta.parameter_count.values()))
+    except Exception:  # noqa: BLE001 -- no safetensors / old hub: the memory check is skipped
+        return None
+
+
+def hub_snapshot(name: str, revision: str | None = None,
+                 before_download: Callable[[int | None], None] | None = None) -> tuple[str, str]:
     """``(folder, commit)`` of a hub model's snapshot: the cached one when present, else downloaded.
 
     Only configs, tokenizer files and safetensors weights are fetched (``*.bin`` when the repository has no
-    safetensors). Raises :class:`BaseModelError` in one line, within about :data:`HUB_TIMEOUT_S` seconds, when
-    the model is not cached and the hub is offline (``HF_HUB_OFFLINE``), unreachable or does not have it.
+    safetensors). ``before_download(parameter_count or None)`` runs before anything is downloaded (a memory
+    check raises there). Raises :class:`BaseModelError` in one line, within about :data:`HUB_TIMEOUT_S`
+    seconds, when the model is not cached and the hub is offline (``HF_HUB_OFFLINE``), unreachable or does not
+    have it.
     """
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import (
@@ -142,8 +157,9 @@ def hub_snapshot(name: str, revision: str | None = None) -> tuple[str, str]:
     if constants.HF_HUB_OFFLINE:
         raise _hub_error(name, "it is not in the Hugging Face cache and HF_HUB_OFFLINE is set")
     timeout = float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or HUB_TIMEOUT_S)
+    api = HfApi()
     try:
-        info = HfApi().model_info(name, revision=revision, timeout=timeout, files_metadata=False)
+        info = api.model_info(name, revision=revision, timeout=timeout, files_metadata=False)
     except (RepositoryNotFoundError, GatedRepoError) as exc:
         raise _hub_error(name, f"the hub has no model of that name you can read: {type(exc).__name__}") from None
     except RevisionNotFoundError:
@@ -155,6 +171,8 @@ def hub_snapshot(name: str, revision: str | None = None) -> tuple[str, str]:
         raise _hub_error(name, f"the hub at {constants.ENDPOINT} is unreachable: {type(exc).__name__}") from None
     files = [s.rfilename for s in (info.siblings or [])]
     patterns = list(_HUB_FILES) + ([] if any(f.endswith(".safetensors") for f in files) else ["*.bin"])
+    if before_download is not None:
+        before_download(_hub_parameter_count(api, name, str(info.sha), timeout))
     try:
         folder = snapshot_download(name, revision=info.sha, allow_patterns=patterns, etag_timeout=timeout)
     except Exception as exc:  # noqa: BLE001 -- a download that broke off
@@ -165,12 +183,12 @@ def hub_snapshot(name: str, revision: str | None = None) -> tuple[str, str]:
 # ------------------------------------------------------------------------------------------------ resolving
 
 
-def resolve_model(model_name: str, base_dir: str | os.PathLike | None = None, revision: str | None = None
-                  ) -> ResolvedModel:
+def resolve_model(model_name: str, base_dir: str | os.PathLike | None = None, revision: str | None = None,
+                  before_download: Callable[[int | None], None] | None = None) -> ResolvedModel:
     """Classify ``model_name`` (see ``sailrl.spec.models.classify``) and find its files.
 
     A folder must hold ``config.json``; a GGUF file must exist; a hub id is found in the cache or downloaded
-    (:func:`hub_snapshot`). Raises :class:`BaseModelError` otherwise.
+    (:func:`hub_snapshot`, which calls ``before_download``). Raises :class:`BaseModelError` otherwise.
     """
     source = classify(model_name, base_dir)
     if source.kind == "builtin":
@@ -189,7 +207,7 @@ def resolve_model(model_name: str, base_dir: str | os.PathLike | None = None, re
         return ResolvedModel(model_name, "gguf", path)
     if model_name.startswith((".", "/", "~")) or model_name.count("/") > 1:
         raise BaseModelError(f"model.name '{model_name}' looks like a path but there is no folder there")
-    folder, commit = hub_snapshot(model_name, revision)
+    folder, commit = hub_snapshot(model_name, revision, before_download)
     return ResolvedModel(model_name, "hub", folder, commit)
 
 
@@ -258,14 +276,18 @@ def available_memory(device: str) -> int | None:
 def check_memory(resolved: ResolvedModel, device: str, dtype: Any) -> None:
     """Raise :class:`BaseModelError` when ``COPIES_HELD`` copies of the weights in ``dtype`` exceed the free memory
     of ``device`` (parameters x bytes per parameter x copies, against :func:`available_memory`)."""
-    params = parameter_count(resolved)
+    check_parameters(resolved.name, parameter_count(resolved), device, dtype)
+
+
+def check_parameters(name: str, params: int | None, device: str, dtype: Any) -> None:
+    """:func:`check_memory` for a known parameter count (``None``: nothing to check)."""
     free = available_memory(device)
     if params is None or free is None:
         return
     need = params * dtype_size(dtype) * COPIES_HELD
     if need > free:
         raise BaseModelError(
-            f"the model '{resolved.name}' does not fit in memory: {params / 1e6:.1f} M parameters x "
+            f"the model '{name}' does not fit in memory: {params / 1e6:.1f} M parameters x "
             f"{dtype_size(dtype)} bytes x {COPIES_HELD} copies the embedded backend holds = {need / 2**30:.1f} GiB, "
             f"but {device} has {free / 2**30:.1f} GiB free; use a smaller model, a GPU (SAILRL_DEVICE=cuda), or "
             "train it on Tinker"
@@ -335,11 +357,13 @@ def check_model_source(model_name: str, renderer: str | None = None, *, base_dir
     """
     from sailrl.runtime.local.device import local_dtype
 
-    resolved = resolve_model(model_name, base_dir)
+    dtype = dtype or local_dtype(device)
+    resolved = resolve_model(model_name, base_dir,
+                             before_download=lambda params: check_parameters(model_name, params, device, dtype))
     if resolved.kind == "gguf":
         gguf_reader(str(resolved.path))  # parses the header and tensor table: a damaged file fails here
     if resolved.kind != "builtin" and renderer in (None, CHAT_TEMPLATE_RENDERER) and not _template_in(resolved):
         raise BaseModelError(f"the tokenizer of '{model_name}' has no chat template, so the chat_template renderer "
                          "cannot build prompts: set model.renderer (role_colon works with any tokenizer)")
-    check_memory(resolved, device, dtype or local_dtype(device))
+    check_memory(resolved, device, dtype)
     return resolved
