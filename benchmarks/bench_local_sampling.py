@@ -20,12 +20,15 @@ rotating order):
 Both sides run with the same torch intra-op threads (``--threads``; the sampler's worker thread takes the
 count the service sets). Reported per shape and arm: seconds per step (min and median over the repetitions),
 generated tokens (a sequence counts up to its stop string / EOS / T), tokens/s at the min, and the ratio
-``arm seconds / sailrl seconds`` (min and median). ``--profile`` also splits sailrl's sampling time into the
-model forward, the sampling step, the stop-string checks and the rest (bookkeeping), measured by timing wrappers
-around each in one extra run per shape.
+``arm seconds / sailrl seconds`` (min and median). ``--baseline-rev REV`` adds the arm ``sailrl@REV``: the same
+sampler serving its batches with ``runtime/local/generation.py`` as of git revision REV (a before/after
+comparison in one run). ``--profile`` adds one run per shape and sailrl arm that splits ``generate()``'s time into
+the model forward, tokenizer decodes (stop-string text checks), ``_sample`` (the current code) and the rest
+(bookkeeping), by timing wrappers around each.
 
     .venv/bin/python benchmarks/bench_local_sampling.py                       # 16x8x12 16x8x64 32x8x128
-    .venv/bin/python benchmarks/bench_local_sampling.py --shapes 16x8x12 --repeats 9 --profile
+    .venv/bin/python benchmarks/bench_local_sampling.py --profile --baseline-rev d420720
+    .venv/bin/python benchmarks/bench_local_sampling.py --shapes 16x8x12 --repeats 9 --arms sailrl hf-step
 """
 
 from __future__ import annotations
@@ -33,21 +36,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import types as types_mod
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 from tinker import types
 
+import sailrl.runtime.local.sampling as sampling_mod
 from sailrl.runtime.local import LocalServiceClient
 from sailrl.runtime.local import generation as gen_mod
 from sailrl.runtime.models import get_renderer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ARMS = ("sailrl", "hf-step", "hf-group", "hf-sample")
 DEFAULT_ARMS = ("sailrl", "hf-step", "hf-group")
@@ -131,10 +138,34 @@ class Workload:
         return total, stopped
 
 
-def profile_sailrl(work: Workload) -> dict[str, float]:
-    """Seconds of one sailrl step spent in the model forward, sampling, stop-string checks and the rest."""
-    spent = {"model forward": 0.0, "sampling (_sample)": 0.0, "stop strings": 0.0}
-    restore: list[Callable[[], None]] = []
+def load_generation_at(rev: str) -> Any:
+    """``runtime/local/generation.py`` as of git revision ``rev``, imported as a module of its own."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:runtime/local/generation.py"],
+                            capture_output=True, text=True, check=True).stdout
+    name = f"generation_at_{rev.replace('-', '_').replace('~', '_').replace('^', '_')}"
+    module = types_mod.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, f"{rev}:runtime/local/generation.py", "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+@contextmanager
+def sampler_generate(generate_fn: Callable[..., Any]) -> Iterator[None]:
+    """Within the block, the sampler's batches call ``generate_fn`` instead of the current ``generate``."""
+    original = sampling_mod.generate
+    sampling_mod.generate = generate_fn
+    try:
+        yield
+    finally:
+        sampling_mod.generate = original
+
+
+def profile_split(work: Workload, module: Any) -> tuple[float, dict[str, float]]:
+    """One sailrl step served by ``module.generate``: its seconds, and their split into the model forward,
+    tokenizer decodes (the stop-string text checks), ``_sample`` (where the module has it) and the rest
+    (bookkeeping: stop tables, finished rows, the KV cache, building the responses)."""
+    spent = {"model forward": 0.0, "tokenizer decode": 0.0}
+    undo: list[Callable[[], None]] = []
 
     def timed(owner: Any, name: str, bucket: str) -> None:
         fn = getattr(owner, name)
@@ -144,38 +175,41 @@ def profile_sailrl(work: Workload) -> dict[str, float]:
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent[bucket] += time.perf_counter() - t0
+                spent[bucket] = spent.get(bucket, 0.0) + time.perf_counter() - t0
 
         setattr(owner, name, wrapper)
-        restore.append(lambda: setattr(owner, name, fn))
+        undo.append(lambda: setattr(owner, name, fn))
 
-    timed(gen_mod, "_sample", "sampling (_sample)")
-    timed(gen_mod.StopStringMatcher, "candidates", "stop strings")
-    timed(gen_mod.StopStringMatcher, "matches", "stop strings")
+    tok_cls = type(work.tok)
+    timed(tok_cls, "decode", "tokenizer decode")
+    if hasattr(module, "_sample"):
+        spent["sampling (_sample)"] = 0.0
+        timed(module, "_sample", "sampling (_sample)")
     starts: list[float] = []
-    pre = work.model.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter()))
-    post = work.model.register_forward_hook(
-        lambda *_: spent.__setitem__("model forward", spent["model forward"] + time.perf_counter() - starts.pop()))
-    timed(gen_mod, "generate", "_generate")
-    spent["_generate"] = 0.0
-    batcher = work.sampler._batcher
-    import sailrl.runtime.local.sampling as sampling_mod
+    hooks = [
+        work.model.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter())),
+        work.model.register_forward_hook(lambda *_: spent.__setitem__(
+            "model forward", spent["model forward"] + time.perf_counter() - starts.pop())),
+    ]
+    total = [0.0]
 
-    orig = sampling_mod.generate
-    sampling_mod.generate = gen_mod.generate
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return module.generate(*args, **kwargs)
+        finally:
+            total[0] += time.perf_counter() - t0
+
     try:
-        work.sailrl()
+        with sampler_generate(generate):
+            work.sailrl()
     finally:
-        sampling_mod.generate = orig
-        pre.remove()
-        post.remove()
-        for undo in reversed(restore):
-            undo()
-    assert batcher.batch_sizes[-1] == work.groups * work.samples
-    total = spent.pop("_generate")
-    spent["other (bookkeeping)"] = total - sum(spent.values())
-    spent["total generate"] = total
-    return spent
+        for hook in hooks:
+            hook.remove()
+        for fn in reversed(undo):
+            fn()
+    spent["rest (bookkeeping)"] = total[0] - sum(spent.values())
+    return total[0], spent
 
 
 def main() -> None:
@@ -188,6 +222,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per arm and shape")
     parser.add_argument("--model", default="sailrl/tiny")
     parser.add_argument("--profile", action="store_true", help="split sailrl's time (one extra run per shape)")
+    parser.add_argument("--baseline-rev", metavar="REV",
+                        help="add an arm 'sailrl@REV': the sampler with runtime/local/generation.py as of git REV")
     args = parser.parse_args()
     if "sailrl" not in args.arms:
         parser.error("--arms must include sailrl (the ratios are against it)")
@@ -198,6 +234,7 @@ def main() -> None:
     tc = svc.create_lora_training_client(args.model, rank=16, seed=1).result()
     sampler = tc.save_weights_and_get_sampling_client().result()
     renderer = get_renderer("role_colon", sampler.get_tokenizer())
+    baseline = load_generation_at(args.baseline_rev) if args.baseline_rev else None
     print(f"model {args.model}, torch threads {args.threads}, warm-up {args.warmup}, repetitions {args.repeats}, "
           f"arms interleaved in rotating order; torch {torch.__version__}")
 
@@ -205,12 +242,18 @@ def main() -> None:
         g, s, t = parse_shape(shape)
         work = Workload(sampler, renderer, g, s, t)
         runs = {arm: getattr(work, arm.replace("-", "_")) for arm in args.arms}
+        if baseline is not None:
+            def baseline_arm(work: Workload = work) -> list[list[int]]:
+                with sampler_generate(baseline.generate):
+                    return work.sailrl()
+
+            runs[f"sailrl@{args.baseline_rev}"] = baseline_arm
         for _ in range(args.warmup):
             for fn in runs.values():
                 fn()
-        times: dict[str, list[float]] = {arm: [] for arm in args.arms}
-        produced: dict[str, list[tuple[int, int]]] = {arm: [] for arm in args.arms}
-        order = list(args.arms)
+        times: dict[str, list[float]] = {arm: [] for arm in runs}
+        produced: dict[str, list[tuple[int, int]]] = {arm: [] for arm in runs}
+        order = list(runs)
         for rep in range(args.repeats):
             for arm in order[rep % len(order):] + order[: rep % len(order)]:
                 t0 = time.perf_counter()
@@ -218,20 +261,21 @@ def main() -> None:
                 times[arm].append(time.perf_counter() - t0)
                 produced[arm].append(work.generated(seqs))
         print(f"\n== {g} groups x {s} samples x {t} max tokens ({g * s} rollouts)")
-        print(f"{'arm':<10} {'min s':>8} {'median s':>9} {'tokens':>8} {'stopped':>8} {'tokens/s':>9} "
+        print(f"{'arm':<16} {'min s':>8} {'median s':>9} {'tokens':>8} {'stopped':>8} {'tokens/s':>9} "
               f"{'x sailrl (min)':>15} {'x sailrl (median)':>18}")
         ours_min, ours_med = min(times["sailrl"]), statistics.median(times["sailrl"])
-        for arm in args.arms:
+        for arm in runs:
             lo, med = min(times[arm]), statistics.median(times[arm])
             tokens = statistics.mean(p[0] for p in produced[arm])
             stopped = statistics.mean(p[1] for p in produced[arm])
-            print(f"{arm:<10} {lo:8.3f} {med:9.3f} {tokens:8.0f} {stopped:8.1f} {tokens / lo:9.0f} "
+            print(f"{arm:<16} {lo:8.3f} {med:9.3f} {tokens:8.0f} {stopped:8.1f} {tokens / lo:9.0f} "
                   f"{lo / ours_min:15.2f} {med / ours_med:18.2f}")
         if args.profile:
-            spent = profile_sailrl(work)
-            total = spent.pop("total generate")
-            print(f"sailrl time split (one run, generate() = {total * 1000:.1f} ms): "
-                  + ", ".join(f"{k} {v / total:.0%}" for k, v in spent.items()))
+            modules = {"sailrl": gen_mod} | ({f"sailrl@{args.baseline_rev}": baseline} if baseline else {})
+            for arm, module in modules.items():
+                total, spent = profile_split(work, module)
+                print(f"{arm} time split (one run, generate() {total * 1000:.1f} ms): "
+                      + ", ".join(f"{k} {v / total:.0%}" for k, v in spent.items()))
 
 
 if __name__ == "__main__":

@@ -594,10 +594,10 @@ class Run:
         return "\n".join(lines)
 
     async def close(self) -> None:
-        """Release the backend (the local backend's worker threads finish their current operation first)."""
-        close = getattr(self.service_client, "close_workers", None)
-        if close is not None:
-            await asyncio.to_thread(close)
+        """Release the local backend: its worker threads finish the work already queued and stop, so none is
+        inside torch when the interpreter exits (a thread killed there aborts the process)."""
+        if self.backend.is_local:
+            await asyncio.to_thread(self.service_client.close, "done")
 
 
 class _FirstArchiveNotice(logging.Filter):

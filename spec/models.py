@@ -93,7 +93,7 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
     TINY_ARITH_MODEL_NAME: BuiltinModel(
         TINY_ARITH_MODEL_NAME,
         "sailrl/tiny pretrained (full-parameter, seeded, shipped with sailrl) on single-digit sums in the "
-        "'User: a+b=\\n\\nAssistant: c' format, stopped early: it answers with a number but gets about a third "
+        "'User: a+b=\\n\\nAssistant: c' format, stopped early: it answers with a number but gets about 38% "
         "of the sums right, so RL has something to sharpen",
         pretrained=True,
     ),

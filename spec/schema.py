@@ -33,15 +33,19 @@ class ModelSpec(SpecModel):
     name: Text = Field(
         "moonshotai/Kimi-K2.6",
         description=(
-            "Base model: a Tinker model name (e.g. moonshotai/Kimi-K2.6, Qwen/Qwen3-8B), 'sailrl/tiny' for the "
-            "embedded backend's built-in small model, or a local Hugging Face model directory (local backend)."
+            "Base model: a Tinker model name (e.g. moonshotai/Kimi-K2.6, Qwen/Qwen3-8B); on the embedded (local) "
+            "backend also a built-in model ('sailrl/tiny', random weights; 'sailrl/tiny-arith', pretrained on "
+            "single-digit sums), a local Hugging Face model folder, a .gguf file (pip install 'sailrl[gguf]') or a "
+            "hub id (downloaded once into the Hugging Face cache). A relative path is looked up next to the spec file, "
+            "then in the current folder."
         ),
     )
     renderer: Text | None = Field(
         None,
         description=(
-            "tinker_cookbook renderer that turns a conversation into tokens (e.g. kimi_k26, qwen3, role_colon). "
-            "Default: the renderer tinker_cookbook recommends for the model."
+            "tinker_cookbook renderer that turns a conversation into tokens (e.g. kimi_k26, qwen3, role_colon), or "
+            "chat_template (the tokenizer's own chat template). Default: role_colon for the built-in models, "
+            "chat_template for a local folder or .gguf file, else the renderer tinker_cookbook recommends."
         ),
     )
     lora_rank: int = Field(32, description="LoRA rank: a positive power of two (1, 2, 4, ... 512).",

@@ -408,3 +408,31 @@ def test_a_hub_model_too_large_for_memory_is_refused_before_any_download(hub, mo
     monkeypatch.setattr(sources, "available_memory", lambda device: 16 * 2**30)
     with pytest.raises(BaseModelError, match=r"'someorg/big-model' does not fit in memory: 8000\.0 M parameters"):
         check_model_source("someorg/big-model", "chat_template")
+
+
+@pytest.mark.parametrize("bad", ["folder without config.json", "damaged gguf", "no chat template"])
+def test_sailrl_run_refuses_a_bad_model_in_one_line_before_writing_anything(bad, tmp_path, capsys):
+    from sailrl.cli import main
+
+    if bad == "folder without config.json":
+        (tmp_path / "model").mkdir()
+        name, renderer, expect = "model", "role_colon", "has no config.json"
+    elif bad == "damaged gguf":
+        if not HAS_GGUF:
+            pytest.skip("the optional gguf package is not installed")
+        (tmp_path / "model.gguf").write_bytes(b"GGUF" + b"\x00" * 64)
+        name, renderer, expect = "model.gguf", "role_colon", "is not a readable GGUF file"
+    else:
+        save_model_dir("llama", tmp_path / "model", chat_template=None)
+        name, renderer, expect = "model", "chat_template", "has no chat template"
+    quickstart = (ROOT / "spec/examples/quickstart.yaml").read_text()
+    text = quickstart.replace("name: sailrl/tiny-arith", f"name: {name}").replace(
+        "renderer: role_colon", f"renderer: {renderer}").replace("source: data/addition.jsonl",
+                                                               f"source: {ROOT / 'spec/examples/data/addition.jsonl'}")
+    (tmp_path / "spec.yaml").write_text(text)
+    run_dir = tmp_path / "run"
+    capsys.readouterr()  # the set-up's progress bars
+    assert main(["run", str(tmp_path / "spec.yaml"), "--set", f"output.run_dir={run_dir}"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert expect in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert not run_dir.exists() or not any(run_dir.iterdir())

@@ -10,13 +10,14 @@
   default (one per core). Each of the backend's two worker threads (training, sampling) uses that count, so
   with 1 the two overlap on two cores.
 
-  Measured with ``benchmarks/bench_threads.py`` on a 2-core machine shared with other work (load average ~4),
-  2 threads against 1, ratio of seconds (min / median of the repetitions; above 1 is slower):
-  ``sailrl/tiny-arith`` (one RL step: 16 x 8 rollouts of <= 12 tokens; one update on 128 datums), 9
-  repetitions: sampling 1.11 / 1.10, training 1.16 / 1.08 -- its 128-wide matrices gain nothing from a second
-  thread, so 1. SmolLM2-135M (GGUF; 2 x 4 rollouts of 16 tokens; 8 datums), 3 repetitions: sampling 0.97 / 0.98,
-  training 0.94 / 1.22 -- no clear gain on a busy 2-core machine either, but its matrices are large enough to
-  split on a machine with idle cores, so torch's default. (The earlier "2 threads 5-10x slower" figure did not
+  Measured with ``benchmarks/bench_threads.py`` on a 2-core machine shared with other work, 2 threads against
+  1, ratio of seconds (min / median of the repetitions; above 1 is slower): ``sailrl/tiny-arith`` (one RL step:
+  16 x 8 rollouts of <= 12 tokens; one update on 128 datums), 15 repetitions at load average ~1.5: sampling
+  1.10 / 1.09, training 1.11 / 1.13 (9 repetitions at load ~4.5: 1.11 / 1.10 and 1.16 / 1.08) -- its 128-wide
+  matrices gain nothing from a second thread, so 1. SmolLM2-135M (GGUF; 2 x 4 rollouts of 16 tokens; 8
+  datums), 3 repetitions at load ~4: sampling 0.97 / 0.98, training 0.94 / 1.22 -- no clear gain on a busy
+  2-core machine either, but its matrices are large enough to split on a machine with idle cores, so torch's
+  default. (The earlier "2 threads 5-10x slower" figure did not
   reproduce.)
 """
 

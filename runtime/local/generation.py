@@ -257,7 +257,8 @@ def _expand_cache(cache: Any, index: torch.Tensor, reserve: int, limit: int) -> 
         if type(layer) is _DynamicLayer and layer.is_initialized and layer.keys.dim() == 4:
             length = layer.keys.shape[-2]
             layers[i] = _GrowingLayer(
-                layer.keys[index], layer.values[index], min(limit, length + reserve), limit
+                layer.keys.index_select(0, index), layer.values.index_select(0, index),
+                min(limit, length + reserve), limit,
             )
         else:
             layer.batch_select_indices(index)
