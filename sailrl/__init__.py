@@ -10,4 +10,4 @@ The pipeline, one folder a stage (mapped into this package by ``pyproject.toml``
 - ``sailrl.commands``                   one module per ``sailrl`` subcommand.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
