@@ -131,7 +131,11 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
     spec_path: the spec's path as the user gave it (recorded in the script). output_path: where the script will
     be written; used to make the spec directory relative to the script, so the pair can move together.
     """
-    resolved = spec.resolved()  # every value, defaults included, as in every other block
+    resolved = spec.resolved()
+    # Sections list every value (defaults included); a reward rule reads as the spec wrote it, every key it set
+    # kept, a default it left out left out (each rule's full set of defaults would bury what it says).
+    resolved["reward"]["rules"] = [r.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                                   for r in spec.reward.rules]
     sha256 = hashlib.sha256(spec_bytes).hexdigest()
     spec_dir = Path(spec_path).parent
     script_dir = Path(output_path).parent

@@ -257,3 +257,15 @@ def test_compile_does_not_import_torch(tmp_path):
             "assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_reward_rules_read_as_the_spec_wrote_them_defaults_included():
+    """A rule keeps every key the spec set, even one equal to its default (`extract: {from: boxed}`), and leaves
+    out what the spec left out; the sections list every value."""
+    loaded = load_spec(ROOT / "spec/examples/gsm8k.yaml")
+    text = render_script(loaded.spec, spec_path="spec/examples/gsm8k.yaml", spec_bytes=b"", output_path="x.py")
+    block = text[text.index("REWARD = {"):text.index("TRAINING = {")]
+    assert '"extract": {"from": "boxed"},' in block
+    assert '"reference": {"extract": {"from": "after_marker", "marker": "####"}},' in block
+    assert '"occurrence"' not in block and '"abs_tol"' not in block  # unwritten rule defaults stay out
+    assert '"regex_timeout_s": 0.1,  # reward.regex_timeout_s' in block  # section keys: every value

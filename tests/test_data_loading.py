@@ -150,6 +150,7 @@ def test_an_unreachable_hub_is_one_line_in_seconds(tmp_path, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("load_dataset must not be called: it retries for half a minute")
 
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)  # online (CI exports HF_HUB_OFFLINE=1)
     monkeypatch.setattr(HfApi, "dataset_info", unreachable)
     monkeypatch.setattr(datasets, "load_dataset", never)
     started = time.perf_counter()
@@ -172,6 +173,9 @@ def test_a_hub_id_the_hub_does_not_have(tmp_path, monkeypatch):
         response = httpx.Response(404, request=httpx.Request("GET", "https://huggingface.co/api/datasets/x"))
         raise RepositoryNotFoundError("404 Client Error", response=response)
 
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)  # online (CI exports HF_HUB_OFFLINE=1)
     monkeypatch.setattr(HfApi, "dataset_info", missing)
     with pytest.raises(DatasetError, match=r"^cannot load dataset 'someone/nope': the hub has no dataset of that "
                                            r"name you can read \(check the id; a private one needs HF_TOKEN\)"):
