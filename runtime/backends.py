@@ -43,15 +43,29 @@ def tinker_key_problem(value: str) -> str | None:
     return "a Tinker API key starts with 'tml-'"
 
 
-def check_keys(sampler: str, spec_path: str | None = None) -> None:
+def _runs_locally(model_name: str, base_dir: Any) -> bool:
+    """A built-in model, a local folder or a GGUF file: the embedded backend runs it without a swap."""
+    from sailrl.spec.models import classify
+
+    try:
+        return classify(model_name, base_dir).is_local
+    except Exception:  # noqa: BLE001 -- a hint only
+        return False
+
+
+def check_keys(sampler: str, spec_path: str | None = None, model_name: str | None = None,
+               base_dir: Any = None) -> None:
     """Raise :class:`BackendError` naming the first missing or malformed environment variable, with the
-    embedded local backend as the alternative (one line; a key's value is never shown).
+    embedded local backend as the alternative (one line; a key's value is never shown). The alternative swaps in
+    ``sailrl/tiny`` only when ``model_name`` (resolved against ``base_dir``) cannot run locally as it is.
 
     A ``TINKER_API_KEY`` must have the form the tinker SDK accepts (:func:`tinker_key_problem`), unless
     ``TINKER_CREDENTIAL_CMD`` is set (the SDK then asks that command for a credential instead).
     """
     where = spec_path or "SPEC"
-    local = f"sailrl run {where} --sampler local --set model.name=sailrl/tiny"
+    local = f"sailrl run {where} --sampler local"
+    if model_name is None or not _runs_locally(model_name, base_dir):
+        local += " --set model.name=sailrl/tiny"
     for var in required_keys(sampler):
         value = os.environ.get(var)
         if not value:

@@ -106,7 +106,8 @@ def find_run_directories(extra: Iterable[str | Path] = (), store: Path | None = 
 def needed_checkpoints(run_dirs: Sequence[Path]) -> dict[str, list[Path]]:
     """``{local:// checkpoint path: [run directories whose --resume loads it]}``.
 
-    Per run directory: the ``state_path`` of the last record of ``checkpoints.jsonl`` that has one; with none,
+    Per run directory: the ``state_path`` of the last record of ``checkpoints.jsonl`` that has one, and the last
+    ``sampler_path`` of a final record (the adapter the run printed as its result); with no state,
     ``training.resume_from`` and ``training.init_from`` from ``config.json``. ``tinker://`` paths are ignored.
     """
     from sailrl.runtime.rundir import RunDirectory
@@ -118,6 +119,9 @@ def needed_checkpoints(run_dirs: Sequence[Path]) -> dict[str, list[Path]]:
         wanted: list[str] = []
         if state is not None:
             wanted.append(str(state.get("state_path")))
+        final = [r for r in _jsonl(rd.checkpoints_path) if r.get("final") and r.get("sampler_path")]
+        if final:
+            wanted.append(str(final[-1]["sampler_path"]))
         else:
             try:
                 training = ((rd.read_config() or {}).get("spec") or {}).get("training") or {}
@@ -128,6 +132,12 @@ def needed_checkpoints(run_dirs: Sequence[Path]) -> dict[str, list[Path]]:
             if p.startswith("local://"):
                 out.setdefault(p, []).append(path)
     return out
+
+
+def _jsonl(path: Path) -> list[dict]:
+    from sailrl.runtime.rundir import _read_jsonl_tolerant
+
+    return _read_jsonl_tolerant(path)
 
 
 @dataclass

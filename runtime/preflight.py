@@ -295,7 +295,8 @@ def _sample_section(spec: Any, batch: Any, reward_fn: Any, tokenizer: Any, show:
             for n in rule_names:
                 value = float(tr.metrics.get(f"reward/{n}", 0.0))
                 contributions[n].append(value)
-                passes[n].append(value == reward_fn.pass_fail_scores(n)[0])
+                passed = (tr.logs or {}).get(f"passed/{n}")  # the rule's own verdict (weighted python rules too)
+                passes[n].append(bool(passed) if passed is not None else value == reward_fn.pass_fail_scores(n)[0])
             if len(examples) < show:
                 text = tr.logs.get("completion") if tr.logs else None
                 if text is None and tokenizer is not None:

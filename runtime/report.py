@@ -121,8 +121,9 @@ def step_line(step: int, total: int, metrics: dict[str, Any], rule_names: Sequen
 
 
 def _window_mean(history: Sequence[dict[str, Any]], key: str, k: int) -> tuple[float, float, int]:
+    """Means of the first and last ``n`` values, ``n = min(k, half of them)`` so the two never overlap."""
     values = [m[key] for m in history if isinstance(m.get(key), (int, float))]
-    n = min(k, len(values))
+    n = min(k, len(values) // 2) if len(values) > 1 else len(values)
     if not n:
         return float("nan"), float("nan"), 0
     return sum(values[:n]) / n, sum(values[-n:]) / n, n

@@ -35,7 +35,7 @@ from typing import Any
 
 import regex
 
-from sailrl.runtime.answers import Comparator, CompiledExtractor, MathTimeout, UnreadableAnswer
+from sailrl.runtime.answers import Comparator, CompiledExtractor, MathTimeout, UnreadableAnswer, cpu_time_limited
 from sailrl.spec.rewards import (
     AllOfRule,
     AnswerRule,
@@ -225,7 +225,8 @@ class _Match(_Check):
     def matches(self, text: str, timeout_s: float | None = None) -> bool:
         """Whether the pattern matches ``text`` (raises TimeoutError)."""
         fn = self.pattern.fullmatch if self.fullmatch else self.pattern.search
-        return fn(text, timeout=self.timeout_s if timeout_s is None else timeout_s) is not None
+        return cpu_time_limited(lambda t: fn(text, timeout=t),
+                                self.timeout_s if timeout_s is None else timeout_s) is not None
 
     def passes(self, ctx: _Ctx) -> bool:
         if ctx.too_long and ctx.text_too_long():
@@ -235,8 +236,8 @@ class _Match(_Check):
             ctx.over_budget()
             return False
         try:
-            found = (self.pattern.fullmatch if self.fullmatch else self.pattern.search)(
-                ctx.completion, timeout=limit) is not None
+            fn = self.pattern.fullmatch if self.fullmatch else self.pattern.search
+            found = cpu_time_limited(lambda t: fn(ctx.completion, timeout=t), limit) is not None
         except TimeoutError:
             if limit < self.timeout_s:
                 ctx.over_budget("the pattern was stopped: ")

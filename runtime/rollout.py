@@ -58,7 +58,7 @@ class RuleEnv(Env):
     else) and ``reward_budget_exceeded`` (rules failed because the step's budget was used up).
     ``StepResult.logs``: ``completion`` (the text the rules read, at most 2,000 characters), and per rule
     ``why/<rule>`` (the reason, at most 200 characters), ``passed/<rule>`` (0 or 1), ``score/<rule>`` (its
-    contribution).
+    contribution), and ``error/<rule>`` for a rule that could not be evaluated (why, at most 200 characters).
     """
 
     def __init__(self, row: dict[str, Any], model_input: tinker.ModelInput, stop: list, renderer: Any,
@@ -98,6 +98,8 @@ class RuleEnv(Env):
             logs[f"why/{name}"] = score.reasons.get(name, "")
             logs[f"passed/{name}"] = int(score.passed[name])
             logs[f"score/{name}"] = float(value)
+        for name, why in score.errors.items():  # the rule could not be evaluated (raised, timed out, ...)
+            logs[f"error/{name}"] = why[:200]
         return StepResult(
             reward=float(score.total),
             episode_done=True,

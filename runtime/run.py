@@ -109,6 +109,7 @@ class _StepRecord:
     metrics: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     rollouts: list[tuple[str, RolloutBatch, list[Any] | None, list[bool] | None]] = field(default_factory=list)
+    rule_errors: dict[str, tuple[int, str]] = field(default_factory=dict)  # rule -> (completions, first why)
 
 
 def run_dir_path(spec: Spec, spec_dir: Path | str) -> Path:
@@ -340,6 +341,13 @@ class Run:
                 rec.metrics["staleness/mean"] = sum(staleness) / len(staleness)
                 rec.metrics["staleness/max"] = float(max(staleness))
         rec.metrics["sampler_step"] = float(min(batch.sampler_steps)) if batch.sampler_steps else float("nan")
+        for g in batch.groups:  # rules that could not be evaluated: counted per rule, the first reason kept
+            for traj in g.trajectories_G:
+                for tr in traj.transitions:
+                    for key, why in tr.logs.items():
+                        if key.startswith("error/"):
+                            count, first = rec.rule_errors.get(key[6:], (0, str(why)))
+                            rec.rule_errors[key[6:]] = (count + 1, first)
         per_group = [kept.get(id(g)) for g in batch.groups]  # None: the group did not train
         rec.rollouts.append(("train", batch, per_group, None))  # None: degenerate = every total equal
 
@@ -358,8 +366,15 @@ class Run:
         rec.rollouts.append(("eval", batch, None, None))
 
     def record(self, step: int, metrics: dict[str, float]) -> None:
-        """Add ``metrics`` to ``step``'s metrics line (e.g. ``kl_policy_base`` from the KL penalty)."""
+        """Add ``metrics`` to ``step``'s metrics line."""
         self._record(step).metrics.update(metrics)
+
+    def record_kl_penalty(self, step: int, data: Sequence[tinker.Datum], metrics: dict[str, float]) -> None:
+        """Log the KL penalty's metrics (``kl_policy_base``) and ``tokens/reference``: every token of each datum's
+        full sequence, which the base model scored (``compute_logprobs``; billed as prefill on Tinker)."""
+        rec = self._record(step)
+        rec.metrics.update(metrics)
+        rec.metrics["tokens/reference"] = float(report.token_counts(data) + len(data))
 
     # ------------------------------------------------------------------ 5. train
     async def apply_update(self, step: int, data: list[tinker.Datum], update: Awaitable[Any], *,
@@ -438,6 +453,17 @@ class Run:
         seconds = rec.timings.get("time/step") or sum(v for k, v in rec.timings.items() if k != "time/step")
         self.console.print(report.step_line(step, self.spec.training.steps, m, self.reward_fn.rule_names, seconds,
                                             show_cost=not self.backend.is_local))
+        rollouts = sum(len(g.trajectories_G) for kind, batch, _, _ in rec.rollouts if kind == "train"
+                       for g in batch.groups)
+        for rule, (count, why) in rec.rule_errors.items():
+            self.console.print(
+                f"[yellow]warning: step {step}: rule '{rule}' could not be scored on {count} of {rollouts} "
+                f"completions (it counts as failed): {why}; `sailrl show {self.run_dir.path} --rule {rule}` shows "
+                "them[/yellow]")
+        if m.get("regex_timeouts"):
+            self.console.print(
+                f"[yellow]warning: step {step}: {int(m['regex_timeouts'])} regex time-outs (reward.regex_timeout_s "
+                f"{self.spec.reward.regex_timeout_s:g} s): the pattern fails on those completions[/yellow]")
         if (m.get("frac_truncated") or 0) > 0.5:
             self.console.print(
                 f"[yellow]warning: step {step}: {100 * m['frac_truncated']:.0f}% of completions were cut at "
@@ -650,6 +676,64 @@ def _open_wandb(spec: Spec, resolved: dict[str, Any], console: Any) -> Any:
     return wandb.init(project=spec.output.wandb_project, name=spec.name, config=resolved)
 
 
+#: Seconds Tinker gets to answer its first request (``SAILRL_CONNECT_TIMEOUT_S`` overrides) and to create a
+#: training client (a large model can take minutes to place).
+CONNECT_TIMEOUT_S = 30.0
+CREATE_TIMEOUT_S = 900.0
+
+
+def connect_timeout_s() -> float:
+    try:
+        return float(os.environ.get("SAILRL_CONNECT_TIMEOUT_S") or CONNECT_TIMEOUT_S)
+    except ValueError:
+        raise ConfigError(f"SAILRL_CONNECT_TIMEOUT_S must be a number of seconds, got "
+                          f"{os.environ['SAILRL_CONNECT_TIMEOUT_S']!r}") from None
+
+
+async def _remote(call: Any, timeout_s: float, what: str) -> Any:
+    """``call()`` (a blocking Tinker SDK call) in a daemon thread, awaited for at most ``timeout_s`` seconds, so
+    an unreachable service is one line within the deadline and Ctrl-C interrupts the wait. Raises
+    ``BackendError`` (a user error: the URL, the key or the network) on a timeout or a connection fault."""
+    import threading
+
+    from sailrl.runtime.backends import BackendError
+
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not done.done():
+            done.set_result(value) if ok else done.set_exception(value)
+
+    def target() -> None:
+        try:
+            value = call()
+        except BaseException as exc:  # noqa: BLE001 -- delivered to the awaiting coroutine
+            loop.call_soon_threadsafe(settle, False, exc)
+        else:
+            loop.call_soon_threadsafe(settle, True, value)
+
+    threading.Thread(target=target, name="sailrl-tinker-call", daemon=True).start()
+    where = os.environ.get("TINKER_BASE_URL") or "the default endpoint"
+    try:
+        return await asyncio.wait_for(done, timeout_s)
+    except TimeoutError:
+        raise BackendError(f"Tinker did not {what} within {timeout_s:g} s ({where}): check TINKER_BASE_URL and "
+                           "your network (SAILRL_CONNECT_TIMEOUT_S sets the wait), or train here with --sampler "
+                           "local") from None
+    except Exception as exc:
+        import tinker as _tinker
+
+        if isinstance(exc, (_tinker.APIConnectionError, _tinker.APITimeoutError, ConnectionError)):
+            raise BackendError(f"cannot reach Tinker ({where}): {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''} -- check TINKER_BASE_URL and "
+                               "your network, or train here with --sampler local") from None
+        if isinstance(exc, _tinker.APIStatusError) and exc.status_code in (401, 403):
+            raise BackendError(f"Tinker refused the API key (HTTP {exc.status_code}): check TINKER_API_KEY") \
+                from None
+        raise
+
+
 def _final_saved(run_dir: RunDirectory, completed: int) -> bool:
     from sailrl.runtime.rundir import _read_jsonl_tolerant
 
@@ -679,9 +763,14 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     resolved = spec.resolved()
     resume, t, m = options.resume, spec.training, spec.model
     if not resume and run_dir.has_metrics() and not options.overwrite:
+        done = len(run_dir.read_metrics())
+        if _final_saved(run_dir, done):
+            raise RunDirectoryError(
+                f"{run_dir.path} holds a finished run ({done} steps). Start it over with --overwrite, train it "
+                "further by raising training.steps and adding --resume, or set output.run_dir to a new directory.")
         raise RunDirectoryError(
-            f"{run_dir.path} already holds a run ({len(run_dir.read_metrics())} steps logged). Continue it with "
-            "--resume, start it over with --overwrite, or set output.run_dir to a new directory.")
+            f"{run_dir.path} already holds a run ({done} steps logged). Continue it with --resume, start it over "
+            "with --overwrite, or set output.run_dir to a new directory.")
     state = run_dir.last_state() if resume else None
     if resume:
         with warnings.catch_warnings():
@@ -706,18 +795,25 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     if sampler == "sail":
         _quiet_archive_deprecation()
     if sampler != "local":
-        check_keys(sampler, options.spec_path)  # a missing key is one line, before anything else happens
+        check_keys(sampler, options.spec_path, m.name, options.spec_dir)  # a missing key: one line, before all
         console.print(f"connecting to Tinker ({os.environ.get('TINKER_BASE_URL') or 'default endpoint'}) ...")
     backend = open_backend(spec, sampler=sampler, spec_path=options.spec_path)
     service = backend.service_client
 
     resume_path = (state or {}).get("state_path") or t.resume_from
+    if not backend.is_local:  # the SDK blocks (and retries for minutes) when Tinker is unreachable: bound it
+        await _remote(service.get_server_capabilities, connect_timeout_s(), "answer")
     if resume_path:
-        training_client = await service.create_training_client_from_state_with_optimizer_async(resume_path)
+        training_client = await _remote(
+            lambda: service.create_training_client_from_state_with_optimizer(resume_path), CREATE_TIMEOUT_S,
+            f"open the training state {resume_path}") if not backend.is_local else \
+            await service.create_training_client_from_state_with_optimizer_async(resume_path)
     else:
-        training_client = await service.create_lora_training_client_async(
-            base_model=m.name, rank=m.lora_rank, seed=m.seed, train_mlp=m.train_mlp, train_attn=m.train_attn,
-            train_unembed=m.train_unembed)
+        kwargs = dict(base_model=m.name, rank=m.lora_rank, seed=m.seed, train_mlp=m.train_mlp,
+                      train_attn=m.train_attn, train_unembed=m.train_unembed)
+        training_client = await _remote(lambda: service.create_lora_training_client(**kwargs), CREATE_TIMEOUT_S,
+                                        f"create a LoRA training client for {m.name}") if not backend.is_local \
+            else await service.create_lora_training_client_async(**kwargs)
         if t.init_from:
             await (await training_client.load_state_async(t.init_from)).result_async()
     lora_rank = m.lora_rank

@@ -57,10 +57,13 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def spec_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Plain-words list of the dotted keys whose values differ between two resolved specs."""
+    """Plain-words list of the dotted keys whose values differ between two resolved specs (``examples``, which
+    only `sailrl validate` reads, left out)."""
     a, b = flatten(old), flatten(new)
     changes = []
     for key in sorted(set(a) | set(b)):
+        if key == "examples" or key.startswith("examples."):
+            continue
         if a.get(key, "<unset>") != b.get(key, "<unset>"):
             changes.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
     return changes

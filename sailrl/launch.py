@@ -35,9 +35,10 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 3, 13
 
 def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
-    parser.add_argument("--resume", action="store_true", help="continue from the run directory's last saved state")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="start over in a run directory that already holds a run (its records are cleared)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue from the run directory's last saved state")
+    mode.add_argument("--overwrite", action="store_true",
+                      help="start over in a run directory that already holds a run (its records are cleared)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a spec value by dotted key (VALUE is YAML), e.g. training.steps=2")
     parser.add_argument("--sampler", choices=("sail", "tinker", "local"),
@@ -52,7 +53,8 @@ def _override_value(raw: str) -> Any:
     """VALUE of ``--set KEY=VALUE``: YAML, except that a Jinja template (``{{ ... }}``) stays text."""
     text = raw.strip()
     if not text:
-        return None
+        raise ValueError("has no value after '=': give one, or write null to clear the key (e.g. --set "
+                         "training.warmup=null)")
     if text.startswith(("{{", "{%", "{#")):
         return raw
     try:
@@ -74,7 +76,10 @@ def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, A
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        value = _override_value(raw)
+        try:
+            value = _override_value(raw)
+        except ValueError as exc:
+            raise ValueError(f"--set {item}: {exc}") from None
         node: Any = out
         parts = key.split(".")
         for i, p in enumerate(parts):
@@ -101,6 +106,22 @@ def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, A
     if "model.name" in keys and "model.renderer" not in keys and isinstance(out.get("model"), dict):
         out["model"]["renderer"] = None  # the new model's default renderer, not the old model's
     return out
+
+
+def override_notes(config: dict[str, Any], overrides: list[str]) -> list[str]:
+    """What the overrides did besides setting their keys, for a message about them (e.g. the renderer reset)."""
+    keys = {o.partition("=")[0] for o in overrides}
+    renderer = (config.get("model") or {}).get("renderer")
+    if "model.name" in keys and "model.renderer" not in keys and renderer:
+        return [f"--set model.name resets model.renderer (it was {renderer!r}) to the new model's default; add "
+                f"--set model.renderer={renderer} to keep it"]
+    return []
+
+
+def overrides_message(config: dict[str, Any], overrides: list[str]) -> str:
+    """The line printed under spec problems that came from ``--set`` overrides."""
+    notes = "".join(f"\n({n})" for n in override_notes(config, overrides))
+    return "(these come from the --set overrides: " + " ".join(overrides) + ")" + notes
 
 
 def _validate_text(text: str, filename: str, path: Path | None) -> Any:
@@ -141,6 +162,8 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, opti
     except (KeyboardInterrupt, asyncio.CancelledError):
         if run is not None:
             await asyncio.shield(run.save_after_stop("interrupted"))
+        else:
+            print("interrupted while the run was opening; nothing was written", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BudgetReached as exc:
         print(f"stopped: {exc}", file=sys.stderr)
@@ -167,7 +190,9 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, opti
 def _run_async(coro: Awaitable[int]) -> int:
     try:
         return asyncio.run(coro)
-    except KeyboardInterrupt:  # a second Ctrl-C while saving
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's state was being saved
+        print("second Ctrl-C: stopped without finishing the save; --resume continues from the last state saved "
+              "before it", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
@@ -186,7 +211,7 @@ def main(script_main: Callable[[Any], Awaitable[None]], config: dict[str, Any], 
         return EXIT_USAGE
     except SpecErrors as exc:
         print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
-        print("(these come from the --set overrides: " + " ".join(args.overrides) + ")", file=sys.stderr)
+        print(overrides_message(config, args.overrides), file=sys.stderr)
         return EXIT_USAGE
     changes = feature_changes(Spec.model_validate(config), spec)
     if changes:

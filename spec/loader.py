@@ -188,6 +188,7 @@ class LoadedSpec:
     complete_lines: int | None = None
     complete_sections: frozenset[str] = frozenset()
     warnings: list[SpecError] = field(default_factory=list)
+    filename: str | None = None  # what errors call the file, when not its path (e.g. "<spec with --set overrides>")
 
     @property
     def base_dir(self) -> Path:
@@ -248,7 +249,8 @@ class LoadedSpec:
         elif self.text:
             line, column = 1, 1
         return SpecError(
-            file=str(self.path), line=line, column=column, key_path=dotted(path), message=message, hint=hint,
+            file=self.filename or str(self.path), line=line, column=column, key_path=dotted(path), message=message,
+            hint=hint,
             end_column=end, related=related or [], code=code, severity=severity,
         )
 
@@ -668,7 +670,8 @@ def parse_spec_text(text: str, filename: str = "<string>", *, path: Path | None 
     loaded = LoadedSpec(spec=None, path=the_path, text=text, sha256=digest,  # type: ignore[arg-type]
                         data=parsed.data if isinstance(parsed.data, dict) else {}, tree=parsed.tree,
                         nodes=parsed.nodes, complete=parsed.complete, complete_lines=parsed.complete_lines,
-                        complete_sections=parsed.complete_sections)
+                        complete_sections=parsed.complete_sections,
+                        filename=filename if path is not None and filename != str(path) else None)
     if parsed.tree is None:
         if parsed.complete:
             errors.append(SpecError(filename, 1 if text else 0, 1 if text else 0, "", "the spec file is empty",

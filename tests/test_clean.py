@@ -157,3 +157,21 @@ def test_a_real_local_checkpoint_still_resumes_after_cleaning(home, tmp_path):
         return await service.create_training_client_from_state_with_optimizer_async(state)
 
     assert asyncio.run(resume()) is not None
+
+
+def test_the_final_adapter_a_run_printed_is_kept_and_a_unique_id_prefix_selects(home, capsys):
+    fake_checkpoint(home, "tiny-cccc0003", "sampler_weights", "step-000001", days_old=3)
+    adapter = fake_checkpoint(home, "tiny-cccc0003", "sampler_weights", "final", days_old=3)
+    state = fake_checkpoint(home, "tiny-cccc0003", "weights", "final", days_old=3)
+    run = Path("runs/done")
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"spec": {"training": {}}}))
+    (run / "checkpoints.jsonl").write_text(json.dumps(
+        {"name": "final", "batch": 2, "state_path": state, "sampler_path": adapter, "final": True}) + "\n")
+    assert main(["clean", "tiny-cccc", "--dry-run"]) == 0  # a prefix of one run id selects it
+    out = capsys.readouterr().out
+    assert "tiny-cccc0003" in out
+    assert main(["clean", "tiny-cccc"]) == 0
+    assert (home / "tiny-cccc0003/sampler_weights/final").is_dir()  # what the run printed as its final adapter
+    assert (home / "tiny-cccc0003/weights/final").is_dir()  # what --resume loads
+    assert not (home / "tiny-cccc0003/sampler_weights/step-000001").exists()

@@ -196,3 +196,20 @@ def test_a_compiled_script_with_python_rules_loads_them_from_the_spec_folder(tmp
     for r in rollouts:  # each python rule's score is what its function gives for the logged completion
         words = len(r["completion"].split())
         assert r["rules"]["brevity"]["score"] == pytest.approx(0.5 * max(0.0, min(1.0, (100 - words) / 80)))
+
+
+def test_a_rule_that_cannot_be_scored_is_warned_about_every_step(tmp_path):
+    (tmp_path / "boom.py").write_text('def f(completion, fields):\n    return fields["nosuchfield"]\n')
+    shutil_copy = __import__("shutil").copy
+    shutil_copy(ROOT / "spec/examples/data/addition.jsonl", tmp_path / "addition.jsonl")
+    (tmp_path / "boom.yaml").write_text(
+        "name: boom\nmodel: {name: sailrl/tiny-arith}\n"
+        "dataset: {source: addition.jsonl, fields: [question, answer]}\nprompt: {user: '{{ question }}='}\n"
+        "reward:\n  rules:\n    - {name: boom, kind: python, function: 'boom:f'}\n"
+        "training: {steps: 2, group_size: 4, groups_per_step: 2}\nsampling: {sampler: local, max_tokens: 4}\n")
+    r = subprocess.run([sys.executable, "-m", "sailrl", "run", str(tmp_path / "boom.yaml")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    warnings = [x for x in r.stderr.splitlines() if "could not be scored" in x]
+    assert len(warnings) == 2 and warnings[0].startswith("warning: step 1: rule 'boom' could not be scored on 8 of 8")
+    assert "KeyError: 'nosuchfield' (at boom.py:2)" in warnings[0] and "--rule boom" in warnings[0]

@@ -116,3 +116,9 @@ def test_overrides_are_yaml_values_by_dotted_key():
     assert cfg["training"]["steps"] == 7
     with pytest.raises(ValueError):
         apply_overrides(cfg, ["training.steps"])
+
+
+def test_resume_ignores_the_worked_examples_which_do_not_change_training():
+    old = {"training": {"steps": 5}, "examples": [{"completion": " 7"}]}
+    assert spec_changes(old, {"training": {"steps": 5}}) == []
+    assert spec_changes(old, {"training": {"steps": 6}}) == ["training.steps: 5 -> 6"]

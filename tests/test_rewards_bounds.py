@@ -185,3 +185,38 @@ def test_reasons_are_capped_at_200_characters() -> None:
     s = fn.score("\\boxed{" + "z" * 500 + "} and more", {}, truncated=True)
     assert all(len(r) <= 200 for r in s.reasons.values())
     assert s.reasons["m"] == "no match of '" + "y" * 57 + "...'"
+
+
+def test_a_regex_that_timed_out_only_because_its_thread_waited_is_retried():
+    """The regex module's limit is wall-clock: on a busy machine a trivial pattern can pass 0.1 s without running.
+    Counted in this thread's CPU time instead, such a wait is retried, so the run's rewards do not depend on load;
+    a pattern that really uses its CPU time still fails."""
+    import time
+
+    import pytest
+    import regex
+
+    from sailrl.runtime.answers import REGEX_TRIES, cpu_time_limited
+
+    calls = []
+
+    def starved_once(timeout):
+        calls.append(timeout)
+        if len(calls) == 1:
+            time.sleep(0.12)  # the thread waits (no CPU) past the wall-clock limit
+            raise TimeoutError("regex timed out")
+        return "7"
+
+    assert cpu_time_limited(starved_once, 0.1) == "7" and len(calls) == 2
+    slow = regex.compile(r"(a|aa)+$")
+    with pytest.raises(TimeoutError):
+        cpu_time_limited(lambda t: slow.search("a" * 5000 + "b", timeout=t), 0.05)
+
+    def always_starved(timeout):
+        time.sleep(0.02)
+        raise TimeoutError("regex timed out")
+
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        cpu_time_limited(always_starved, 0.01)
+    assert time.perf_counter() - started < REGEX_TRIES * 0.05  # bounded in wall time too

@@ -147,6 +147,7 @@ def test_the_script_shows_each_option_only_when_the_spec_uses_it():
     full = _main_source(_spec_with("training.kl_penalty_coef=0.05", "training.advantage_scale=group_std",
                                    "training.lr_schedule=cosine", "training.max_steps_off_policy=2"))
     for line in ("incorporate_kl_penalty(data, reference, t.kl_penalty_coef, t.kl_discount_factor)",
+                 "run.record_kl_penalty(step, data, kl)",
                  "rl.scale_advantages(groups, advantages, t.advantage_scale)",
                  "rl.learning_rate(t.learning_rate, step, t.steps, t.lr_schedule, t.lr_warmup_steps)",
                  "asyncio.create_task(run.rollout(policy, later))", "rl.drop_stale("):
@@ -180,6 +181,7 @@ def test_a_run_with_every_option_logs_what_each_did(tmp_path, monkeypatch):
         assert m["learning_rate"] == pytest.approx(rl.learning_rate(lr, m["step"], 3, "linear", 1))
         assert m["optim/learning_rate"] == pytest.approx(m["learning_rate"])
         assert "kl_policy_base" in m and m["tokens/trained"] > 0
+        assert m["tokens/reference"] == m["tokens/trained"] + m["datums"]  # each full sequence, scored by the base
     # step 1 samples from its own checkpoint; step k > 1 from the one before (started while k - 1 trained)
     assert [m["staleness/max"] for m in lines] == [0.0, 1.0, 1.0]
     assert [m["sampler_step"] for m in lines] == [1.0, 1.0, 2.0]

@@ -160,3 +160,20 @@ def test_a_run_refused_for_a_missing_key_writes_nothing(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert rc == 1 and "TINKER_API_KEY is not set" in err and "Traceback" not in err
     assert not run_dir.exists()  # no train.py, no config.json: nothing of a run that never started
+
+
+def test_an_unreachable_tinker_is_one_line_within_the_connect_timeout(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    env = {**__import__("os").environ, "TINKER_API_KEY": "tml-unreachable", "SAIL_API_KEY": "x",
+           "TINKER_BASE_URL": "http://127.0.0.1:9", "SAILRL_CONNECT_TIMEOUT_S": "2"}
+    started = time.perf_counter()
+    r = subprocess.run([sys.executable, str(ROOT / "generated/sail_guide.py"), "--set",
+                        f"output.run_dir={tmp_path / 'run'}"], capture_output=True, text=True, env=env, timeout=120)
+    assert time.perf_counter() - started < 30
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: Tinker did not answer within 2 s (http://127.0.0.1:9)") and "--sampler local" in line
+    assert not (tmp_path / "run").exists()

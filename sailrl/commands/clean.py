@@ -81,8 +81,8 @@ def _list(runs: list[Any], store: Any, console: Any) -> None:
 
     t = Table(title=f"checkpoint store {escape(str(store))}", title_justify="left")
     for col, justify in (("run id", "left"), ("size", "right"), ("age", "right"), ("checkpoints", "right"),
-                         ("needed for --resume by", "left")):
-        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+                         ("needed by (--resume, final adapter)", "left")):
+        t.add_column(col, justify=justify, no_wrap=col == "run id")  # type: ignore[arg-type]
     for r in runs:
         t.add_row(escape(r.run_id), _size(r.size_bytes), _age(r.age_days()), str(len(r.checkpoints)),
                   escape(_needed_text(r)))
@@ -112,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
         _list(runs, store, console)
         return 0
     by_id = {r.run_id: r for r in runs}
+    resolved_ids = []
+    for given in args.run_ids:  # a run id, or a prefix of exactly one
+        matches = [i for i in by_id if i.startswith(given)]
+        resolved_ids.append(matches[0] if given not in by_id and len(matches) == 1 else given)
+    args.run_ids = resolved_ids
     unknown = [i for i in args.run_ids if i not in by_id]
     if unknown:
         close = did_you_mean(unknown[0], list(by_id))

@@ -15,9 +15,10 @@ import sys
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec YAML file")
-    p.add_argument("--resume", action="store_true", help="continue from the run directory's last saved state")
-    p.add_argument("--overwrite", action="store_true",
-                   help="start over in a run directory that already holds a run (its records are cleared)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue from the run directory's last saved state")
+    mode.add_argument("--overwrite", action="store_true",
+                      help="start over in a run directory that already holds a run (its records are cleared)")
     p.add_argument("--sampler", choices=("sail", "tinker", "local"), help="override sampling.sampler")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec value by dotted key (VALUE is YAML), e.g. training.steps=2")
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except SpecErrors as exc:
         print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
-        print("(these come from the --set overrides: " + " ".join(overrides) + ")", file=sys.stderr)
+        print(launch.overrides_message(loaded.spec.resolved(), overrides), file=sys.stderr)
         return 2
     script_path = run_dir_path(spec, spec_dir) / "train.py"
     text = render_script(spec, spec_path=Path(args.spec).as_posix(), spec_bytes=loaded.text.encode("utf-8"),
