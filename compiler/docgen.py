@@ -40,7 +40,7 @@ def type_of(prop: dict[str, Any]) -> str:
     if "const" in prop:
         return f"`{json.dumps(prop['const'])}`"
     if "enum" in prop:
-        return " \\| ".join(f"`{v}`" for v in prop["enum"])
+        return " | ".join(f"`{v}`" for v in prop["enum"])
     for key in ("anyOf", "oneOf"):
         if key in prop:
             parts = [type_of(p) for p in prop[key] if p.get("type") != "null"]

@@ -3,7 +3,7 @@
 The store is ``$SAILRL_HOME/checkpoints`` (:func:`sailrl.runtime.backends.local_checkpoint_dir`): one folder per
 training client (a *store run*, e.g. ``tiny-3f9a1c2e``) holding ``sampler_weights/<name>/`` and ``weights/<name>/``
 checkpoints (``sailrl.runtime.local.checkpoints``) and their ``.tar`` archives. Every run of the embedded backend
-adds one store run (~17 MB for the quickstart); nothing is removed automatically.
+adds one store run (~40 MB for the quickstart: a sampler checkpoint per step); nothing is removed automatically.
 
 A checkpoint is **needed** when a run directory's ``--resume`` would load it: the last saved state in the run
 directory's ``checkpoints.jsonl`` or, for a run directory with no saved state yet, the ``training.resume_from`` /
