@@ -259,7 +259,8 @@ class SamplingSpec(SpecModel):
             "After each update the sampler's logprobs are compared with the learner's (sampler-vs-learner KL). "
             "Above on_policy_kl_threshold: warn, or stop the run with state saved. A mismatch means the rollouts "
             "did not come from the checkpoint just trained (Sail serving the base model, a stale checkpoint, a "
-            "renderer or tokenizer mismatch)."
+            "renderer or tokenizer mismatch). Not checked on steps sampled off-policy (max_steps_off_policy > 0) or "
+            "at a temperature other than 1, whose sampler logprobs differ from the learner's by design."
         ),
     )
     on_policy_kl_threshold: float = Field(
