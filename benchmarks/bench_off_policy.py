@@ -1,19 +1,28 @@
 """Bounded off-policy sampling: steps per minute with ``training.max_steps_off_policy`` K=1 against K=0.
 
-Two settings, each run as a whole `sailrl run` of the quickstart spec in a fresh child process (arms interleaved,
-the same steps and repetitions for each; the first step of every run is left out as warm-up):
+Three settings. ``sail`` and ``local`` run whole `sailrl run`s of the quickstart spec, each in a fresh child process
+(arms interleaved, alternating order, the same steps and repetitions for each; the first step of every run is left
+out as warm-up):
 
-- ``sail``: Tinker trains (the embedded backend standing in, in process) and a loopback Sail server samples,
+- ``sail``: Tinker trains (the embedded backend standing in, training in its child process as Tinker trains on
+  machines of its own) and a loopback Sail server samples,
   answering each rollout after a fixed service time set to the measured mean training time of a K=0 run, so
   sampling and training take about as long (the case where overlapping them matters most). Its sampler returns a
   right and a wrong answer alternately, so no group is degenerate and every step trains.
-- ``local``: the embedded backend trains and samples (the quickstart's shape: 16 groups x 8, max_tokens 12).
+- ``local``: the embedded backend trains and samples (the quickstart's shape: 16 groups x 8, max_tokens 12). Arms:
+  K=0 as shipped (training and sampling on threads of the run's process), K=1 as shipped (training and sampling in
+  the backend's two child processes, ``SAILRL_LOCAL_PROCESSES`` unset), and the two other combinations
+  (``SAILRL_LOCAL_PROCESSES=0`` / ``=1``), so each choice is measured against its alternative.
+- ``contention``: why child processes: the time of one update (forward_backward + optim_step on 128
+  quickstart-like datums) alone, beside a thread sampling 16 x 8 rollouts in a loop in the same process, and beside
+  the same loop in the sampling process (median of ``--reps`` x 15 updates after 3 warm-ups, interleaved).
 
-Reported per arm: RL steps per minute from the runs' ``time/step`` (median and min over repetitions) and the
-ratio K=1 / K=0, plus the mean reward and ``correct`` of the runs (what off-policy sampling does to learning).
+Reported per arm: RL steps per minute from the runs' ``time/step`` (median and min over repetitions), the mean of
+``time/train`` (the update, which slows when the sampler shares the interpreter), the ratio to K=0, plus the mean
+reward and ``correct`` of the runs (what off-policy sampling does to learning).
 
-    .venv/bin/python benchmarks/bench_off_policy.py                 # both settings, 3 repetitions, 12 steps
-    .venv/bin/python benchmarks/bench_off_policy.py --settings local --reps 2 --steps 20
+    .venv/bin/python benchmarks/bench_off_policy.py                 # all settings, 3 repetitions, 12 steps
+    .venv/bin/python benchmarks/bench_off_policy.py --settings local --reps 4 --steps 30
 """
 
 from __future__ import annotations
@@ -59,7 +68,8 @@ def _child(setting: str, k: int, steps: int, run_dir: str, service_time: float) 
     from sailrl.runtime.local import LocalServiceClient
     from tests.fakes.sail_server import FakeSailServer, Sample, point_sail_sdk_at
 
-    service = LocalServiceClient("sailrl/tiny", base_dir=os.path.join(run_dir, "ckpt"))
+    # trains in its own process, as Tinker trains on its own machines: the loop's Python does not slow it
+    service = LocalServiceClient("sailrl/tiny", base_dir=os.path.join(run_dir, "ckpt"), processes=True)
     tok = service.create_sampling_client(base_model="sailrl/tiny").result().get_tokenizer()
     seen: Counter = Counter()
 
@@ -80,12 +90,15 @@ def _child(setting: str, k: int, steps: int, run_dir: str, service_time: float) 
         server.close()
 
 
-def _run(setting: str, k: int, steps: int, service_time: float) -> dict[str, float]:
+def _run(setting: str, k: int, steps: int, service_time: float, process: str | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = os.path.join(tmp, "run")
         cmd = [sys.executable, __file__, "--child", setting, str(k), str(steps), run_dir, str(service_time)]
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
-                           env={**os.environ, "SAILRL_HOME": os.path.join(tmp, "home")})
+        env = {**os.environ, "SAILRL_HOME": os.path.join(tmp, "home")}
+        env.pop("SAILRL_LOCAL_PROCESSES", None)
+        if process is not None:
+            env["SAILRL_LOCAL_PROCESSES"] = process
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
         if r.returncode != 0:
             raise SystemExit(f"{setting} K={k} failed:\n{r.stderr[-3000:]}")
         lines = [json.loads(x) for x in Path(run_dir, "metrics.jsonl").read_text().splitlines()]
@@ -98,9 +111,88 @@ def _run(setting: str, k: int, steps: int, service_time: float) -> dict[str, flo
             "staleness": statistics.mean(m.get("staleness/max", 0.0) or 0.0 for m in lines)}
 
 
+#: (label, K, SAILRL_LOCAL_PROCESSES) per arm of a setting; None = as shipped (the default for that K).
+ARMS = {"sail": [("K=0", 0, None), ("K=1", 1, None)],
+        "local": [("K=0", 0, None), ("K=1", 1, None), ("K=1 in process", 1, "0"),
+                  ("K=0 child processes", 0, "1")]}
+
+
+def _contention(reps: int) -> None:
+    """Median update time alone / beside a sampling thread / beside a sampling process (see the docstring)."""
+    import random
+    import threading
+    import time
+
+    import tinker
+    import torch
+    from tinker import types
+
+    from sailrl.runtime.local import LocalServiceClient
+
+    def client(process: bool, base_dir: str):
+        svc = LocalServiceClient("sailrl/tiny-arith", processes=process, base_dir=base_dir)
+        return svc, svc.create_lora_training_client(base_model="sailrl/tiny-arith", rank=16, seed=0).result()
+
+    def sample_loop(stop: threading.Event, process: bool, base_dir: str) -> None:
+        svc, tc = client(process, base_dir)
+        sampler = tc.create_sampling_client(tc.save_weights_for_sampler("bench").result().path).result()
+        tok = tc.get_tokenizer()
+        prompts = [types.ModelInput.from_ints(tok.encode(f"User: {i % 10}+{i // 10}=\n\nAssistant:",
+                                                         add_special_tokens=False)) for i in range(16)]
+        params = types.SamplingParams(max_tokens=12, temperature=1.0)
+        while not stop.is_set():
+            for f in [sampler.sample(p, 8, params) for p in prompts]:
+                f.result()
+        svc.close("done")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        svc, tc = client(False, os.path.join(tmp, "train"))
+        tok, rng, data = tc.get_tokenizer(), random.Random(0), []
+        for _ in range(128):
+            p = tok.encode(f"User: {rng.randint(0, 9)}+{rng.randint(0, 9)}=\n\nAssistant:", add_special_tokens=False)
+            c = tok.encode(f" {rng.randint(0, 18)}", add_special_tokens=False) + [tok.eos_token_id]
+            zeros = [0.0] * (len(p) - 1)
+            data.append(types.Datum(model_input=types.ModelInput.from_ints((p + c)[:-1]), loss_fn_inputs={
+                "target_tokens": types.TensorData.from_torch(torch.tensor((p + c)[1:])),
+                "logprobs": types.TensorData.from_torch(torch.tensor(zeros + [-0.5] * len(c))),
+                "advantages": types.TensorData.from_torch(torch.tensor(zeros + [0.3] * len(c)))}))
+        adam = tinker.AdamParams(learning_rate=1e-4)
+
+        def update_s() -> float:
+            times = []
+            for _ in range(18):
+                t0 = time.perf_counter()
+                tc.forward_backward(data, "importance_sampling").result()
+                tc.optim_step(adam).result()
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times[3:])
+
+        results: dict[str, list[float]] = {"alone": [], "beside a sampling thread": [],
+                                           "beside a sampling process": []}
+        for rep in range(reps):
+            for arm in results:
+                if arm == "alone":
+                    results[arm].append(update_s())
+                    continue
+                stop = threading.Event()
+                th = threading.Thread(target=sample_loop, args=(stop, arm.endswith("process"),
+                                                                os.path.join(tmp, f"s{rep}{arm[-4:]}")))
+                th.start()
+                time.sleep(4.0)  # the sampler is loaded and sampling
+                results[arm].append(update_s())
+                stop.set()
+                th.join()
+        alone = statistics.median(results["alone"])
+        for arm, times in results.items():
+            print(f"contention: update {arm}: median {statistics.median(times) * 1000:.1f} ms "
+                  f"({statistics.median(times) / alone:.2f}x alone)")
+        svc.close("done")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--settings", nargs="+", default=["sail", "local"], choices=["sail", "local"])
+    p.add_argument("--settings", nargs="+", default=["sail", "local", "contention"],
+                   choices=["sail", "local", "contention"])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
@@ -109,22 +201,29 @@ def main() -> int:
         setting, k, steps, run_dir, service_time = args.child
         return _child(setting, int(k), int(steps), run_dir, float(service_time))
     for setting in args.settings:
+        if setting == "contention":
+            _contention(args.reps)
+            continue
         service_time = 0.0
         if setting == "sail":  # sampling as long as training: measure training on a K=0 run first
             service_time = round(_run("sail", 0, 4, 0.0)["train_s"], 3)
             print(f"sail: service time per rollout set to the measured training time, {service_time:.3f} s")
-        results: dict[int, list[dict[str, float]]] = {0: [], 1: []}
+        arms = ARMS[setting]
+        results: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in arms}
         for rep in range(args.reps):
-            for k in ((0, 1) if rep % 2 == 0 else (1, 0)):  # interleaved, alternating order
-                results[k].append(_run(setting, k, args.steps, service_time))
-        spm = {k: [r["steps_per_min"] for r in rs] for k, rs in results.items()}
-        for k in (0, 1):
-            rs = results[k]
-            print(f"{setting} K={k}: steps/min median {statistics.median(spm[k]):.1f} min {min(spm[k]):.1f} | "
-                  f"reward {statistics.mean(r['reward'] for r in rs):+.3f} correct "
+            for label, k, process in (arms if rep % 2 == 0 else arms[::-1]):  # interleaved, alternating order
+                results[label].append(_run(setting, k, args.steps, service_time, process))
+        base = statistics.median(r["steps_per_min"] for r in results["K=0"])
+        for label, _, _ in arms:
+            rs = results[label]
+            spm = [r["steps_per_min"] for r in rs]
+            print(f"{setting} {label}: steps/min median {statistics.median(spm):.1f} min {min(spm):.1f} "
+                  f"({statistics.median(spm) / base:.2f}x K=0) | time/train "
+                  f"{statistics.mean(r['train_s'] for r in rs):.3f} s"
+                  f" | reward {statistics.mean(r['reward'] for r in rs):+.3f} correct "
                   f"{statistics.mean(r['correct'] for r in rs):.3f} | staleness {rs[0]['staleness']:.2f}")
-        print(f"{setting}: K=1 / K=0 steps per minute (medians) = "
-              f"{statistics.median(spm[1]) / statistics.median(spm[0]):.2f}x")
+        k1 = statistics.median(r["steps_per_min"] for r in results["K=1"])
+        print(f"{setting}: K=1 / K=0 steps per minute (medians, as shipped) = {k1 / base:.2f}x")
     return 0
 
 

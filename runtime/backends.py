@@ -134,9 +134,12 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
         model_dir = Path(spec_path).parent if spec_path else None
         device = local_device(spec.model.name)
         check_model_source(spec.model.name, spec.model.renderer, base_dir=model_dir, device=device)
+        from sailrl.runtime.local.device import use_local_processes
+
         store = checkpoint_dir or local_checkpoint_dir()
+        processes = use_local_processes(device, spec.training.max_steps_off_policy)
         return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed,
-                                                   device=device, model_dir=model_dir))
+                                                   device=device, model_dir=model_dir, processes=processes))
     import tinker
 
     try:

@@ -233,12 +233,30 @@ class Run:
                 f"{self.spec.name}-step-{step:06d}", ttl_seconds=self.spec.training.checkpoint_ttl_s)
             return (await fut.result_async()).path
 
-    async def policy_for(self, sampler_path: str, step: int) -> Policy:
-        """The policy that samples ``sampler_path``: on Sail, a signed checkpoint URL wrapped in sailrl's adaptive
+    async def submit_sampler_checkpoint(self, step: int) -> Awaitable[str]:
+        """Submit :meth:`save_sampler_checkpoint`'s save without waiting for it: once this returns, the save is
+        queued before any update submitted later, so it holds the weights ``step`` starts from. Returns an
+        awaitable of its path (timed as ``time/snapshot`` while awaited) for :meth:`policy_for`."""
+        timings = self._record(step).timings
+        with _phase(step, "snapshot", timings):
+            fut = await self.training_client.save_weights_for_sampler_async(
+                f"{self.spec.name}-step-{step:06d}", ttl_seconds=self.spec.training.checkpoint_ttl_s)
+
+        async def path() -> str:
+            with _phase(step, "snapshot", timings):
+                return (await fut.result_async()).path
+
+        return path()
+
+    async def policy_for(self, sampler_path: str | Awaitable[str], step: int) -> Policy:
+        """The policy that samples ``sampler_path`` (a path, or an awaitable of one from
+        :meth:`submit_sampler_checkpoint`): on Sail, a signed checkpoint URL wrapped in sailrl's adaptive
         Sail completer; on Tinker or the local backend, a sampling client for that checkpoint.
 
         A Tinker that refuses to sign the checkpoint URL stops the run here (a ``ServiceError`` naming the options).
         """
+        if not isinstance(sampler_path, str):
+            sampler_path = await sampler_path
         s = self.spec.sampling
         with _phase(step, "resolve", self._record(step).timings):
             if self.backend.sampler == "sail":
@@ -279,9 +297,11 @@ class Run:
         return RuleGroupBuilder(row=row, model_input=model_input, stop=stop, renderer=self.renderer,
                                 reward_fn=self.reward_fn, group_size=group_size, scorer=scorer)
 
-    async def rollout(self, policy: Policy, step: int, *, rows: list[dict[str, Any]] | None = None,
-                      group_size: int | None = None, phase: str = "rollout") -> RolloutBatch:
-        """Every rollout of every group of ``step``'s rows, concurrently, scored by the reward rules.
+    async def rollout(self, policy: Policy | Awaitable[Policy], step: int, *,
+                      rows: list[dict[str, Any]] | None = None, group_size: int | None = None,
+                      phase: str = "rollout") -> RolloutBatch:
+        """Every rollout of every group of ``step``'s rows, concurrently, scored by the reward rules. ``policy``: a
+        :class:`Policy`, or an awaitable of one (a task resolving it, shared by the steps that sample from it).
 
         Scoring runs off the event loop, within one budget for the step (``reward.step_budget_s``; rules past it
         fail and are counted). A group whose rollouts fail is dropped and counted; every group records the sampler
@@ -290,6 +310,8 @@ class Run:
         """
         from sailrl.runtime.scoring import StepScorer
 
+        if not isinstance(policy, Policy):
+            policy = await policy
         rows = self.rows(step) if rows is None else rows
         gs = group_size or self.spec.training.group_size
         t0 = time.perf_counter()
@@ -351,7 +373,7 @@ class Run:
         per_group = [kept.get(id(g)) for g in batch.groups]  # None: the group did not train
         rec.rollouts.append(("train", batch, per_group, None))  # None: degenerate = every total equal
 
-    async def evaluate(self, policy: Policy, step: int) -> None:
+    async def evaluate(self, policy: Policy | Awaitable[Policy], step: int) -> None:
         """Sample every held-out row once from ``policy``; metrics under ``eval/``, rollouts logged as ``eval``."""
         if not self.eval_rows:
             return

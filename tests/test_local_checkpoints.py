@@ -55,7 +55,7 @@ def test_sampler_weights_are_a_peft_adapter_on_the_reproducible_base(svc):
         want = tc.peft_model(input_ids=x).logits
         got = loaded(input_ids=x).logits
         sampler = svc.create_sampling_client(model_path=path).result()
-        merged = sampler._batcher._model(input_ids=x).logits
+        merged = sampler._batcher.engine.model(input_ids=x).logits
     assert torch.allclose(got, want, atol=1e-5)
     assert torch.allclose(merged, want, atol=1e-5)
     assert not torch.allclose(build_tiny_model(0)(input_ids=x).logits, want, atol=1e-3)  # training mattered

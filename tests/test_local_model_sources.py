@@ -82,7 +82,7 @@ def test_a_local_folder_of_each_architecture_trains_and_its_sampler_matches(arch
     sampled = sampler.compute_logprobs(prompt).result()[1:]
     torch.testing.assert_close(torch.tensor(sampled), trained[:-1], atol=2e-4, rtol=0)
     if arch == "qwen2":  # tied embeddings: merging the lm_head adapter must not move the input embedding
-        merged = svc._backend.sampling_client_from_path(sampler.model_path)._batcher._model
+        merged = svc._backend.sampling_client_from_path(sampler.model_path)._batcher.engine.model
         torch.testing.assert_close(merged.get_input_embeddings().weight, model.get_input_embeddings().weight)
 
 

@@ -26,7 +26,7 @@ def prompt(sampler):
 
 
 def _model(sampler):
-    return sampler._batcher._model
+    return sampler._batcher.engine.model
 
 
 def _reference_logprobs(model, prompt, tokens, temperature=1.0):
@@ -512,7 +512,7 @@ def test_samplers_own_their_weights(trainer):
     from_path = svc.create_sampling_client(model_path=tc.save_weights_for_sampler("own").result().path).result()
     train_ptrs = {p.data_ptr() for p in tc.peft_model.parameters()}
     for sampler in (snap, from_path):
-        params = list(sampler._batcher._model.parameters())
+        params = list(sampler._batcher.engine.model.parameters())
         assert not any(p.requires_grad for p in params)
         assert not train_ptrs & {p.data_ptr() for p in params}
     assert snap._batcher._worker is svc._backend.sample_worker is not svc._backend.worker

@@ -11,6 +11,12 @@ adapter file a save wrote, or from a copy of the adapter tensors taken in order 
 worker -- so a step can train while the previous weights sample, and what a sampler returns does
 not depend on what trains meanwhile. The training and sampling workers share ``worker_threads()``
 torch intra-op threads: all of them for a job running alone, half each while both run.
+
+With ``processes=True`` the training clients' trainers live in a child process (``trainer_process``) and the
+samplers over checkpoints and base models decode in another (``sampler_process``), so training, sampling and the
+loop's own Python do not share one interpreter's GIL (``child``); ``worker`` and ``sample_worker`` then only queue
+work and wait for the children. Samplers over in-memory snapshots (``save_weights_and_get_sampling_client``)
+still decode in this process.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ import torch
 from sailrl.runtime.local.checkpoints import CheckpointStore
 from sailrl.runtime.local.futures import ThreadBudget, Worker
 from sailrl.runtime.local.lora import merge_adapter
-from sailrl.runtime.local.sampling import LocalSamplingClient, SampleBatcher
+from sailrl.runtime.local.sampler_process import SamplerProcess, Source, base_source, checkpoint_source
+from sailrl.runtime.local.sampling import InProcessEngine, LocalSamplingClient, ProcessEngine, SampleBatcher
 from sailrl.runtime.local.tiny import BaseModelCache, BaseModelSpec
+from sailrl.runtime.local.trainer_process import TrainerProcess
 
 
 def worker_threads() -> int:
@@ -66,13 +74,36 @@ def max_context_of(model: Any) -> int:
     return int(getattr(model.config, "max_position_embeddings", None) or 2048)
 
 
+def prepare_for_sampling(model: Any) -> Any:
+    """Eval mode and frozen parameters: what a sampler's own model copy needs. Returns ``model``."""
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def load_merged(bases: Any, directory: str) -> tuple[BaseModelSpec, Any]:
+    """The base model a checkpoint ``directory`` was trained on with its adapter merged into a fresh copy
+    (``lora.merge_adapter``), read from the files a save wrote; ``(spec, model)``. ``bases``: a
+    ``BaseModelCache``. Raises ``OSError`` / ``ValueError`` for missing or mismatched files."""
+    from safetensors.torch import load_file
+
+    spec = BaseModelSpec.read(directory)
+    with open(os.path.join(directory, "adapter_config.json")) as f:
+        adapter_config = json.load(f)
+    state = load_file(os.path.join(directory, "adapter_model.safetensors"))
+    return spec, merge_adapter(bases.get(spec), state, adapter_config)
+
+
 class LocalBackend:
     """Everything the local clients share: ``worker`` (training), ``sample_worker`` (sampling),
     ``io_worker`` (rest calls), the checkpoint store, the base models and a small cache of samplers
     per checkpoint path.
 
     ``model_lock`` guards base-model loading and anything else that seeds torch's global RNG
-    (a LoRA init) against the other worker.
+    (a LoRA init) against the other worker. ``processes``: train and sample in child processes (see the module
+    docstring); the sampling one gets half of ``worker_threads()`` torch threads (at least 1), the training one the
+    rest (at least 1).
     """
 
     def __init__(
@@ -83,10 +114,20 @@ class LocalBackend:
         seed: int,
         coalesce_window_s: float = 0.003,
         sampler_cache_size: int = 2,
+        processes: bool = False,
     ):
-        self.threads = ThreadBudget(worker_threads())
-        self.worker = Worker("sailrl-local-train", self.threads)
-        self.sample_worker = Worker("sailrl-local-sample", self.threads)
+        total = worker_threads()
+        self.process: SamplerProcess | None = None
+        self.trainer_process: TrainerProcess | None = None
+        if processes:
+            sample_threads = max(1, total // 2)
+            self.process = SamplerProcess(dtype=dtype, device=device, seed=seed, threads=sample_threads)
+            self.trainer_process = TrainerProcess(dtype=dtype, device=device, base_dir=os.path.abspath(base_dir),
+                                                  threads=max(1, total - sample_threads))
+        self.threads = ThreadBudget(total)
+        # with the child processes these threads only wait for them: they take no torch threads
+        self.worker = Worker("sailrl-local-train", None if processes else self.threads)
+        self.sample_worker = Worker("sailrl-local-sample", None if processes else self.threads)
         self.io_worker = Worker("sailrl-local-io")  # checkpoint TTLs, archives, listings: no model work
         self.model_lock = threading.RLock()
         self.store = CheckpointStore(base_dir)
@@ -106,6 +147,9 @@ class LocalBackend:
         self.worker.close()
         self.sample_worker.close()
         self.io_worker.close()
+        for process in (self.process, self.trainer_process):
+            if process is not None:
+                process.close()
 
     def next_lora_seed(self) -> int:
         """Seed for a LoRA init when the caller gives none: derived from the backend seed."""
@@ -115,18 +159,26 @@ class LocalBackend:
     def sampling_client(self, model: Any, spec: BaseModelSpec, model_path: str | None) -> LocalSamplingClient:
         """A sampling client over ``model`` (a copy owned by the sampler: merged, eval mode, frozen);
         its batches run on ``sample_worker``."""
-        model.eval()
-        for p in model.parameters():
-            p.requires_grad_(False)
-        batcher = SampleBatcher(
-            self.sample_worker,
-            model,
-            self.bases.tokenizer(spec),
-            max_context_of(model),
-            self.sample_generator,
-            coalesce_window_s=self.coalesce_window_s,
-        )
+        prepare_for_sampling(model)
+        engine = InProcessEngine(model, self.bases.tokenizer(spec), max_context_of(model), self.sample_generator)
+        batcher = SampleBatcher(self.sample_worker, engine, coalesce_window_s=self.coalesce_window_s)
         return LocalSamplingClient(batcher, self.bases.tokenizer(spec), spec.model_name, model_path)
+
+    def process_sampling_client(self, source: Source, spec: BaseModelSpec, model_path: str | None
+                                ) -> LocalSamplingClient:
+        """A sampling client whose batches decode in the sampling process over ``source`` (loaded there now, so
+        a bad checkpoint fails here). Runs on ``sample_worker``."""
+        assert self.process is not None
+        self.process.load(source)
+        batcher = SampleBatcher(self.sample_worker, ProcessEngine(self.process, source),
+                                coalesce_window_s=self.coalesce_window_s)
+        return LocalSamplingClient(batcher, self.bases.tokenizer(spec), spec.model_name, model_path)
+
+    def base_sampling_client(self, spec: BaseModelSpec) -> LocalSamplingClient:
+        """A sampler over the base model alone (no adapter): in the sampling process when there is one."""
+        if self.process is not None:
+            return self.process_sampling_client(base_source(spec), spec, None)
+        return self.sampling_client(self.bases.get(spec), spec, None)
 
     def merged_model(self, spec: BaseModelSpec, state: dict[str, torch.Tensor], adapter_config: dict) -> Any:
         """A fresh copy of the base with the adapter merged into its weights (fast decode)."""
@@ -143,14 +195,13 @@ class LocalBackend:
             if model_path in self._samplers:
                 self._samplers.move_to_end(model_path)
                 return self._samplers[model_path]
-        from safetensors.torch import load_file
-
         directory = model_path if os.path.isdir(model_path) else self.store.existing(model_path)
-        spec = BaseModelSpec.read(directory)
-        with open(os.path.join(directory, "adapter_config.json")) as f:
-            adapter_config = json.load(f)
-        state = load_file(os.path.join(directory, "adapter_model.safetensors"))
-        client = self.sampling_client(self.merged_model(spec, state, adapter_config), spec, model_path)
+        if self.process is not None:
+            client = self.process_sampling_client(checkpoint_source(directory), BaseModelSpec.read(directory),
+                                                  model_path)
+        else:
+            spec, model = load_merged(self.bases, directory)
+            client = self.sampling_client(model, spec, model_path)
         with self._samplers_lock:
             self._samplers[model_path] = client
             while len(self._samplers) > self._sampler_cache_size:

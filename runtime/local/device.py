@@ -19,6 +19,12 @@
   2-core machine either, but its matrices are large enough to split on a machine with idle cores, so torch's
   default. (The earlier "2 threads 5-10x slower" figure did not
   reproduce.)
+- Child processes (:func:`use_local_processes`): ``$SAILRL_LOCAL_PROCESSES`` when set (``1`` on, ``0`` off); else
+  on for a bounded off-policy run (``training.max_steps_off_policy`` > 0) on the CPU, off otherwise. Off-policy
+  sampling overlaps training, and threads of one interpreter slow each other on the GIL (see ``child``), so the
+  backend then trains in one child process and samples in another; a synchronous run never overlaps them and skips
+  the children's start-up (about 2 s). On a GPU the kernels run outside the GIL, and each child would need its own
+  CUDA context and model copies.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import torch
 from sailrl.spec.errors import ConfigError
 from sailrl.spec.models import is_builtin
 
-__all__ = ["local_device", "local_dtype", "thread_count"]
+__all__ = ["local_device", "local_dtype", "thread_count", "use_local_processes"]
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -72,3 +78,15 @@ def thread_count(model_name: str) -> int | None:
             raise ConfigError(f"SAILRL_THREADS={chosen} must be a positive whole number of threads")
         return int(chosen)
     return 1 if is_builtin(model_name) else None
+
+
+def use_local_processes(device: str, max_steps_off_policy: int) -> bool:
+    """Whether the embedded backend trains and samples in child processes (see the module docstring). Raises
+    ``ConfigError`` when ``SAILRL_LOCAL_PROCESSES`` is not 0 or 1."""
+    chosen = os.environ.get("SAILRL_LOCAL_PROCESSES", "").strip()
+    if chosen:
+        if chosen not in ("0", "1"):
+            raise ConfigError(f"SAILRL_LOCAL_PROCESSES={chosen} must be 1 (train and sample in child processes) or "
+                              "0 (in the run's own process); unset it for the default")
+        return chosen == "1" and os.name == "posix"
+    return max_steps_off_policy > 0 and device == "cpu" and os.name == "posix"

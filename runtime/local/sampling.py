@@ -8,7 +8,8 @@ then serves every queued request with ONE ``generation.generate`` call (each dis
 prefilled once).
 ``tinker_cookbook.rl.rollout_strategy.FailFast`` runs a group's rollouts with ``asyncio.gather``,
 one ``sample_async(num_samples=1)`` per env, so a whole group (or a whole step, when groups are
-gathered too) becomes one batched generation.
+gathered too) becomes one batched generation. The batch is decoded by the batcher's engine: in this process
+(``InProcessEngine``) or in the backend's sampling process (``ProcessEngine``, see ``sampler_process``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -25,28 +27,49 @@ from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurre
 
 from sailrl.runtime.local.futures import Worker
 from sailrl.runtime.local.generation import SampleRequest, generate
+from sailrl.runtime.local.sampler_process import SamplerProcess, Source
 
 _REQUEST_IDS = itertools.count()
 
 
+class InProcessEngine:
+    """Decodes a batch in this process: ``generation.generate`` over ``model`` (a sampler's own copy)."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_context: int, generator: torch.Generator):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_context = max_context
+        self.generator = generator
+
+    def __call__(self, requests: list[SampleRequest]) -> list[types.SampleResponse]:
+        return generate(self.model, requests, tokenizer=self.tokenizer, max_context=self.max_context,
+                        generator=self.generator)
+
+
+class ProcessEngine:
+    """Decodes a batch in the sampling process (``sampler_process.SamplerProcess``) over ``source``'s model."""
+
+    def __init__(self, process: SamplerProcess, source: Source):
+        self.process = process
+        self.source = source
+
+    def __call__(self, requests: list[SampleRequest]) -> list[types.SampleResponse]:
+        return self.process.generate(self.source, requests)
+
+
 class SampleBatcher:
-    """Collects sample requests for one model and serves them in batches on ``worker``."""
+    """Collects sample requests for one model and serves them in batches on ``worker``; ``engine`` decodes a
+    batch (``InProcessEngine`` or ``ProcessEngine``): a list of ``SampleRequest`` -> one ``SampleResponse`` each."""
 
     def __init__(
         self,
         worker: Worker,
-        model: Any,
-        tokenizer: Any,
-        max_context: int,
-        generator: torch.Generator,
+        engine: Callable[[list[SampleRequest]], list[types.SampleResponse]],
         coalesce_window_s: float = 0.003,
         max_wait_s: float = 0.05,
     ):
         self._worker = worker
-        self._model = model
-        self._tokenizer = tokenizer
-        self._max_context = max_context
-        self._generator = generator
+        self.engine = engine
         self._window = coalesce_window_s
         self._max_wait = max_wait_s
         self._lock = threading.Lock()
@@ -81,13 +104,7 @@ class SampleBatcher:
             return
         requests = [req for req, _ in batch]
         try:
-            responses = generate(
-                self._model,
-                requests,
-                tokenizer=self._tokenizer,
-                max_context=self._max_context,
-                generator=self._generator,
-            )
+            responses = self.engine(requests)
         except BaseException as exc:  # noqa: BLE001 -- delivered through each future
             for _, fut in batch:
                 fut.set_exception(exc)

@@ -11,7 +11,6 @@ coroutines returning the client itself. Checkpoints live under ``base_dir`` (see
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from typing import Any
@@ -21,13 +20,12 @@ from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
 
 from sailrl.runtime.local.backend import LocalBackend, max_context_of
-from sailrl.runtime.local.checkpoints import TRAINING_STATE_FILE
 from sailrl.runtime.local.device import local_device, local_dtype, thread_count
 from sailrl.runtime.local.futures import ClientFuture, completed
-from sailrl.runtime.local.lora import attach_lora
 from sailrl.runtime.local.rest import LocalRestClient
 from sailrl.runtime.local.sampling import LocalSamplingClient
 from sailrl.runtime.local.tiny import BaseModelSpec, resolve_base_model
+from sailrl.runtime.local.trainer import new_trainer, trainer_from_state
 from sailrl.runtime.local.training import LocalTrainingClient
 from sailrl.spec.models import TINY_MODEL_NAME
 
@@ -49,6 +47,11 @@ class LocalServiceClient:
     - ``num_threads``: ``torch.set_num_threads`` value (process-wide); default
       ``device.thread_count(model_name)`` (``SAILRL_THREADS``, else the measured policy there).
     - ``model_dir``: the folder relative model paths are looked up in first (the spec's folder).
+    - ``processes``: train in one child process and sample in another (``child``, ``trainer_process``,
+      ``sampler_process``), so training, sampling and the caller's own Python overlap without sharing this
+      interpreter's GIL; the run turns it on for bounded off-policy runs on the CPU
+      (``device.use_local_processes``). They start at once (about 2 s of imports, overlapping what follows) and
+      stop with ``close()``; a training client's ``peft_model`` is then not inspectable.
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class LocalServiceClient:
         num_threads: int | None = None,
         coalesce_window_s: float = 0.003,
         model_dir: str | os.PathLike | None = None,
+        processes: bool = False,
     ):
         if num_threads is None:
             num_threads = thread_count(model_name)
@@ -75,7 +79,8 @@ class LocalServiceClient:
             os.fspath(base_dir) if base_dir is not None else tempfile.mkdtemp(prefix="sailrl-local-")
         )
         os.makedirs(self.base_dir, exist_ok=True)
-        self._backend = LocalBackend(self.base_dir, device, dtype, seed, coalesce_window_s=coalesce_window_s)
+        self._backend = LocalBackend(self.base_dir, device, dtype, seed, coalesce_window_s=coalesce_window_s,
+                                     processes=processes)
 
     # ------------------------------------------------------------------ training clients
     def _new_lora_client(
@@ -88,20 +93,17 @@ class LocalServiceClient:
         train_unembed: bool,
     ) -> LocalTrainingClient:
         spec = resolve_base_model(base_model, self._backend.seed, self.model_dir)
+        if rank < 1:
+            raise ValueError(f"LoRA rank must be at least 1, got {rank}.")
         lora_seed = self._backend.next_lora_seed() if seed is None else seed
-        with self._backend.model_lock:  # the LoRA init seeds torch's global RNG; the sampling worker may load a base
-            model = attach_lora(
-                self._backend.bases.get(spec),
-                rank=rank,
-                seed=lora_seed,
-                train_mlp=train_mlp,
-                train_attn=train_attn,
-                train_unembed=train_unembed,
-            )
         lora = types.LoraConfig(
             rank=rank, seed=lora_seed, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed
         )
-        return LocalTrainingClient(self._backend, model, spec, lora)
+        if self._backend.trainer_process is not None:
+            return LocalTrainingClient(self._backend, self._backend.trainer_process.new_trainer(spec, lora), spec, lora)
+        with self._backend.model_lock:  # the LoRA init seeds torch's global RNG; the sampling worker may load a base
+            trainer = new_trainer(self._backend.bases, spec, lora, self._backend.store, self._backend.device)
+        return LocalTrainingClient(self._backend, trainer, spec, lora)
 
     def create_lora_training_client(
         self,
@@ -146,21 +148,14 @@ class LocalServiceClient:
         )
 
     def _client_from_state(self, path: str, with_optimizer: bool) -> LocalTrainingClient:
-        from peft import PeftModel
-
         directory = self._backend.store.existing(path)
         spec = BaseModelSpec.read(directory)
-        model = PeftModel.from_pretrained(self._backend.bases.get(spec), directory, is_trainable=True)
-        with open(os.path.join(directory, "adapter_config.json")) as f:
-            rank = int(json.load(f)["r"])
-        lora = types.LoraConfig(rank=rank)
-        state_file = os.path.join(directory, TRAINING_STATE_FILE)
-        if os.path.exists(state_file):
-            with open(state_file) as f:
-                lora = types.LoraConfig(**json.load(f)["lora"])
-        client = LocalTrainingClient(self._backend, model, spec, lora)
-        client._run_load(path, with_optimizer)
-        return client
+        if self._backend.trainer_process is not None:
+            trainer: Any = self._backend.trainer_process.trainer_from_state(spec, path, with_optimizer)
+        else:
+            trainer = trainer_from_state(self._backend.bases, path, self._backend.store, self._backend.device,
+                                         with_optimizer)
+        return LocalTrainingClient(self._backend, trainer, spec, trainer.lora)
 
     def create_training_client_from_state(
         self,
@@ -213,7 +208,7 @@ class LocalServiceClient:
             return self._backend.sampling_client_from_path(model_path)
         assert base_model is not None
         spec = resolve_base_model(base_model, self._backend.seed, self.model_dir)
-        return self._backend.sampling_client(self._backend.bases.get(spec), spec, None)
+        return self._backend.base_sampling_client(spec)
 
     def create_sampling_client(
         self,

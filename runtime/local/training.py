@@ -1,39 +1,31 @@
-"""``LocalTrainingClient``: the ``tinker.TrainingClient`` interface over an in-process peft model.
+"""``LocalTrainingClient``: the ``tinker.TrainingClient`` interface over a LoRA trainer of the embedded backend.
 
 ``forward_backward`` adds gradients (they accumulate over calls, as on Tinker, until
 ``optim_step``); ``optim_step`` runs ``torch.optim.AdamW`` with exactly the ``AdamParams`` given
 (learning_rate, beta1, beta2, eps, decoupled weight_decay, grad_clip_norm; Tinker documents its
-Adam as identical to ``torch.optim.AdamW``) and clears the gradients. Datum convention (as
-tinker-cookbook builds them): ``model_input`` = tokens[:-1], ``loss_fn_inputs["target_tokens"]``
-= tokens[1:], every loss input of length ``model_input.length``. Losses: ``losses.datum_loss``,
-summed over datums; ``metrics["loss:sum"]`` is that sum.
+Adam as identical to ``torch.optim.AdamW``) and clears the gradients. The work is done by a
+``trainer.LoraTrainer`` (datum convention and losses there) -- in this process, or in the backend's training
+process through a ``trainer_process.RemoteTrainer`` -- in the order the calls were made, on the backend's
+training worker thread.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
 
 from sailrl.runtime.local.backend import LocalBackend
-from sailrl.runtime.local.checkpoints import (
-    OPTIMIZER_FILE,
-    TRAINING_STATE_FILE,
-    CheckpointPathError,
-    LocalPath,
-    check_name,
-)
+from sailrl.runtime.local.checkpoints import CheckpointPathError, LocalPath, check_name
 from sailrl.runtime.local.futures import ClientFuture
-from sailrl.runtime.local.lora import adapter_state
-from sailrl.runtime.local.losses import check_loss_request, datum_loss
 from sailrl.runtime.local.sampling import LocalSamplingClient
 from sailrl.runtime.local.tiny import BaseModelSpec
+from sailrl.runtime.local.trainer import LoraTrainer, prepare_data
+from sailrl.runtime.local.trainer_process import RemoteTrainer
 
 
 def new_run_id(model_name: str) -> str:
@@ -43,45 +35,26 @@ def new_run_id(model_name: str) -> str:
     return f"{stem}-{uuid.uuid4().hex[:8]}"
 
 
-def _datum_tensors(datum: types.Datum, index: int) -> tuple[list[int], dict[str, torch.Tensor]]:
-    tokens = datum.model_input.to_ints()
-    inputs: dict[str, torch.Tensor] = {}
-    for key, value in datum.loss_fn_inputs.items():
-        tensor = value.to_torch()
-        if tensor.ndim != 1 or tensor.shape[0] != len(tokens):
-            raise ValueError(
-                f"Datum {index}: loss_fn_inputs[{key!r}] has shape {tuple(tensor.shape)}, but "
-                f"model_input has {len(tokens)} tokens; each loss input needs one value per token."
-            )
-        inputs[key] = tensor.long() if key == "target_tokens" else tensor.float()
-    return tokens, inputs
-
-
 class LocalTrainingClient:
     """In-process ``tinker.TrainingClient``. Create it with ``LocalServiceClient``."""
 
     def __init__(
         self,
         backend: LocalBackend,
-        model: Any,
+        trainer: LoraTrainer | RemoteTrainer,
         spec: BaseModelSpec,
         lora: types.LoraConfig,
         run_id: str | None = None,
     ):
         self._backend = backend
-        self._model = model
+        self._trainer = trainer
         self._spec = spec
         self._lora = lora
         self.model_id = run_id or new_run_id(spec.model_name)
-        self._params = [p for p in model.parameters() if p.requires_grad]
-        self._optimizer = torch.optim.AdamW(
-            self._params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0
-        )
-        self._steps = 0
         self._snapshots = 0
         self._info = types.GetInfoResponse(
             model_data=types.ModelData(
-                arch=getattr(model.config, "model_type", None),
+                arch=trainer.arch,
                 model_name=spec.model_name,
                 tokenizer_id=spec.model_name,
             ),
@@ -99,41 +72,7 @@ class LocalTrainingClient:
         loss_fn_config: Mapping[str, float | str] | None,
         backward: bool,
     ) -> types.ForwardBackwardOutput:
-        prepared = []
-        for i, datum in enumerate(data):
-            tokens, inputs = _datum_tensors(datum, i)
-            check_loss_request(loss_fn, set(inputs), loss_fn_config, i)
-            if not tokens:
-                raise ValueError(f"Datum {i}: model_input is empty.")
-            prepared.append((tokens, inputs))
-        if not prepared:
-            return types.ForwardBackwardOutput("ArrayRecord", [], {"loss:sum": 0.0})
-        width = max(len(t) for t, _ in prepared)
-        ids = torch.zeros((len(prepared), width), dtype=torch.long)
-        mask = torch.zeros((len(prepared), width), dtype=torch.long)
-        targets = torch.zeros((len(prepared), width), dtype=torch.long)
-        for i, (tokens, inputs) in enumerate(prepared):
-            ids[i, : len(tokens)] = torch.tensor(tokens)
-            mask[i, : len(tokens)] = 1
-            targets[i, : len(tokens)] = inputs["target_tokens"]
-        device = self._backend.device
-        self._model.eval()  # no dropout; LoRA dropout is 0
-        with torch.set_grad_enabled(backward):
-            logits = self._model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-            if logits.dtype in (torch.float16, torch.bfloat16):
-                logits = logits.float()
-            logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.to(device)[..., None]).squeeze(-1)
-            total = torch.zeros((), device=logits.device)
-            outputs = []
-            for i, (tokens, inputs) in enumerate(prepared):
-                lp = logprobs[i, : len(tokens)]
-                total = total + datum_loss(
-                    loss_fn, lp, {k: v.to(device) for k, v in inputs.items()}, loss_fn_config
-                )
-                outputs.append({"logprobs": types.TensorData.from_torch(lp.detach().cpu())})
-            if backward:
-                total.backward()
-        return types.ForwardBackwardOutput("ArrayRecord", outputs, {"loss:sum": float(total.detach())})
+        return self._trainer.forward(prepare_data(data, loss_fn, loss_fn_config), loss_fn, loss_fn_config, backward)
 
     def forward(
         self,
@@ -181,22 +120,7 @@ class LocalTrainingClient:
 
     # ------------------------------------------------------------------ optimizer
     def _run_optim(self, params: types.AdamParams) -> types.OptimStepResponse:
-        for group in self._optimizer.param_groups:
-            group.update(
-                lr=params.learning_rate,
-                betas=(params.beta1, params.beta2),
-                eps=params.eps,
-                weight_decay=params.weight_decay,
-            )
-        max_norm = params.grad_clip_norm if params.grad_clip_norm > 0 else float("inf")
-        with_grad = [p for p in self._params if p.grad is not None]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(with_grad, max_norm)) if with_grad else 0.0
-        self._optimizer.step()
-        self._optimizer.zero_grad(set_to_none=True)
-        self._steps += 1
-        return types.OptimStepResponse(
-            metrics={"grad_norm": grad_norm, "learning_rate": params.learning_rate}
-        )
+        return self._trainer.optim(params)
 
     def optim_step(
         self,
@@ -227,26 +151,10 @@ class LocalTrainingClient:
         return self.optim_step(optim_params, adam_params=adam_params)
 
     # ------------------------------------------------------------------ checkpoints
-    def _save_adapter(self, directory: str) -> None:
-        self._model.save_pretrained(directory, save_embedding_layers=False)
-        readme = os.path.join(directory, "README.md")
-        if os.path.exists(readme):
-            os.remove(readme)
-        self._spec.write(directory)
-
     def _run_save(
         self, kind: str, name: str, ttl_seconds: int | None, overwrite: bool, user_metadata: dict | None
     ) -> str:
-        path = LocalPath(self.model_id, kind, name)
-        store = self._backend.store
-        directory = store.prepare(path, overwrite)
-        self._save_adapter(directory)
-        if kind == "weights":
-            torch.save(self._optimizer.state_dict(), os.path.join(directory, OPTIMIZER_FILE))
-            with open(os.path.join(directory, TRAINING_STATE_FILE), "w") as f:
-                json.dump({"optimizer_steps": self._steps, "lora": self._lora.model_dump()}, f, indent=2)
-        store.write_meta(path, ttl_seconds, user_metadata)
-        return str(path)
+        return self._trainer.save(str(LocalPath(self.model_id, kind, name)), overwrite, ttl_seconds, user_metadata)
 
     def save_state(
         self,
@@ -301,36 +209,12 @@ class LocalTrainingClient:
         return self.save_weights_for_sampler(name, ttl_seconds=ttl_seconds, user_metadata=user_metadata)
 
     def _run_load(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
-        from safetensors.torch import load_file
-
         directory = self._backend.store.existing(path)
         if BaseModelSpec.read(directory) != self._spec:
             raise CheckpointPathError(
                 f"The checkpoint {path} was trained on a different base model than this client "
                 f"({BaseModelSpec.read(directory).model_name}, not {self._spec.model_name}).")
-        state = load_file(os.path.join(directory, "adapter_model.safetensors"))
-        from peft import set_peft_model_state_dict
-
-        result = set_peft_model_state_dict(self._model, state)
-        unexpected = list(getattr(result, "unexpected_keys", []) or [])
-        if unexpected:
-            raise ValueError(
-                f"The checkpoint {path} does not match this client's LoRA layout: {unexpected[:3]}"
-            )
-        self._optimizer = torch.optim.AdamW(
-            self._params, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0
-        )
-        self._steps = 0
-        if with_optimizer:
-            opt_file = os.path.join(directory, OPTIMIZER_FILE)
-            if not os.path.exists(opt_file):
-                raise ValueError(
-                    f"{path} holds no optimizer state (sampler weights only); resume from a "
-                    "local://<run>/weights/<name> checkpoint written by save_state."
-                )
-            self._optimizer.load_state_dict(torch.load(opt_file, weights_only=True))
-            with open(os.path.join(directory, TRAINING_STATE_FILE)) as f:
-                self._steps = int(json.load(f)["optimizer_steps"])
+        self._trainer.load(path, with_optimizer)
         return types.LoadWeightsResponse(path=path, model_id=self.model_id)
 
     def load_state(
@@ -357,8 +241,8 @@ class LocalTrainingClient:
 
     # ------------------------------------------------------------------ sampling clients
     def _snapshot_sampler(self) -> LocalSamplingClient:
-        config = {"r": self._lora.rank, "lora_alpha": self._model.peft_config["default"].lora_alpha}
-        merged = self._backend.merged_model(self._spec, adapter_state(self._model), config)
+        config = {"r": self._lora.rank, "lora_alpha": self._trainer.lora_alpha}
+        merged = self._backend.merged_model(self._spec, self._trainer.adapter_state(), config)
         self._snapshots += 1
         return self._backend.sampling_client(merged, self._spec, None)
 
@@ -413,5 +297,6 @@ class LocalTrainingClient:
 
     @property
     def peft_model(self) -> Any:
-        """The underlying ``peft.PeftModel`` (for tests and inspection; do not train it directly)."""
-        return self._model
+        """The underlying ``peft.PeftModel`` (for tests and inspection; do not train it directly). Raises
+        ``AttributeError`` when it lives in the backend's training process."""
+        return self._trainer.model
