@@ -200,9 +200,10 @@ class RolloutBatch:
 
 
 def _is_fatal(exc: BaseException) -> bool:
+    from sailrl.runtime.local.child import LocalProcessError
     from sailrl.runtime.sail import SailCheckpointError, SailRequestRejected
 
-    return isinstance(exc, (SailRequestRejected, SailCheckpointError))
+    return isinstance(exc, (SailRequestRejected, SailCheckpointError, LocalProcessError))
 
 
 async def rollout_groups(policy: TokenCompleter, builders: list[RuleGroupBuilder]) -> RolloutBatch:
@@ -210,7 +211,8 @@ async def rollout_groups(policy: TokenCompleter, builders: list[RuleGroupBuilder
 
     A group whose rollout raises (a Sail response that still failed after its retries, a sampler error) is
     dropped and recorded in ``failed``; the other groups go on. A request Sail refused outright (HTTP 4xx: a
-    bad key, an unknown model) would fail every group of every step, so it is raised, not dropped.
+    bad key, an unknown model) or a stopped sampling process of the embedded backend would fail every group of
+    every step, so it is raised, not dropped.
     Every group's samples share one prompt (asserted): group-centred advantages are only meaningful within one prompt.
     """
     results = await asyncio.gather(*(do_group_rollout(b, policy) for b in builders), return_exceptions=True)

@@ -155,6 +155,8 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, opti
     from sailrl.runtime.run import BudgetReached, open_run
 
     run = None
+    _stop_state["saved"] = False
+    _quiet_task_errors()
     try:
         run = await open_run(spec, options)
         await script_main(run)
@@ -162,6 +164,7 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, opti
     except (KeyboardInterrupt, asyncio.CancelledError):
         if run is not None:
             await asyncio.shield(run.save_after_stop("interrupted"))
+            _stop_state["saved"] = True
         else:
             print("interrupted while the run was opening; nothing was written", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -183,16 +186,49 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, opti
             await run.save_after_failure(exc)
         raise
     finally:
+        _cancel_other_tasks()
         if run is not None:
             await run.close()
+
+
+_stop_state = {"saved": False}  # whether the first Ctrl-C's save finished (what a second Ctrl-C reports)
+
+
+def _quiet_task_errors() -> None:
+    """Mark the error of every task of this event loop as seen when the task ends. The script's background tasks
+    (rollouts started early for later steps, their policy) are awaited by the step that needs them, which reports
+    their error; once a run has stopped on an error the ones left over hold that same fault, and asyncio would print
+    each again, with a traceback, as "Task exception was never retrieved"."""
+
+    def seen(task: asyncio.Task) -> None:
+        if not task.cancelled():
+            task.exception()
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task:
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        task.add_done_callback(seen)
+        return task
+
+    asyncio.get_running_loop().set_task_factory(factory)
+
+
+def _cancel_other_tasks() -> None:
+    """Cancel the tasks the loop left running (rollouts of later steps, after a stop)."""
+    current = asyncio.current_task()
+    for task in asyncio.all_tasks():
+        if task is not current:
+            task.cancel()
 
 
 def _run_async(coro: Awaitable[int]) -> int:
     try:
         return asyncio.run(coro)
-    except KeyboardInterrupt:  # a second Ctrl-C while the first one's state was being saved
-        print("second Ctrl-C: stopped without finishing the save; --resume continues from the last state saved "
-              "before it", file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's state was being saved, or after
+        if _stop_state["saved"]:
+            print("second Ctrl-C: stopped while shutting down; the state was saved (see above)", file=sys.stderr)
+        else:
+            print("second Ctrl-C: stopped without finishing the save; --resume continues from the last state saved "
+                  "before it", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

@@ -288,3 +288,25 @@ def test_ctrl_c_in_an_off_policy_run_saves_state_and_stops_the_sampling_process(
     assert children and all(_gone(c, 15) for c in children)
     done = len(_lines(run_dir, "metrics.jsonl"))
     assert _lines(run_dir, "checkpoints.jsonl")[-1]["batch"] == done
+
+
+def _role(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[4].decode()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
+def test_a_sampling_process_killed_mid_run_stops_the_run_in_one_line_with_state_saved(tmp_path):
+    script = _off_policy_script(tmp_path)
+    run_dir = tmp_path / "run"
+    proc = _popen(script, run_dir, "training.steps=50", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_steps(run_dir, 3)
+    children = {_role(c): c for c in _children(proc.pid)}
+    assert set(children) == {"sailrl-sampler", "sailrl-trainer"}
+    os.kill(children["sailrl-sampler"], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-2000:]
+    assert err.count("sampling process stopped during") == 1, err[-2000:]
+    assert "(killed by signal 9)" in err and "state after" in err and "--resume" in err
+    assert "Traceback" not in err and "never retrieved" not in err
+    assert all(_gone(c, 15) for c in children.values())

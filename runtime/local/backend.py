@@ -144,12 +144,12 @@ class LocalBackend:
 
     def close(self) -> None:
         """Stop the worker threads once their queued work is done."""
+        for process in (self.process, self.trainer_process):  # first: the workers may be waiting for them
+            if process is not None:
+                process.close()
         self.worker.close()
         self.sample_worker.close()
         self.io_worker.close()
-        for process in (self.process, self.trainer_process):
-            if process is not None:
-                process.close()
 
     def next_lora_seed(self) -> int:
         """Seed for a LoRA init when the caller gives none: derived from the backend seed."""

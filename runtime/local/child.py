@@ -54,11 +54,14 @@ class ChildProcess:
         self.what = what
         self._error = error
         parent_end, child_end = socket.socketpair()
-        code = ("import json, sys; sys.path[:0] = [p for p in json.loads(sys.argv[2]) if p not in sys.path]; "
+        # SIGINT ignored before the imports (seconds of them): Ctrl-C is the parent's to handle
+        code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                "import json, sys; sys.path[:0] = [p for p in json.loads(sys.argv[3]) if p not in sys.path]; "
                 "from sailrl.runtime.local.child import child_main; child_main(int(sys.argv[1]))")
-        try:
+        try:  # argv[2] names the role, for ps
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", code, str(child_end.fileno()), json.dumps([p for p in sys.path if p])],
+                [sys.executable, "-c", code, str(child_end.fileno()), f"sailrl-{role}",
+                 json.dumps([p for p in sys.path if p])],
                 pass_fds=(child_end.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         except OSError as exc:
             parent_end.close()
@@ -76,12 +79,15 @@ class ChildProcess:
         return self._proc.pid
 
     def _stopped(self, during: str) -> LocalProcessError:
-        code = self._proc.poll()
+        try:  # the socket closes a moment before the exit status can be read
+            code = self._proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            code = None
         how = f"exit code {code}" if code is not None and code >= 0 else \
             f"killed by signal {-code}" if code is not None else "it stopped answering"
         hint = " (signal 9 is often the kernel's out-of-memory killer)" if code == -9 else ""
-        return self._error(f"the embedded backend's {self.what} stopped during {during} ({how}){hint}; the run "
-                           "saves what it can: resume it, or set SAILRL_LOCAL_PROCESSES=0 to train and sample in "
+        return self._error(f"the embedded backend's {self.what} stopped during {during} ({how}){hint}; --resume "
+                           "continues from the last saved state, and SAILRL_LOCAL_PROCESSES=0 trains and samples in "
                            "the run's own process")
 
     def call(self, op: str, payload: Any, during: str) -> Any:
@@ -104,20 +110,27 @@ class ChildProcess:
         return value
 
     def close(self, timeout: float = 10.0) -> None:
-        """Ask the child to exit and wait for it (killed after ``timeout`` s). Idempotent."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                try:
-                    self._conn.send_bytes(_dumps(("close", None)))
-                except OSError:
-                    pass
-            self._conn.close()
-        try:
-            self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        """Ask the child to exit once its current request is answered, and wait for it; a child still busy or
+        silent after ``timeout`` s is killed (a call waiting for it then fails). Idempotent."""
+        if self._lock.acquire(timeout=timeout):
+            try:
+                if not self._closed:
+                    self._closed = True
+                    try:
+                        self._conn.send_bytes(_dumps(("close", None)))
+                    except OSError:
+                        pass
+                self._conn.close()
+            finally:
+                self._lock.release()
+            try:
+                self._proc.wait(timeout)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        self._closed = True
+        self._proc.kill()
+        self._proc.wait()
 
 
 def _dumps(obj: Any) -> bytes:
