@@ -227,14 +227,11 @@ class Run:
     # ------------------------------------------------------------------ 1. snapshot, 2. resolve
     async def save_sampler_checkpoint(self, step: int) -> str:
         """Save the current LoRA weights as a sampler checkpoint (``save_weights_for_sampler``) that expires after
-        ``training.checkpoint_ttl_s``; its path."""
-        with _phase(step, "snapshot", self._record(step).timings):
-            fut = await self.training_client.save_weights_for_sampler_async(
-                f"{self.spec.name}-step-{step:06d}", ttl_seconds=self.spec.training.checkpoint_ttl_s)
-            return (await fut.result_async()).path
+        ``training.checkpoint_ttl_s``, and wait for it; its path (:meth:`submit_sampler_checkpoint`, awaited)."""
+        return await (await self.submit_sampler_checkpoint(step))
 
     async def submit_sampler_checkpoint(self, step: int) -> Awaitable[str]:
-        """Submit :meth:`save_sampler_checkpoint`'s save without waiting for it: once this returns, the save is
+        """Submit the sampler-checkpoint save of ``step`` without waiting for it: once this returns, the save is
         queued before any update submitted later, so it holds the weights ``step`` starts from. Returns an
         awaitable of its path (timed as ``time/snapshot`` while awaited) for :meth:`policy_for`."""
         timings = self._record(step).timings

@@ -91,7 +91,7 @@ def test_a_killed_sampling_process_fails_the_sample_in_one_plain_line(tmp_path):
     try:
         tc = svc.create_lora_training_client(base_model=MODEL, rank=4, seed=0).result()
         sampler = tc.create_sampling_client(tc.save_weights_for_sampler("s").result().path).result()
-        process = svc._backend.process
+        process = svc._backend.sampler_process
         os.kill(process.pid, signal.SIGKILL)
         process._proc.wait(10)
         with pytest.raises(SamplerProcessError) as err:

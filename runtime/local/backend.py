@@ -117,11 +117,11 @@ class LocalBackend:
         processes: bool = False,
     ):
         total = worker_threads()
-        self.process: SamplerProcess | None = None
+        self.sampler_process: SamplerProcess | None = None
         self.trainer_process: TrainerProcess | None = None
         if processes:
             sample_threads = max(1, total // 2)
-            self.process = SamplerProcess(dtype=dtype, device=device, seed=seed, threads=sample_threads)
+            self.sampler_process = SamplerProcess(dtype=dtype, device=device, seed=seed, threads=sample_threads)
             self.trainer_process = TrainerProcess(dtype=dtype, device=device, base_dir=os.path.abspath(base_dir),
                                                   threads=max(1, total - sample_threads))
         self.threads = ThreadBudget(total)
@@ -144,7 +144,7 @@ class LocalBackend:
 
     def close(self) -> None:
         """Stop the worker threads once their queued work is done."""
-        for process in (self.process, self.trainer_process):  # first: the workers may be waiting for them
+        for process in (self.sampler_process, self.trainer_process):  # first: the workers may be waiting for them
             if process is not None:
                 process.close()
         self.worker.close()
@@ -168,15 +168,15 @@ class LocalBackend:
                                 ) -> LocalSamplingClient:
         """A sampling client whose batches decode in the sampling process over ``source`` (loaded there now, so
         a bad checkpoint fails here). Runs on ``sample_worker``."""
-        assert self.process is not None
-        self.process.load(source)
-        batcher = SampleBatcher(self.sample_worker, ProcessEngine(self.process, source),
+        assert self.sampler_process is not None
+        self.sampler_process.load(source)
+        batcher = SampleBatcher(self.sample_worker, ProcessEngine(self.sampler_process, source),
                                 coalesce_window_s=self.coalesce_window_s)
         return LocalSamplingClient(batcher, self.bases.tokenizer(spec), spec.model_name, model_path)
 
     def base_sampling_client(self, spec: BaseModelSpec) -> LocalSamplingClient:
         """A sampler over the base model alone (no adapter): in the sampling process when there is one."""
-        if self.process is not None:
+        if self.sampler_process is not None:
             return self.process_sampling_client(base_source(spec), spec, None)
         return self.sampling_client(self.bases.get(spec), spec, None)
 
@@ -196,7 +196,7 @@ class LocalBackend:
                 self._samplers.move_to_end(model_path)
                 return self._samplers[model_path]
         directory = model_path if os.path.isdir(model_path) else self.store.existing(model_path)
-        if self.process is not None:
+        if self.sampler_process is not None:
             client = self.process_sampling_client(checkpoint_source(directory), BaseModelSpec.read(directory),
                                                   model_path)
         else:

@@ -70,7 +70,6 @@ class SamplerHost:
         self._generator = torch.Generator().manual_seed(init["seed"])
 
     def _get(self, source: Source) -> tuple[Any, Any, int]:
-        source = tuple(source)
         if source in self._models:
             self._models.move_to_end(source)
             return self._models[source]

@@ -93,8 +93,6 @@ class LocalServiceClient:
         train_unembed: bool,
     ) -> LocalTrainingClient:
         spec = resolve_base_model(base_model, self._backend.seed, self.model_dir)
-        if rank < 1:
-            raise ValueError(f"LoRA rank must be at least 1, got {rank}.")
         lora_seed = self._backend.next_lora_seed() if seed is None else seed
         lora = types.LoraConfig(
             rank=rank, seed=lora_seed, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed
