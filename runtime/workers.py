@@ -391,6 +391,9 @@ def _child_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto_out = os.dup(1)
     os.dup2(2, 1)  # print() in loaded code goes to stderr, never into the protocol
+    for stream in (sys.stdout, sys.stderr):  # and shows when printed, not when the worker exits (fd 1 was a pipe)
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)
     inp = sys.stdin.buffer.fileno()
 
     def send(obj: Any) -> None:
