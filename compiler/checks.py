@@ -446,6 +446,7 @@ class _Checker:
                          f"lr_warmup_steps ({warm}) must be fewer than training.steps ({total}): the learning rate "
                          "would never leave its warm-up",
                          f"Use at most {max(total - 1, 0)} warm-up steps (often 5-10% of the steps), or 0 for none.")
+        self.learning_rate_advice()
         discount = self.number(("training", "kl_discount_factor"))
         coef = self.number(("training", "kl_penalty_coef"))
         if discount and discount > 0 and not coef and self.whole("training"):
@@ -454,6 +455,23 @@ class _Checker:
                       f"{'0' if coef is not None else 'not set (0)'}: it has no effect",
                       "Set training.kl_penalty_coef (usually 0.001-0.1) to use a KL penalty, or remove "
                       "kl_discount_factor.")
+
+    def learning_rate_advice(self) -> None:
+        """W120 when the learning rate is more than ~10x from tinker_cookbook's ``get_lr`` for the model's LoRA."""
+        from sailrl.spec.lr_advice import FAR_FACTOR, lr_advice, lr_far
+
+        if not (self.whole("model") and self.whole("training")):
+            return
+        name = self.get(("model", "name"), _default("ModelSpec", "name"))
+        lr = self.number(("training", "learning_rate"))
+        if lr is None and self.get(("training", "learning_rate")) is None:
+            lr = _default("TrainingSpec", "learning_rate")
+        if not isinstance(name, str) or lr is None or not lr_far(name, lr):
+            return
+        self.warn(("training", "learning_rate"), "W120", f"{lr_advice(name, lr)}, more than {FAR_FACTOR:g}x away",
+                  "get_lr is calibrated on supervised LoRA fine-tuning (10x the full fine-tuning rate); RL runs "
+                  "often use a few times less. If the value is meant, keep it: this is a warning, and "
+                  "`sailrl validate` still passes.")
 
     def sampling(self) -> None:
         window = self.text(("sampling", "completion_window"))

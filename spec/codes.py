@@ -124,6 +124,8 @@ _TABLE: tuple[Code, ...] = (
          "have problems."),
     Code("W110", "answer-rule-gameable", "warning", "An answer rule scores an adversarial completion as correct "
          "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
+    Code("W120", "learning-rate-far-from-recommended", "warning", "training.learning_rate is more than 10x above "
+         "or below the LoRA learning rate tinker_cookbook's hyperparam_utils.get_lr recommends for the model."),
 )
 
 #: Every code, by its code string ("S101" -> Code).

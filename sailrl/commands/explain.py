@@ -3,7 +3,8 @@
 One line per rule ("correct: +1 if the last \\boxed{...} answer in the completion equals the reference answer
 ... as a number; otherwise 0."), then the total with its range and what the logged 'correct' means, then the
 run's estimated tokens and cost by kind (``sailrl.runtime.cost.estimate_run`` without data: completions of 1 to
-``max_tokens`` tokens, prompt tokens not counted; ``sailrl preflight`` measures them).
+``max_tokens`` tokens, prompt tokens not counted; ``sailrl preflight`` measures them). For a model tinker_cookbook
+has a LoRA learning rate for (``sailrl.spec.lr_advice``), a line says where the spec's stands against it.
 Never imports torch. Exit 0, or 1 when the spec is invalid.
 """
 
@@ -34,6 +35,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {line}")
     if spec.examples:
         print(f"{len(spec.examples)} worked example(s) in the spec are checked by `sailrl validate`.")
+    from sailrl.spec.lr_advice import lr_advice
+
+    advice = lr_advice(spec.model.name, spec.training.learning_rate)
+    if advice is not None:
+        print(f"Learning rate: {advice}.")
     from sailrl.runtime.cost import estimate_run
 
     print()  # the cost before paying: completions from 1 to max_tokens tokens, prompts not measured here
