@@ -17,8 +17,9 @@ cannot be loaded is not scored (:func:`check_reward_rules` reports the cause).
 * every ``answer`` rule is probed with adversarial completions built from the reference of the first example
   that has a usable one (else a made-up reference) and from the answer format of an example that passes the
   rule (else common formats): an empty completion, every option listed in the answer, a word that starts with
-  the right letter followed by another option, the right answer written outside the answer next to a wrong one.
-  Each probe that the rule scores as correct is listed in one warning (``W110``) at the rule's ``extract``.
+  the right letter followed by another option, the right answer written outside the answer next to a wrong one;
+  for ``compare: math`` also the right answer with a wrong tail that a parser reading only a prefix would drop
+  (``42 + \\mathrm{xy}``, ``42 - \\mathrm{e}``). Each probe that the rule scores as correct is listed in one warning (``W110``) at the rule's ``extract``.
 """
 
 from __future__ import annotations
@@ -394,6 +395,7 @@ def probe_answer_rule(fn: Any, name: str, examples: list[Any]) -> list[tuple[str
     if found is None:
         return []
     ref, fields = found
+    check = fn._checks[fn.rule_names.index(name)]
     decoy, options, letter = _decoy_and_options(ref)
     templates = _templates(fn, name, examples, ref, fields)
     if not templates or fn.rule_verdict(name, templates[0](decoy), fields)[0]:
@@ -407,6 +409,13 @@ def probe_answer_rule(fn: Any, name: str, examples: list[Any]) -> list[tuple[str
             ("the right answer outside the answer, after a wrong one", t(decoy) + f" (or maybe {ref})"),
             ("the right answer outside the answer, before a wrong one", f"Maybe {ref}? " + t(decoy)),
         ]
+        if check.comparator.kind == "math":
+            # A parser that reads only a prefix of an answer passes a wrong one whose tail it drops
+            # (math-verify read `1 + \mathrm{e}` as `1 +`, i.e. 1).
+            probes += [
+                ("the right answer plus a term the parser could drop", t(f"{ref} + \\mathrm{{xy}}")),
+                ("the right answer minus a constant the parser could drop", t(f"{ref} - \\mathrm{{e}}")),
+            ]
         if letter:
             word = _LETTER_WORDS[ref.upper()]
             probes.append(("a word that starts with the right letter, then another option",
@@ -444,6 +453,9 @@ def _gameable(loaded: LoadedSpec, j: int, rule: Any, gamed: list[tuple[str, str]
     elif kind == "last_number":
         hint = ("from: last_number takes the last number anywhere in the text: ask for a marked answer and read it "
                 "with from: boxed (\\boxed{...}) or from: after_marker.")
+    elif any(label.endswith("the parser could drop") for label, _ in gamed):
+        hint = ("compare: math read only the start of these answers and dropped a wrong tail: upgrade sailrl's "
+                "math-verify, or compare with compare: numeric when the answers are numbers.")
     elif kind == "whole" or rule.extract.fallback == "whole":
         hint = ("The whole completion is read as the answer: ask for a marked answer (from: boxed or a regex) and "
                 "drop fallback: whole.")

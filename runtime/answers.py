@@ -14,8 +14,13 @@ Extraction takes an answer string out of a text (a completion, or a dataset's re
   the next non-empty line.
 * ``whole``: the whole text, stripped.
 
+``boxed`` with ``occurrence: all`` takes every box as one set (:func:`all_boxes`: ``\\boxed{1},\\boxed{2}`` ->
+``\\{1, 2\\}``), for ``compare: math``.
+
 Comparison (:class:`Comparator`): ``exact``, ``normalized`` (:func:`normalize`), ``numeric``
-(:func:`parse_number`, exact :class:`fractions.Fraction` values) or ``math`` (math-verify, under a time limit).
+(:func:`parse_number`, exact :class:`fractions.Fraction` values) or ``math`` (math-verify, under a time limit, on
+:func:`math_text`; an answer math-verify reads only in part -- :func:`is_partial_parse` -- is unreadable, so
+the rule fails rather than pass on a prefix).
 
 Bounds (so that no answer can stall scoring): :func:`normalize` and :func:`parse_number` run in time linear in
 their input. ``numeric`` and ``math`` read answers of at most :data:`MAX_ANSWER_CHARS` characters; a number whose
@@ -54,9 +59,12 @@ __all__ = [
     "MathTimeout",
     "UnreadableAnswer",
     "after_marker",
+    "all_boxes",
     "describe_extractor",
     "find_boxed",
     "find_number",
+    "is_partial_parse",
+    "math_text",
     "normalize",
     "number_problem",
     "numbers_close",
@@ -74,14 +82,15 @@ MAX_EXPONENT = 1000
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 
 
-def _box_content(text: str, i: int) -> str | None:
-    """Content of the box whose command name ends at ``i``; None when unclosed or empty."""
+def _box_span(text: str, i: int) -> tuple[str | None, int]:
+    """(content, end) of the box whose command name ends at ``i``: content None when unclosed or empty; ``end``
+    the index just past the box (``len(text)`` for an unclosed one)."""
     n = len(text)
     j = i
     while j < n and text[j] in " \t\n\r":
         j += 1
     if j >= n:
-        return None
+        return None, n
     if text[j] == "{":
         depth = 1
         k = j + 1
@@ -96,15 +105,20 @@ def _box_content(text: str, i: int) -> str | None:
                 depth -= 1
                 if depth == 0:
                     content = text[j + 1 : k].strip()
-                    return content or None
+                    return content or None, k + 1
             k += 1
-        return None  # unclosed
+        return None, n  # unclosed
     if j == i:  # "\boxed7" is not a box (LaTeX would need a space or braces)
-        return None
+        return None, i
     k = j
     while k < n and not text[k].isspace() and text[k] != "$":
         k += 1
-    return text[j:k] or None
+    return text[j:k] or None, k
+
+
+def _box_content(text: str, i: int) -> str | None:
+    """Content of the box whose command name ends at ``i``; None when unclosed or empty."""
+    return _box_span(text, i)[0]
 
 
 def _first_or_last_box(text: str, last: bool) -> int:
@@ -125,12 +139,40 @@ def _first_or_last_box(text: str, last: bool) -> int:
 def find_boxed(text: str, occurrence: str = "last") -> str | None:
     """The content of the last (or first) ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x`` in ``text``.
 
-    Returns None when there is no box or when the chosen box is unclosed or empty.
+    Returns None when there is no box or when the chosen box is unclosed or empty. ``occurrence="all"``: every
+    box, read as one set (:func:`all_boxes`).
     """
     if "\\boxed" not in text and "\\fbox" not in text:
         return None
+    if occurrence == "all":
+        return all_boxes(text)
     end = _first_or_last_box(text, occurrence == "last")
     return None if end == -1 else _box_content(text, end)
+
+
+_BOX_START = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
+
+
+def all_boxes(text: str) -> str | None:
+    """Every ``\\boxed{...}`` / ``\\fbox{...}`` in ``text`` as one answer: a single box's content as it is;
+    several joined as the set ``\\{a, b\\}`` (repeats kept once, in order: ``\\boxed{1},\\boxed{2}`` -> ``\\{1,
+    2\\}``, which ``compare: math`` reads as the set {1, 2}). A box inside another belongs to the outer one's
+    content; unclosed and empty boxes are skipped; None when no box has content. Time: linear in ``len(text)``.
+    """
+    contents: dict[str, None] = {}
+    pos = 0
+    while True:
+        m = _BOX_START.search(text, pos)
+        if m is None:
+            break
+        content, pos = _box_span(text, m.end())
+        pos = max(pos, m.end())
+        if content is not None:
+            contents[content] = None
+    if not contents:
+        return None
+    found = list(contents)
+    return found[0] if len(found) == 1 else "\\{" + ", ".join(found) + "\\}"
 
 
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
@@ -170,7 +212,8 @@ def describe_extractor(ex: Extractor, *, subject: str = "completion") -> str:
     """Plain words for what an extractor takes, e.g. ``the last \\boxed{...} answer``."""
     which = ex.occurrence
     if ex.from_ == "boxed":
-        s = f"the {which} \\boxed{{...}} answer"
+        s = ("every \\boxed{...} answer, read as one set" if which == "all"
+             else f"the {which} \\boxed{{...}} answer")
     elif ex.from_ == "regex":
         flags = f" (flags {', '.join(ex.flags)})" if ex.flags else ""
         s = f"the capture group of the {which} match of '{ex.pattern}'{flags}"
@@ -361,6 +404,10 @@ _PLAIN_NUMBER = re.compile(rf"([-+]?)((?:{_NUMBER}))(?:[eE]([-+]?\d+))?")
 _LATEX_FRAC = re.compile(r"([-+]?)\\frac\s*(?:\{([^{}]+)\}|(\d))\s*(?:\{([^{}]+)\}|(\d))")
 _SLASH_FRAC = re.compile(r"([-+]?)\s*\(?([^/()]+?)\)?\s*/\s*\(?([^/()]+?)\)?")
 _UNIT_SUFFIX = re.compile(r"(?<=[\d}.])\s+[a-zA-Z][a-zA-Z ]*\.?$")
+#: ``,\\!`` between digit groups (MATH-style thousands: ``32,\\! 349``), spaces after it allowed.
+_LATEX_THOUSANDS = re.compile(r"(?<=\d),\\!\s*(?=\d{3}(?!\d))")
+#: A leading ``x =`` (one letter, an optional subscript): ``x = 11`` is the number 11.
+_NAME_EQUALS = re.compile(r"^[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=(?!=)\s*(?=[^=]*$)")
 _DEGREES = re.compile(r"\^\s*\{?\\circ\}?|\u00b0")
 
 
@@ -374,12 +421,16 @@ def _number_text(s: str) -> str:
     s = s.replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "")
     s = s.replace("\u2212", "-").replace("{,}", ",")
     if "\\" in s or "~" in s:
+        if ",\\!" in s:
+            s = _LATEX_THOUSANDS.sub(",", s)  # MATH-style 32,\! 349
         s = _LATEX_SPACE.sub("", s)
         s = _LEFT_RIGHT.sub("", s)
         s = _DFRAC.sub(r"\\frac", s)
     if "^" in s or "\u00b0" in s:
         s = _DEGREES.sub("", s)
     s = s.strip().rstrip(".").strip()
+    if "=" in s:
+        s = _NAME_EQUALS.sub("", s, count=1)  # x = 11
     if s and s[-1].isalpha():
         s = _UNIT_SUFFIX.sub("", s).strip()
     while len(s) >= 2 and s[0] == "{" and s[-1] == "}" and "}" not in s[1:-1]:
@@ -444,9 +495,10 @@ def parse_number(s: str) -> Fraction | None:
     """The exact value of a numeric answer, or None when ``s`` is not a number (:func:`number_problem` says why).
 
     Accepts integers and decimals with an optional sign and thousands separators grouped by three
-    (``-1,000.50``), scientific notation (``1e-3``), ``\\frac{a}{b}`` / ``\\dfrac`` / ``\\frac12``, ``a/b``,
-    surrounding ``$`` / ``\\$``, a trailing ``%`` (dropped: ``50%`` is 50), degrees, a trailing unit word
-    (``18 dollars``, ``\\text{ cm}``) and a trailing period. Values are :class:`fractions.Fraction`, so
+    (``-1,000.50``; LaTeX's ``32,\\! 349`` and ``32{,}349`` too), scientific notation (``1e-3``), ``\\frac{a}{b}`` /
+    ``\\dfrac`` / ``\\frac12``, ``a/b``, surrounding ``$`` / ``\\$``, a trailing ``%`` (dropped: ``50%`` is 50),
+    degrees, a leading ``x =`` (one letter), trailing unit words (``18 dollars``, ``\\text{ cm}``,
+    ``\\text{5 apples}``: one rule, inside a text wrapper or not) and a trailing period. Values are :class:`fractions.Fraction`, so
     ``0.5 == \\frac{1}{2}`` and ``2/3 == \\frac{2}{3}`` exactly. None as well for a text over
     :data:`MAX_ANSWER_CHARS` characters and for an exponent beyond +-:data:`MAX_EXPONENT` (``1e1001``).
     Time: linear in ``len(s)``.
@@ -543,16 +595,53 @@ def _mv() -> Any:
     return _math_verify
 
 
+#: One letter in an upright/text wrapper (``\\mathrm{e}``, ``\\text{i}``, ``\\operatorname{d}``): math-verify would
+#: drop it as a unit (``1 + \\mathrm{e}`` read as ``1 +``, i.e. 1), so it is read as the bare letter.
+_WRAPPED_LETTER = re.compile(
+    r"\\(?:mathrm|text|textrm|textit|textbf|mathit|mathbf|mathsf|operatorname|mbox|rm)\s*\{\s*([A-Za-z])\s*\}")
+#: ``\\text{5 apples}``: a number and unit words inside one text wrapper, read as ``5\\text{ apples}`` (the number
+#: and its unit, as ``compare: numeric`` reads it and as math-verify reads the bare ``5 apples``).
+_WRAPPED_NUMBER_UNIT = re.compile(
+    r"\\(?:text|textrm|textit|textbf|mathrm|mbox)\s*\{\s*([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)"
+    r"\s+([A-Za-z][A-Za-z ]*?)\.?\s*\}")
+#: What a complete expression cannot end with: math-verify read only a prefix of the answer when the text it
+#: reports parsing ends like this (``1 +``, ``x \\cdot``, ``y =``).
+_DANGLING = re.compile(
+    r"(?:[-+*/=^_<>,(\[{]|\\(?:cdot|times|div|pm|mp|leq?|geq?|neq?|lt|gt|approx|equiv|sim|to|frac|sqrt|\{|left)"
+    r"(?![a-zA-Z]))$")
+_TRAILING_SPACE = re.compile(r"(?:\s|\\[,;:! ]|~)+$")
+
+
+def math_text(answer: str) -> str:
+    """The text math-verify is given for an answer: one letter in a wrapper read bare (``\\mathrm{e}`` -> ``e``,
+    Euler's number as math-verify reads a bare ``e``), and ``\\text{5 apples}`` read as ``5\\text{ apples}``. Time:
+    linear in ``len(answer)``."""
+    if "\\" not in answer:
+        return answer
+    answer = _WRAPPED_LETTER.sub(r"\1", answer)
+    return _WRAPPED_NUMBER_UNIT.sub(r"\1\\text{ \2}", answer)
+
+
+def is_partial_parse(parsed: list[Any]) -> bool:
+    """True when math-verify read only a prefix of an answer: the text it reports parsing (the last string in its
+    result) ends with an operator, a relation or an open bracket (``1 + \\mathrm{ex}`` -> ``1 +``, read as 1)."""
+    texts = [p for p in parsed if isinstance(p, str)]
+    return bool(texts) and _DANGLING.search(_TRAILING_SPACE.sub("", texts[-1])) is not None
+
+
 def math_parse_unlimited(answer: str) -> list[Any]:
-    """math-verify's parse of one answer (wrapped in ``$...$``, else as written); [] when nothing parses.
+    """math-verify's parse of one answer (:func:`math_text`, wrapped in ``$...$``, else as written); [] when
+    nothing parses or when only a prefix of it does (:func:`is_partial_parse`: a wrong answer must never pass
+    because its tail was dropped, so such an answer is unreadable and the rule fails).
 
     No time limit of its own: callers bound it (:func:`math_parse`, or the math worker process).
     """
     mv = _mv()
-    parsed = mv.parse(f"${answer}$", parsing_timeout=None)
+    text = math_text(answer)
+    parsed = mv.parse(f"${text}$", parsing_timeout=None)
     if not parsed:
-        parsed = mv.parse(answer, parsing_timeout=None)
-    return parsed
+        parsed = mv.parse(text, parsing_timeout=None)
+    return [] if is_partial_parse(parsed) else parsed
 
 
 def math_equal_unlimited(gold: list[Any], pred: list[Any]) -> bool:

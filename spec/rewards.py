@@ -90,9 +90,12 @@ class Extractor(SpecModel):
         description="For from: regex - a regular expression with a capture group. Use single quotes in YAML.",
     )
     flags: list[RegexFlag] = Field(default_factory=list, description="For from: regex - regex flags.")
-    occurrence: Literal["last", "first"] = Field(
+    occurrence: Literal["last", "first", "all"] = Field(
         "last",
-        description="Which one to take when there are several (boxes, regex matches, numbers, markers).",
+        description=(
+            "Which one to take when there are several (boxes, regex matches, numbers, markers). all (from: boxed "
+            "with compare: math only): every box, read as one set -- \\boxed{1}, \\boxed{2} is the set {1, 2}."
+        ),
     )
 
     @field_validator("pattern")
@@ -127,6 +130,9 @@ class Extractor(SpecModel):
                 )
         elif self.pattern is not None or self.flags:
             raise ValueError(f"`pattern` and `flags` are only used with from: regex (this extractor is from: {kind})")
+        if self.occurrence == "all" and kind != "boxed":
+            raise ValueError(f"occurrence: all reads every \\boxed{{...}} as one set, so it needs from: boxed "
+                             f"(this extractor is from: {kind}); use occurrence: last or first")
         if kind == "after_marker":
             if not self.marker:
                 raise ValueError("from: after_marker needs a `marker`, e.g. marker: '####'")
@@ -207,6 +213,10 @@ class AnswerRule(_RuleBase):
     def _tolerances(self) -> AnswerRule:
         if (self.abs_tol or self.rel_tol) and self.compare != "numeric":
             raise ValueError(f"abs_tol / rel_tol are only used with compare: numeric (rule '{self.name}')")
+        if "all" in (self.extract.occurrence, self.reference.extract.occurrence) and self.compare != "math":
+            raise ValueError(f"occurrence: all reads several boxes as one set, which only compare: math compares "
+                             f"(rule '{self.name}' has compare: {self.compare}); set compare: math or use "
+                             "occurrence: last")
         return self
 
 
