@@ -32,6 +32,7 @@ from sailrl.spec.constants import (
     RETIRED_WINDOWS,
 )
 from sailrl.spec.errors import SpecError, yaml_lines
+from sailrl.spec.files import special_kind
 from sailrl.spec.loader import KeyPath, LoadedSpec, resolve_plain
 from sailrl.spec.messages import did_you_mean, did_you_mean_text
 
@@ -527,6 +528,17 @@ class _Checker:
                          + (f" (got {', '.join(chosen)})" if chosen else ""),
                          "split: a named split (e.g. test); count / fraction: rows carved from the training data.")
         source = self.text(("dataset", "source"))
+        if (source and self._path_ok(("dataset", "source")) and self.loaded.path.is_file()
+                and (source.strip().startswith(("./", "../", "/", "~"))
+                     or source.lower().endswith(LOCAL_DATA_SUFFIXES))):
+            p = Path(source).expanduser()
+            full = p if p.is_absolute() else self.loaded.base_dir / p
+            kind = special_kind(full)
+            if kind is not None:
+                self.add(("dataset", "source"), "S228", f"{full} is {kind}, not a data file",
+                         "Point dataset.source at a .jsonl, .json, .csv or .parquet file (a device or a pipe "
+                         "never ends or blocks).")
+                return
         if (source and source.lower().endswith(LOCAL_DATA_SUFFIXES) and self._path_ok(("dataset", "source"))
                 and self.loaded.path.is_file()):
             p = Path(source).expanduser()

@@ -99,6 +99,8 @@ _TABLE: tuple[Code, ...] = (
     Code("S226", "warmup-too-long", "error", "training.lr_warmup_steps is not below training.steps."),
     Code("S227", "data-unusable", "error", "The dataset cannot be used (reported by preflight at the key it "
          "concerns)."),
+    Code("S228", "data-file-not-regular", "error", "dataset.source names a device, a named pipe (FIFO) or a socket "
+         "instead of a data file."),
     Code("S230", "python-rule-unusable", "error", "A python reward rule's function cannot be used: no such file "
          "or function next to the spec, the file raises on import, or the signature is not fn(completion, fields)."),
     # -- budget and prices (sailrl.compiler.cost_checks) ----------------------------------------------------

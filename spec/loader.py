@@ -41,6 +41,7 @@ from sailrl.spec.base import Plain
 from sailrl.spec.constants import MAX_INT_DIGITS, MAX_NESTING, MAX_SPEC_BYTES, MAX_VALUES
 from sailrl.spec.errors import LINE_BREAK as _LINE_BREAK
 from sailrl.spec.errors import Related, SpecError, SpecErrors, yaml_lines
+from sailrl.spec.files import special_kind
 
 if TYPE_CHECKING:
     from sailrl.spec.schema import Spec
@@ -724,6 +725,10 @@ def read_spec_file(path: str | Path) -> tuple[str, str]:
     """
     p = Path(path)
     name = str(path)
+    kind = special_kind(p)
+    if kind is not None:  # refused before opening: a FIFO blocks open() until a writer comes, a device never ends
+        raise SpecErrors([SpecError(name, 0, 0, "", f"this is {kind}, not a spec file",
+                                    "Give the path of a .yaml file.", code="S002")])
     try:
         with p.open("rb") as f:
             raw = f.read(MAX_SPEC_BYTES + 1)

@@ -156,7 +156,7 @@ def test_range_then_limit(tmp_path):
     out = load_rows(make_spec(src, shuffle=False, fields={"question": "problem", "answer": "solution"},
                               range=[2, 8], limit=3), tmp_path)
     assert [r["_index"] for r in out.train] == [2, 3, 4]
-    assert out.loaded == 10 and out.selected == 3
+    assert out.loaded is None and out.selected == 3  # reading stopped after row 4: the rest is never read
 
 
 def test_range_past_the_end_is_clipped_with_a_note(tmp_path):

@@ -2,8 +2,9 @@
 
 Order of operations (each step that leaves no rows stops with a :class:`DatasetError` naming that step):
 
-1. **load** the split (:mod:`.readers`): a local ``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file, a folder
+1. **load** the split (:mod:`.sources`): a local ``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file, a folder
    written by ``save_to_disk``, or a Hugging Face dataset id. A malformed file is reported with its line.
+   Rows are streamed and read only as far as the range / limit reaches; the run keeps two integers a row.
 2. **range** ``[start, end)`` of the split, then **limit** (at most N rows) (:mod:`.rows`).
 3. **map** dataset columns to the names the templates and reward rules use (``dataset.fields``); a missing
    column is an error naming the columns the dataset has and the closest one.
@@ -21,28 +22,30 @@ resumed run sees exactly the rows an uninterrupted run would.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from sailrl.runtime.data.base import DatasetError, DatasetRows, SkippedRow
 from sailrl.runtime.data.order import batches, carve_eval, rows_for_step, shuffle_rows, shuffle_seed
-from sailrl.runtime.data.readers import LOCAL_SUFFIXES, load_split
+from sailrl.runtime.data.readers import LOCAL_SUFFIXES
 from sailrl.runtime.data.rows import (
     PromptLimit,
     RowChecker,
     check_required,
     field_mapping,
-    map_and_check,
     required_fields,
-    select,
+    select_and_check,
     skip_summary,
+    spec_mapping,
 )
+from sailrl.runtime.data.sources import RowList, load_split
 
 __all__ = [
     "LOCAL_SUFFIXES",
     "DatasetError",
     "DatasetRows",
+    "RowList",
     "SkippedRow",
     "batches",
     "field_mapping",
@@ -74,29 +77,32 @@ def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
     spec_dir = Path(spec_dir)
     ds = spec.dataset
     src, where = load_split(spec, spec_dir, ds.split, "dataset.split")
-    if len(src) == 0:
-        raise DatasetError(f"the {ds.split} split is empty: {where} has no rows", key="dataset.source")
-    columns = list(src.columns)
-    mapping = field_mapping(spec, columns)
     need = required_fields(spec)
-    check_required(need, mapping, columns, spec)
     warm = spec.training.warmup
     checker = RowChecker(
-        need=need, builder=PromptBuilder(spec.prompt, None, field_names=list(mapping)),
+        need=need, builder=PromptBuilder(spec.prompt, None, field_names=_field_names(spec, src, need)),
         warm_template=warm.completion if warm is not None and warm.steps > 0 else None, reward_fn=reward_fn,
         limit=_prompt_limit(spec, spec_dir, renderer, context_window), renderer_check=renderer_check)
 
     notes: list[str] = []
-    raw = select(src, ds.split, rng=ds.range, limit=ds.limit, key_prefix="dataset", notes=notes)
-    selected = len(raw)
-    train, skipped = map_and_check(raw, mapping, checker, ds.split)
+    try:
+        train, skipped, selected = select_and_check(src, ds.split, rng=ds.range, limit=ds.limit,
+                                                    key_prefix="dataset", notes=notes, mapping=spec_mapping(spec),
+                                                    checker=checker, split=ds.split)
+    except DatasetError as exc:
+        if src.total == 0 and exc.key == "dataset.split":
+            raise DatasetError(f"the {ds.split} split is empty: {where} has no rows", key="dataset.source") from None
+        raise
+    columns = list(src.columns)
+    mapping = field_mapping(spec, columns)  # raises for a mapped column the rows read do not have
+    check_required(need, mapping, columns, spec)
     if not train:
         raise DatasetError(f"every one of the {selected} selected rows was skipped ({skip_summary(skipped)}); "
                            f"fix the data or the fields the prompt and reward rules use", key="dataset.fields")
     if ds.shuffle:
         shuffle_rows(train, shuffle_seed(spec))
 
-    eval_rows: list[dict] = []
+    eval_rows: Sequence[dict] = []
     ev = ds.eval
     if ev is not None:
         if ev.split is not None:
@@ -104,11 +110,13 @@ def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
                 raise DatasetError(f"eval.split {ev.split!r} is the training split itself; name another split, or "
                                    f"carve rows with eval.count / eval.fraction", key="dataset.eval.split")
             esrc, _ = load_split(spec, spec_dir, ev.split, "dataset.eval.split")
-            emapping = field_mapping(spec, list(esrc.columns))
-            eraw = select(esrc, ev.split, rng=None, limit=None, key_prefix="dataset.eval", notes=notes)
             eval_checker = RowChecker(need=need, builder=checker.builder, reward_fn=reward_fn, limit=checker.limit,
                                       renderer_check=renderer_check)
-            eval_rows, eskipped = map_and_check(eraw, emapping, eval_checker, ev.split)
+            eval_rows, eskipped, _ = select_and_check(esrc, ev.split, rng=None, limit=ev.limit,
+                                                      key_prefix="dataset.eval", notes=notes,
+                                                      mapping=spec_mapping(spec), checker=eval_checker,
+                                                      split=ev.split)
+            field_mapping(spec, list(esrc.columns))
             skipped.extend(eskipped)
             if not eval_rows:
                 raise DatasetError(f"every row of the eval split {ev.split!r} was skipped "
@@ -118,7 +126,16 @@ def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
         if ev.limit is not None:
             eval_rows = eval_rows[: int(ev.limit)]
     return DatasetRows(train=train, eval=eval_rows, skipped=skipped, columns=columns, source=where,
-                       loaded=len(src), selected=selected, notes=notes)
+                       loaded=src.total, selected=selected, notes=notes)
+
+
+def _field_names(spec: Any, src: Any, need: Any) -> list[str] | None:
+    """The field names templates may use: the declared fields, or (every column under its own name) the
+    source's columns when known before reading, else None (templates are checked against the rows read)."""
+    mapping = spec_mapping(spec)
+    if mapping is not None:
+        return list(mapping)
+    return list(src.columns) if src.columns else None
 
 
 def _prompt_limit(spec: Any, spec_dir: Path, renderer: Any, context_window: int | None) -> PromptLimit | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sailrl.spec.errors import DataError
@@ -48,17 +49,19 @@ class DatasetRows:
     """The rows a run trains and evaluates on.
 
     train / eval: mapped rows: keys are the spec's field names plus ``_index`` (the row's index in its source
-    split). skipped: rows left out, with reasons. columns: the source dataset's columns. source: a description
-    of where the rows came from (resolved path, or hub id with config and split). loaded: rows in the split
-    before range/limit; selected: rows after range/limit (train split). notes: non-blocking remarks (e.g. a
-    range clipped to the data).
+    split); a :class:`~sailrl.runtime.data.sources.RowList` (rows read from their source when asked for) or a
+    list. skipped: rows left out, with reasons. columns: the source dataset's columns (those of the rows read).
+    source: a description of where the rows came from (resolved path, or hub id with config and split).
+    loaded: rows in the split before range/limit, or None when reading stopped at the end of the range/limit
+    (the rest of the file is never read); selected: rows after range/limit (train split). notes: non-blocking
+    remarks (e.g. a range clipped to the data).
     """
 
-    train: list[dict]
-    eval: list[dict]
+    train: Sequence[dict]
+    eval: Sequence[dict]
     skipped: list[SkippedRow]
     columns: list[str]
     source: str
-    loaded: int = 0
+    loaded: int | None = 0
     selected: int = 0
     notes: list[str] = field(default_factory=list)

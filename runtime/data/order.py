@@ -6,7 +6,9 @@ would: :func:`rows_for_step` depends only on (rows, step, groups_per_step, seed)
 
 from __future__ import annotations
 
+import functools
 import random
+from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,12 +23,17 @@ def shuffle_seed(spec: Any) -> int:
     return int(spec.model.seed if s is None else s)
 
 
-def shuffle_rows(rows: list[dict], seed: int) -> None:
-    """Shuffle ``rows`` in place once with ``random.Random(seed).shuffle``."""
-    random.Random(seed).shuffle(rows)
+def shuffle_rows(rows: Any, seed: int) -> None:
+    """Shuffle ``rows`` (a list, or a :class:`~sailrl.runtime.data.sources.RowList`) in place once with
+    ``random.Random(seed).shuffle`` (a ``RowList`` is permuted as a list of its length would be)."""
+    if hasattr(rows, "shuffle"):
+        rows.shuffle(random.Random(seed))
+    else:
+        random.Random(seed).shuffle(rows)
 
 
-def carve_eval(train: list[dict], *, count: int | None, fraction: float | None) -> tuple[list[dict], list[dict]]:
+def carve_eval(train: Sequence[dict], *, count: int | None,
+               fraction: float | None) -> tuple[Sequence[dict], Sequence[dict]]:
     """``(train, eval)``: the LAST ``count`` rows (or ``round(fraction * len(train))``, at least 1) become eval.
 
     Raises :class:`DatasetError` (key ``dataset.eval``) when that would leave no training rows.
@@ -40,11 +47,15 @@ def carve_eval(train: list[dict], *, count: int | None, fraction: float | None) 
     return train[: n - k], train[n - k:]
 
 
-def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+@functools.lru_cache(maxsize=4)
+def _epoch_order(n: int, seed: int, epoch: int) -> array | None:
+    """The visiting order of epoch ``epoch`` (> 0) over ``n`` rows; None for epoch 0, which keeps the load-time
+    order (already shuffled with the seed, or the file order). Cached: a step asks for it again."""
+    if epoch == 0:
+        return None
     order = list(range(n))
-    if epoch > 0:  # epoch 0 keeps the load-time order (already shuffled with the seed, or the file order)
-        random.Random(f"sailrl-epoch:{seed}:{epoch}").shuffle(order)
-    return order
+    random.Random(f"sailrl-epoch:{seed}:{epoch}").shuffle(order)
+    return array("q", order)
 
 
 def rows_for_step(rows: Sequence[dict], step: int, groups_per_step: int, seed: int, *,
@@ -63,12 +74,13 @@ def rows_for_step(rows: Sequence[dict], step: int, groups_per_step: int, seed: i
     if groups_per_step <= 0 or step < 0:
         raise ValueError("need groups_per_step > 0 and step >= 0")
     out: list[dict] = []
-    orders: dict[int, list[int]] = {}
+    orders: dict[int, array | None] = {}
     for pos in range(step * groups_per_step, (step + 1) * groups_per_step):
         epoch, offset = divmod(pos, n)
         if epoch not in orders:
             orders[epoch] = _epoch_order(n, seed, epoch if reshuffle else 0)
-        out.append(rows[orders[epoch][offset]])
+        order = orders[epoch]
+        out.append(rows[offset if order is None else order[offset]])
     return out
 
 

@@ -1,8 +1,10 @@
-"""Reading one split of a dataset into rows (``list[dict]``), with every problem located in the data file.
+"""Parsing a dataset's files, with every problem located in the data file (the row sources that stream them
+are :mod:`sailrl.runtime.data.sources`).
 
 Sources (relative paths are relative to the spec file's folder):
 
-- ``.jsonl``: parsed here line by line; a ``.json`` file holds a JSON array of objects, one object, or JSON
+- ``.jsonl``: parsed here line by line (:func:`json_line`); a ``.json`` file (read whole, at most
+  :data:`MAX_JSON_BYTES`) holds a JSON array of objects, one object, or JSON
   Lines. Values keep their JSON types. Refused, each with ``file:line``: malformed JSON, a line that is not an
   object, an object with the same key twice (JSON would keep only the last value), an integer of more than
   :data:`MAX_NUMBER_DIGITS` digits, a value nested more than :data:`MAX_JSON_DEPTH` levels.
@@ -26,7 +28,6 @@ import json
 import json.decoder
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +38,33 @@ from sailrl.spec.messages import did_you_mean
 __all__ = [
     "LOCAL_SUFFIXES",
     "MAX_CSV_CELL_CHARS",
+    "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_NUMBER_DIGITS",
-    "Source",
+    "csv_header_problem",
+    "csv_rows",
     "is_local",
-    "load_split",
+    "json_line",
+    "json_rows",
+    "load_disk_dir",
+    "load_hub",
+    "parquet_dataset",
     "resolve",
+    "split_of",
 ]
 
 LOCAL_SUFFIXES = LOCAL_DATA_SUFFIXES  # the spec layer's table: a dataset.source ending in one is a local file
 MAX_JSON_DEPTH = 100  # lists / objects inside each other, the row object itself counting as level 1
 MAX_NUMBER_DIGITS = MAX_INT_DIGITS  # digits of a JSON integer: the spec's limit, Python's own (4,300)
 MAX_CSV_CELL_CHARS = 1_000_000  # characters in one CSV cell
+MAX_JSON_BYTES = 512 * 2**20  # bytes of a .json file, which is parsed whole (.jsonl and .csv files are streamed)
+
+
+def size_text(n: int) -> str:
+    """``"16 MiB"``, ``"16 GiB"``, ``"1,000 bytes"``."""
+    if n >= 2**30:
+        return f"{n / 2**30:g} GiB"
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
 def dym(name: str, candidates: Sequence[str]) -> str:
@@ -78,13 +94,19 @@ def read_text(path: Path) -> str:
     """The file's text (UTF-8, an optional BOM dropped). Raises :class:`DatasetError` naming the path (and the
     line of the first byte that is not UTF-8)."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
     except FileNotFoundError:
         raise DatasetError(f"dataset file not found: {path}. Relative paths are relative to the spec file's "
                            f"folder.", key="dataset.source", path=str(path)) from None
     except OSError as exc:
         raise DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}", key="dataset.source",
                            path=str(path)) from None
+    if len(data) > MAX_JSON_BYTES:
+        line = data.count(b"\n") + 1
+        raise DatasetError(f"{path}:{line}: the file is larger than {size_text(MAX_JSON_BYTES)}, the most sailrl "
+                           f"reads from a .json file (read whole); write the rows as JSON Lines (.jsonl), which is "
+                           f"streamed", path=str(path), line=line)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -154,27 +176,28 @@ def _decode_at(text: str, start: int) -> tuple[Any, int]:
     return value, end
 
 
+def json_line(line: str, path: Path, lineno: int) -> dict:
+    """The object on one non-blank line of a JSON Lines file; raises :class:`DatasetError` at ``path:lineno``."""
+    start = _WS.match(line, 0).end()
+    try:
+        obj, end = _decode_at(line, start)
+        if _WS.match(line, end).end() != len(line):
+            raise json.JSONDecodeError("Extra data", line, _WS.match(line, end).end())
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path}:{lineno}:{exc.colno}: malformed JSON line: {exc.msg}. Each line must be "
+                           f"one JSON object, e.g. {{\"question\": \"3+4\", \"answer\": \"7\"}}",
+                           path=str(path), line=lineno) from None
+    except _Refused as exc:
+        raise DatasetError(f"{path}:{lineno}: {exc}", path=str(path), line=lineno) from None
+    if not isinstance(obj, dict):
+        raise DatasetError(f"{path}:{lineno}: the line is a JSON {_json_type(obj)}, not an object with "
+                           f"named fields", path=str(path), line=lineno)
+    return obj
+
+
 def _line_rows(text: str, path: Path) -> list[dict]:
-    rows: list[dict] = []
-    for lineno, line in enumerate(io.StringIO(text), start=1):
-        start = _WS.match(line, 0).end()
-        if start == len(line):
-            continue
-        try:
-            obj, end = _decode_at(line, start)
-            if _WS.match(line, end).end() != len(line):
-                raise json.JSONDecodeError("Extra data", line, _WS.match(line, end).end())
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{lineno}:{exc.colno}: malformed JSON line: {exc.msg}. Each line must be "
-                               f"one JSON object, e.g. {{\"question\": \"3+4\", \"answer\": \"7\"}}",
-                               path=str(path), line=lineno) from None
-        except _Refused as exc:
-            raise DatasetError(f"{path}:{lineno}: {exc}", path=str(path), line=lineno) from None
-        if not isinstance(obj, dict):
-            raise DatasetError(f"{path}:{lineno}: the line is a JSON {_json_type(obj)}, not an object with "
-                               f"named fields", path=str(path), line=lineno)
-        rows.append(obj)
-    return rows
+    return [json_line(line, path, lineno) for lineno, line in enumerate(io.StringIO(text), start=1)
+            if _WS.match(line, 0).end() != len(line)]
 
 
 def _json_type(value: Any) -> str:
@@ -275,6 +298,16 @@ def csv_rows(text: str, path: Path) -> list[dict]:
         csv.field_size_limit(old_limit)
 
 
+def csv_header_problem(header: Sequence[str]) -> str | None:
+    """What is wrong with a CSV header (a column without a name, a name twice), or None."""
+    for col, name in enumerate(header, start=1):
+        if not name.strip():
+            return f"column {col} of the header has no name; name it, or remove the extra delimiter"
+        if header.index(name) != col - 1:
+            return f"column {name!r} appears twice in the header"
+    return None
+
+
 def _csv_records(text: str, path: Path) -> list[dict]:
     reader = csv.reader(io.StringIO(text, newline=""))
     header: list[str] | None = None
@@ -301,13 +334,9 @@ def _csv_records(text: str, path: Path) -> list[dict]:
             continue
         if header is None:
             header, header_line = record, start
-            for col, name in enumerate(header, start=1):
-                if not name.strip():
-                    raise DatasetError(f"{path}:{start}: column {col} of the header has no name; name it, or "
-                                       f"remove the extra delimiter", path=str(path), line=start)
-                if header.index(name) != col - 1:
-                    raise DatasetError(f"{path}:{start}: column {name!r} appears twice in the header",
-                                       path=str(path), line=start)
+            problem = csv_header_problem(header)
+            if problem:
+                raise DatasetError(f"{path}:{start}: {problem}", path=str(path), line=start)
             continue
         if len(record) != len(header):
             where = f"{start}" if last == start else f"{start}-{last}"
@@ -351,25 +380,22 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def parquet_rows(path: Path) -> list[dict]:
-    """Rows of a local parquet file through ``datasets``' builder (cached in a temp dir, kept in memory)."""
-    import datasets
+def parquet_dataset(path: Path) -> Any:
+    """A local parquet file as a ``datasets.Dataset`` (Arrow, through ``datasets``' parquet builder)."""
+    import datasets  # lazy: pyarrow and datasets only for parquet sources
 
-    if not path.is_file():
-        read_text(path)  # raises the plain "not found" / "cannot read" error
     with tempfile.TemporaryDirectory(prefix="sailrl-datasets-") as cache, _Quiet():
         try:
             ds = datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=cache,
                                        keep_in_memory=True)
         except Exception as exc:  # noqa: BLE001 -- pyarrow parse errors, reworded for the user
             raise DatasetError(f"cannot read {path} as parquet: {first_line(exc)}", path=str(path)) from None
-        rows = ds.to_list()
-    if not rows:
+    if len(ds) == 0:
         raise DatasetError(f"{path} has columns and no rows", path=str(path))
-    return rows
+    return ds
 
 
-def _split_of(obj: Any, split: str, where: str, key: str) -> Any:
+def split_of(obj: Any, split: str, where: str, key: str) -> Any:
     """Pick ``split`` from a DatasetDict (did-you-mean on a wrong name); a plain Dataset only has 'train'."""
     if isinstance(obj, Mapping):  # DatasetDict is a dict of split name -> Dataset
         names = list(obj.keys())
@@ -384,75 +410,17 @@ def _split_of(obj: Any, split: str, where: str, key: str) -> Any:
     return obj
 
 
-def columns_of(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Every key of ``rows`` in first-seen order."""
-    seen: dict[str, None] = {}
-    for r in rows:
-        for k in r:
-            seen.setdefault(k, None)
-    return list(seen)
-
-
-@dataclass
-class Source:
-    """A loaded split before selection: ``rows`` (list of dicts) or ``dataset`` (a ``datasets.Dataset``)."""
-
-    columns: list[str]
-    rows: list[dict] | None = None
-    dataset: Any = None
-
-    def __len__(self) -> int:
-        return len(self.rows) if self.rows is not None else len(self.dataset)
-
-    def select(self, start: int, stop: int) -> list[dict]:
-        """Rows ``[start, stop)`` as dicts."""
-        if self.rows is not None:
-            return self.rows[start:stop]
-        return self.dataset.select(range(start, stop)).to_list()
-
-
-def load_split(spec: Any, spec_dir: Path, split: str, key: str) -> tuple[Source, str]:
-    """``(Source, description)`` of split ``split`` of the spec's ``dataset.source``.
-
-    key: the spec key a wrong split name belongs to (``dataset.split`` / ``dataset.eval.split``). A local file
-    has the single split ``train``. Raises :class:`DatasetError`.
-    """
-    ds_spec = spec.dataset
-    source = ds_spec.source
-    if is_local(source, spec_dir):
-        path = resolve(source, spec_dir)
-        suffix = path.suffix.lower()
-        if path.is_dir():
-            return _load_disk_dir(path, split, key), f"{path} [{split}]"
-        if suffix in LOCAL_SUFFIXES:
-            if split != "train":
-                _split_of([], split, f"the file {path}", key)  # raises: a file has one split
-            if suffix == ".parquet":
-                rows = parquet_rows(path)
-            elif suffix == ".csv":
-                rows = csv_rows(read_text(path), path)
-            else:
-                rows = json_rows(read_text(path), path, lines=suffix == ".jsonl")
-            return Source(columns=columns_of(rows), rows=rows), str(path)
-        if not path.exists():
-            read_text(path)
-        raise DatasetError(f"dataset.source {source!r}: unsupported file type {suffix or '(none)'}; use a "
-                           f".jsonl, .json, .csv or .parquet file", key="dataset.source")
-    return _load_hub(source, ds_spec.config, split, key), f"{source}" + (
-        f" ({ds_spec.config})" if ds_spec.config else "") + f" [{split}]"
-
-
-def _load_disk_dir(path: Path, split: str, key: str) -> Source:
-    import datasets
+def load_disk_dir(path: Path, split: str, key: str) -> Any:
+    """Split ``split`` of a folder written by ``save_to_disk`` (memory-mapped Arrow files)."""
+    import datasets  # lazy: datasets only for save_to_disk folders
 
     try:
-        obj = datasets.load_from_disk(str(path), keep_in_memory=True)
+        obj = datasets.load_from_disk(str(path))
     except FileNotFoundError:
         raise DatasetError(f"{path} is a folder but not one written by Dataset.save_to_disk; point "
                            f"dataset.source at a .jsonl, .json, .csv or .parquet file inside it",
                            key="dataset.source") from None
-    ds = _split_of(obj, split, f"the dataset folder {path}", key)
-    return Source(columns=list(ds.column_names), dataset=ds)
+    return split_of(obj, split, f"the dataset folder {path}", key)
 
 
 HUB_TIMEOUT_S = 5.0  # seconds the hub's metadata request may take before the hub counts as unreachable
@@ -486,8 +454,9 @@ def hub_problem(source: str) -> str | None:
     return None
 
 
-def _load_hub(source: str, config: str | None, split: str, key: str) -> Source:
-    import datasets
+def load_hub(source: str, config: str | None, split: str, key: str) -> Any:
+    """Split ``split`` of hub dataset ``source`` as a ``datasets.Dataset`` (after :func:`hub_problem`)."""
+    import datasets  # lazy: datasets only for hub sources
 
     problem = hub_problem(source)
     if problem is not None:
@@ -508,5 +477,5 @@ def _load_hub(source: str, config: str | None, split: str, key: str) -> Source:
             f"cannot load dataset {source!r} from the Hugging Face hub: {first_line(exc)}. Check the id and your "
             f"network; {_LOCAL_HINT}", key="dataset.source") from None
     if isinstance(ds, Mapping):  # a DatasetDict despite split=
-        ds = _split_of(ds, split, f"dataset {source!r}", key)
-    return Source(columns=list(ds.column_names), dataset=ds)
+        ds = split_of(ds, split, f"dataset {source!r}", key)
+    return ds

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sailrl.runtime.data.base import DatasetError, SkippedRow
-from sailrl.runtime.data.readers import Source, dym
+from sailrl.runtime.data.readers import dym
+from sailrl.runtime.data.sources import RowList, RowSource
 
 __all__ = [
     "SKIP_KINDS",
@@ -27,13 +28,14 @@ __all__ = [
     "check_required",
     "field_mapping",
     "group_by_reason",
-    "map_and_check",
     "required_fields",
-    "select",
+    "select_and_check",
     "skip_summary",
+    "spec_mapping",
 ]
 
 SKIP_KINDS = ("missing_field", "null_field", "template", "reference", "too_long", "renderer")
+SKIPPED_ROWS_KEPT = 1000  # skipped rows whose contents are kept (for preflight and `sailrl rewards --row`)
 
 
 def field_mapping(spec: Any, columns: Sequence[str]) -> dict[str, str]:
@@ -191,48 +193,57 @@ class RowChecker:
         return None
 
 
-def select(src: Source, split_label: str, *, rng: tuple[int, int] | None, limit: int | None,
-           key_prefix: str, notes: list[str]) -> list[tuple[int, dict]]:
-    """``(source index, raw row)`` pairs of ``range`` then ``limit``; a range clipped to the data adds a note.
+def spec_mapping(spec: Any) -> dict[str, str] | None:
+    """``{field name: column}`` as ``dataset.fields`` declares it; None: every column under its own name."""
+    fields = spec.dataset.fields
+    if fields is None:
+        return None
+    return {f: f for f in fields} if isinstance(fields, list) else dict(fields)
 
+
+def select_and_check(src: RowSource, split_label: str, *, rng: tuple[int, int] | None, limit: int | None,
+                     key_prefix: str, notes: list[str], mapping: Mapping[str, str] | None, checker: RowChecker,
+                     split: str) -> tuple[RowList, list[SkippedRow], int]:
+    """``(kept rows, skipped rows, rows selected)`` of ``range`` then ``limit``: each row read once, mapped to the
+    spec's field names plus ``_index`` and checked; reading stops at the end of the selection. A range clipped
+    to the data adds a note.
+
+    At most :data:`SKIPPED_ROWS_KEPT` skipped rows keep their contents (the rest keep index and reason).
     Raises :class:`DatasetError` for an empty split or a range that selects nothing.
     """
-    n = len(src)
-    if n == 0:
-        raise DatasetError(f"the {split_label} split is empty: it has no rows", key=f"{key_prefix}.split")
-    start, stop = 0, n
+    start, stop = 0, None
     if rng is not None:
         start, stop = int(rng[0]), int(rng[1])
         if start < 0 or stop <= start:
             raise DatasetError(f"{key_prefix}.range [{start}, {stop}) is not a valid range: need 0 <= start < end",
                                key=f"{key_prefix}.range")
+    end = stop
+    if limit is not None:
+        end = start + int(limit) if end is None else min(end, start + int(limit))
+    kept = RowList(src, mapping)
+    skipped: list[SkippedRow] = []
+    selected = 0
+    for idx, key, raw in src.scan(start, end):
+        selected += 1
+        row = kept.map(raw, idx)
+        problem = checker.problem(row)
+        if problem is None:
+            kept.append(key, idx)
+        else:
+            kind, reason = problem
+            skipped.append(SkippedRow(index=idx, reason=reason, row=row if len(skipped) < SKIPPED_ROWS_KEPT else {},
+                                      kind=kind, split=split))
+    n = src.total
+    if n == 0:
+        raise DatasetError(f"the {split_label} split is empty: it has no rows", key=f"{key_prefix}.split")
+    if n is not None and rng is not None:
         if start >= n:
             raise DatasetError(f"{key_prefix}.range [{start}, {stop}) selects no rows: the {split_label} split has "
                                f"only {n} rows (indices 0..{n - 1})", key=f"{key_prefix}.range")
-        if stop > n:
+        if stop is not None and stop > n:
             notes.append(f"{key_prefix}.range ends at {stop} but the {split_label} split has {n} rows; "
                          f"using rows {start}..{n - 1}")
-        stop = min(stop, n)
-    if limit is not None:
-        stop = min(stop, start + int(limit))
-    return [(start + offset, r) for offset, r in enumerate(src.select(start, stop))]
-
-
-def map_and_check(raw_rows: list[tuple[int, dict]], mapping: Mapping[str, str], checker: RowChecker,
-                  split: str) -> tuple[list[dict], list[SkippedRow]]:
-    """``(kept rows, skipped rows)``: each raw row mapped to the spec's field names plus ``_index``, then checked."""
-    kept: list[dict] = []
-    skipped: list[SkippedRow] = []
-    for idx, raw in raw_rows:
-        row = {name: raw[col] for name, col in mapping.items() if col in raw}
-        row["_index"] = idx
-        problem = checker.problem(row)
-        if problem is None:
-            kept.append(row)
-        else:
-            kind, reason = problem
-            skipped.append(SkippedRow(index=idx, reason=reason, row=row, kind=kind, split=split))
-    return kept, skipped
+    return kept, skipped, selected
 
 
 def group_by_reason(skipped: Sequence[SkippedRow]) -> list[tuple[str, list[SkippedRow]]]:
