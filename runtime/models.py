@@ -70,10 +70,12 @@ def get_tokenizer(model_name: str, base_dir: str | os.PathLike | None = None) ->
         return _byte_tokenizer()
     source = classify(model_name, base_dir)
     if source.kind in ("local_dir", "gguf"):
-        from sailrl.runtime.local.sources import ResolvedModel, load_tokenizer, require_gguf
+        from sailrl.runtime.local.sources import ResolvedModel, load_tokenizer, missing_gguf, require_gguf
 
         if source.kind == "gguf":
             require_gguf()
+            if source.path is None or not source.path.is_file():
+                raise missing_gguf(source.path or model_name)
         return load_tokenizer(ResolvedModel(model_name, source.kind, str(source.path)))
     from tinker_cookbook import tokenizer_utils
 

