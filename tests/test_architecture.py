@@ -10,7 +10,7 @@ Layers, lowest first (docs/architecture.md):
 - rendering (``sailrl.compiler.render``, ``sailrl.compiler.docgen``): imports only ``sailrl`` and the spec.
 - the validation stage (``VALIDATION``): imports ``sailrl``, the spec, itself and the runtime's self-contained
   pieces.
-- the top (``sailrl.cli``, ``sailrl.__main__``, ``sailrl.launch``, ``sailrl.commands.*``): anything, except that a
+- the top (``sailrl.cli``, ``sailrl.__main__``, ``sailrl.launch``, ``sailrl.commands.*``, ``sailrl.export.*``): anything, except that a
   command imports no other command (shared helpers live in ``sailrl.commands._common``).
 
 ``importlib.import_module("sailrl....")`` with a literal name counts as an import.
@@ -35,6 +35,7 @@ RENDERING = frozenset({"sailrl.compiler.render", "sailrl.compiler.docgen"})
 VALIDATION = frozenset({"sailrl.compiler", "sailrl.compiler.validate", "sailrl.compiler.checks",
                         "sailrl.compiler.reward_checks", "sailrl.compiler.cost_checks"})
 TOP = frozenset({"sailrl.cli", "sailrl.__main__", "sailrl.launch"})
+TOP_PACKAGES = ("sailrl.commands", "sailrl.export")
 
 ALLOWED = {
     "sailrl": {"sailrl"},
@@ -72,7 +73,7 @@ def layer(module: str) -> str:
     """The layer of a sailrl module: a key of ALLOWED, "top", or "unassigned"."""
     if module == "sailrl":
         return "sailrl"
-    if module in TOP or module.startswith("sailrl.commands"):
+    if module in TOP or module.startswith(TOP_PACKAGES):
         return "top"
     if module == "sailrl.spec" or module.startswith("sailrl.spec."):
         return "spec"

@@ -1,9 +1,11 @@
-"""Helpers several ``sailrl`` subcommands share: colour choice, printing spec problems, lenient spec loading."""
+"""Helpers several ``sailrl`` subcommands share: colour choice, printing spec problems, lenient spec loading, a
+dataset row by index, per-rule score tables."""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any, TextIO
 
 
@@ -63,3 +65,78 @@ def load_spec_lenient(path: str, color: bool) -> Any:
         return None
     print("(the reward examples disagree; scoring anyway)\n", file=sys.stderr)
     return loaded.spec
+
+
+def dataset_row(spec: Any, spec_dir: Path, n: int) -> dict[str, Any]:
+    """Row ``n`` (its index in the split) of the spec's dataset, as training selects it; ``LookupError`` (one line)
+    when the data cannot be loaded or the row is not selected. A row training skips is returned with a note."""
+    from sailrl.runtime.data import DatasetError, load_rows
+
+    try:
+        rows = load_rows(spec, spec_dir)
+    except DatasetError as exc:
+        raise LookupError(f"cannot load the dataset: {exc}") from None
+    ev = spec.dataset.eval
+    carved = rows.eval if ev is not None and ev.split is None else []  # eval rows of the same split
+    for row in [*rows.train, *carved]:
+        if row.get("_index") == n:
+            return {k: v for k, v in row.items() if k != "_index"}
+    for skipped in rows.skipped:
+        if skipped.index == n and skipped.split == spec.dataset.split:
+            print(f"note: row {n} is skipped in training: {skipped.reason}", file=sys.stderr)
+            return {k: v for k, v in skipped.row.items() if k != "_index"}
+    have = sorted(r["_index"] for r in [*rows.train, *carved])
+    span = f"{have[0]}..{have[-1]}" if have else "none"
+    raise LookupError(f"row {n} is not among the selected rows of split '{spec.dataset.split}' "
+                      f"(rows {span}; dataset.range / dataset.limit select them)")
+
+
+def _quoted(text: str) -> str:
+    """Text in quotes as typed (backslashes single), line breaks shown as ⏎."""
+    return "'" + text.replace("\r\n", "\n").replace("\n", "⏎") + "'"
+
+
+def print_score_tables(fn: Any, results: list[tuple]) -> None:
+    """One table per ``(item, fields, reference problem, score, traces)``: rule | result | score | why, and the total;
+    then the completion text and the reference answer (``sailrl rewards``, ``sailrl sample``)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    for i, (item, fields, problem, score, traces) in enumerate(results, 1):
+        text = item["completion"]
+        shown = text if len(text) <= 200 else text[:197] + "..."
+        flags = []
+        if item.get("truncated"):
+            flags.append("cut off at max_tokens")
+        if item.get("num_tokens") is not None:
+            flags.append(f"{item['num_tokens']} tokens")
+        title = f"completion {i}" + (f" ({', '.join(flags)})" if flags else "")
+        table = Table(title=escape(title), title_justify="left", show_lines=False)
+        table.add_column("rule")
+        table.add_column("result")
+        table.add_column("score", justify="right")
+        table.add_column("why", overflow="fold")
+        for t in traces:
+            result = "[green]pass[/]" if t.passed else "[red]fail[/]"
+            table.add_row(escape(t.name), result, f"{t.contribution:g}", escape(t.why))
+        table.add_section()
+        table.add_row("[bold]total[/]", "", f"[bold]{score.total:g}[/]", "")
+        console.print(table)
+        console.print(f"  text: {escape(_quoted(shown))}")
+        ref = fn.reference_answer(fields)
+        if ref is not None:
+            console.print(f"  reference answer: {escape(_quoted(ref))}")
+        if problem is not None:
+            console.print(f"  [red]reference problem:[/] {escape(problem)} (training skips such rows)")
+        if score.timeouts:
+            console.print(f"  [yellow]{score.timeouts} regex evaluation(s) hit the time limit[/]")
+        console.print()
+    if len(results) > 1:
+        mean = sum(r[3].total for r in results) / len(results)
+        line = f"{len(results)} completions, mean total {mean:.4g}"
+        corrects = [r[3].correct for r in results if r[3].correct is not None]
+        if corrects:
+            line += f", correct {sum(corrects)}/{len(corrects)}"
+        console.print(line)

@@ -70,32 +70,10 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     return items
 
 
-def _dataset_row(spec: Any, spec_path: str, n: int) -> dict[str, Any]:
-    from sailrl.runtime.data import DatasetError, load_rows
-
-    try:
-        rows = load_rows(spec, Path(spec_path).resolve().parent)
-    except DatasetError as exc:
-        raise LookupError(f"cannot load the dataset: {exc}") from None
-    ev = spec.dataset.eval
-    carved = rows.eval if ev is not None and ev.split is None else []  # eval rows of the same split
-    for row in [*rows.train, *carved]:
-        if row.get("_index") == n:
-            return {k: v for k, v in row.items() if k != "_index"}
-    for skipped in rows.skipped:
-        if skipped.index == n and skipped.split == spec.dataset.split:
-            print(f"note: row {n} is skipped in training: {skipped.reason}", file=sys.stderr)
-            return {k: v for k, v in skipped.row.items() if k != "_index"}
-    have = sorted(r["_index"] for r in [*rows.train, *carved])
-    span = f"{have[0]}..{have[-1]}" if have else "none"
-    raise LookupError(f"row {n} is not among the selected rows of split '{spec.dataset.split}' "
-                      f"(rows {span}; dataset.range / dataset.limit select them)")
-
-
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from sailrl.commands._common import load_spec_lenient, spec_missing, use_color
+    from sailrl.commands._common import dataset_row, load_spec_lenient, print_score_tables, spec_missing, use_color
 
     color = use_color("auto", sys.stderr)
     try:
@@ -121,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     row: dict[str, Any] = {}
     if args.row is not None:
         try:
-            row = _dataset_row(spec, args.spec, args.row)
+            row = dataset_row(spec, Path(args.spec).resolve().parent, args.row)
         except LookupError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -149,57 +127,8 @@ def run(args: argparse.Namespace) -> int:
                 "reference_problem": problem,
             }))
     else:
-        _print_tables(fn, results)
+        print_score_tables(fn, results)
     if problems and args.row is None and not fields:
         print(f"note: the reward needs the reference answer: pass it with --field "
               f"{spec.prompt.reference_field}=VALUE, or take a dataset row with --row N", file=sys.stderr)
     return 1 if problems else 0
-
-
-def _quoted(text: str) -> str:
-    """Text in quotes as typed (backslashes single), line breaks shown as ⏎."""
-    return "'" + text.replace("\r\n", "\n").replace("\n", "⏎") + "'"
-
-
-def _print_tables(fn: Any, results: list[tuple]) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = Console(highlight=False)
-    for i, (item, fields, problem, score, traces) in enumerate(results, 1):
-        text = item["completion"]
-        shown = text if len(text) <= 200 else text[:197] + "..."
-        flags = []
-        if item.get("truncated"):
-            flags.append("cut off at max_tokens")
-        if item.get("num_tokens") is not None:
-            flags.append(f"{item['num_tokens']} tokens")
-        title = f"completion {i}" + (f" ({', '.join(flags)})" if flags else "")
-        table = Table(title=escape(title), title_justify="left", show_lines=False)
-        table.add_column("rule")
-        table.add_column("result")
-        table.add_column("score", justify="right")
-        table.add_column("why", overflow="fold")
-        for t in traces:
-            result = "[green]pass[/]" if t.passed else "[red]fail[/]"
-            table.add_row(escape(t.name), result, f"{t.contribution:g}", escape(t.why))
-        table.add_section()
-        table.add_row("[bold]total[/]", "", f"[bold]{score.total:g}[/]", "")
-        console.print(table)
-        console.print(f"  text: {escape(_quoted(shown))}")
-        ref = fn.reference_answer(fields)
-        if ref is not None:
-            console.print(f"  reference answer: {escape(_quoted(ref))}")
-        if problem is not None:
-            console.print(f"  [red]reference problem:[/] {escape(problem)} (training skips such rows)")
-        if score.timeouts:
-            console.print(f"  [yellow]{score.timeouts} regex evaluation(s) hit the time limit[/]")
-        console.print()
-    if len(results) > 1:
-        mean = sum(r[3].total for r in results) / len(results)
-        line = f"{len(results)} completions, mean total {mean:.4g}"
-        corrects = [r[3].correct for r in results if r[3].correct is not None]
-        if corrects:
-            line += f", correct {sum(corrects)}/{len(corrects)}"
-        console.print(line)

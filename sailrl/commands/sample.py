@@ -1,0 +1,67 @@
+"""``sailrl sample RUN_DIR``: sample the policy a run trained and score each completion with the spec's rules.
+
+``--prompt TEXT`` (a user turn, as is) or ``--row N`` (row N of the spec's data, through its prompt template);
+``--n K`` completions (default 4); ``--checkpoint final|STEP``; ``--field NAME=VALUE`` gives the reference answer
+for a ``--prompt``; ``--temperature`` / ``--max-tokens`` override the spec's ``sampling:``. Prints each completion
+as ``sailrl rewards`` does (rule | result | score | why, and the total). See :mod:`sailrl.export.sample`.
+Exit 0, or 1 with one line saying what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _field(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"--field needs NAME=VALUE, got {text!r} (e.g. --field answer=7)")
+    return name.strip(), value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"--n takes a whole number from 1 to 256, not {text!r}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (output.run_dir, e.g. runs/quickstart)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", metavar="TEXT", help="the user's message, as is (the spec's template is not applied)")
+    src.add_argument("--row", type=int, metavar="N", help="row N of the spec's dataset split, through its template")
+    p.add_argument("--n", type=_positive, default=4, metavar="K", help="completions to sample (default 4)")
+    p.add_argument("--checkpoint", default="final", metavar="final|STEP",
+                   help="which checkpoint: 'final' (default) or the step a checkpoint was saved after")
+    p.add_argument("--field", "-f", type=_field, action="append", default=[], metavar="NAME=VALUE",
+                   help="a dataset field for the rules, e.g. --field answer=7 (repeatable; overrides --row)")
+    p.add_argument("--temperature", type=float, help="override sampling.temperature (0 = greedy)")
+    p.add_argument("--max-tokens", type=int, help="override sampling.max_tokens")
+    p.add_argument("--seed", type=int, help="sampling seed (same seed, same completions on the embedded backend)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from sailrl.commands._common import print_score_tables
+    from sailrl.export import RunInfo
+    from sailrl.export.sample import sample_run
+
+    run_info = RunInfo.read(args.run_dir)
+    ckpt = run_info.checkpoint(args.checkpoint)
+    result = sample_run(run_info, ckpt, prompt=args.prompt, row=args.row, fields=dict(args.field), n=args.n,
+                        temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
+    print(f"{ckpt.path} (step {ckpt.step}), {len(result.completions)} completion(s) of:")
+    for m in result.messages:
+        print(f"  {m['role']}: {m['content']!r}")
+    print()
+    rows = [({"completion": c.text, "truncated": c.truncated, "num_tokens": len(c.tokens)}, result.fields,
+             result.reference_problem, c.score, c.traces) for c in result.completions]
+    print_score_tables(result.reward_fn, rows)
+    if result.reference_problem is not None and args.row is None and not args.field:
+        print(f"note: the reward needs the reference answer: pass it with --field "
+              f"{run_info.spec().prompt.reference_field}=VALUE, or take a dataset row with --row N", file=sys.stderr)
+    return 0

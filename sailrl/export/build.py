@@ -1,0 +1,221 @@
+"""Build a run's checkpoint as a PEFT adapter or a merged Hugging Face model, into a folder that appears whole or not
+at all.
+
+- A Tinker run (``tinker://`` checkpoint): tinker_cookbook's ``weights.download`` fetches the checkpoint (a sampler
+  checkpoint's archive), then ``weights.build_lora_adapter`` converts it to a PEFT adapter keyed as the Hugging Face
+  model's modules (what vLLM ``--lora-modules`` / SGLang ``--lora-paths`` load), or ``weights.build_hf_model``
+  merges it into the base model's weights. The base model's files come from the Hugging Face cache, or the hub
+  (``sailrl.runtime.local.sources.hub_snapshot``: one metadata request with a short timeout).
+- An embedded-backend run (``local://`` checkpoint): the adapter files in ``$SAILRL_HOME/checkpoints`` are already
+  PEFT's; the base model is read from where the run read it (``base_model.json``: a built-in model, a folder, a GGUF
+  file or a hub snapshot). ``merged`` is ``PeftModel.from_pretrained(base, checkpoint).merge_and_unload()``; an
+  adapter on a tied output embedding is merged into an untied copy, as the embedded sampler does, so the input
+  embedding stays the base's. A built-in base (``sailrl/tiny*``) is not on the hub, so a ``peft`` export carries it
+  in ``base/``.
+
+Everything is written to a temporary folder beside the target and renamed into place at the end, so a failure (or
+Ctrl-C) leaves no half-written output and an existing folder is replaced only with ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sailrl.export.runinfo import Checkpoint, ExportError
+from sailrl.spec.models import is_builtin
+
+FORMATS = ("peft", "merged")
+BASE_SUBFOLDER = "base"
+
+
+@dataclass
+class Built:
+    """What a build made. ``base_model``: the base's name (hub id, built-in name or folder); ``base_ref``: how the
+    usage snippet loads it; ``lora_rank``; ``files``: names written (sorted)."""
+
+    base_model: str
+    base_ref: str
+    lora_rank: int | None
+    lora_alpha: float | None = None
+    target_modules: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ atomic output
+
+
+def check_target(target: Path, overwrite: bool) -> None:
+    """:class:`ExportError` when ``target`` exists and ``overwrite`` is not set (or is not a folder)."""
+    if target.exists() or target.is_symlink():
+        if not overwrite:
+            raise ExportError(f"{target} already exists: pass --overwrite to replace it, or -o another folder")
+        if not target.is_dir() or target.is_symlink():
+            raise ExportError(f"{target} exists and is not a folder: remove it or pass -o another folder")
+
+
+def write_atomically(target: Path, overwrite: bool, fill: Callable[[Path], None]) -> None:
+    """Call ``fill(folder)`` on a fresh folder that does not exist yet, beside ``target``, then rename it to
+    ``target`` (replacing an existing one only with ``overwrite``). On any failure nothing is left behind."""
+    check_target(target, overwrite)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.partial-"))
+    try:
+        built = staging / "out"
+        fill(built)
+        if not built.is_dir():
+            raise ExportError(f"the export wrote nothing to {built}")  # a build that returned without output
+        check_target(target, overwrite)  # again: something may have appeared meanwhile
+        if target.exists():
+            os.replace(target, staging / "replaced")
+        os.replace(built, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+# ------------------------------------------------------------------------------------------------ embedded backend
+
+
+def _local_directory(ckpt: Checkpoint, have: str) -> str:
+    from sailrl.runtime.backends import local_checkpoint_dir
+    from sailrl.runtime.local.checkpoints import CheckpointPathError, CheckpointStore
+
+    store = CheckpointStore(str(local_checkpoint_dir()))
+    try:
+        return store.existing(ckpt.path)
+    except CheckpointPathError:
+        raise ExportError(
+            f"the checkpoint {ckpt.path} is no longer in the embedded backend's store ({store.directory(ckpt.path)}"
+            f" is gone: removed by `sailrl clean`, or SAILRL_HOME differs from the run's); {have}") from None
+
+
+def _load_local_base(directory: str) -> tuple[Any, Any, Any]:
+    """``(BaseModelSpec, model, tokenizer)`` of the base a checkpoint was trained on (float32, CPU)."""
+    import torch  # lazy: torch only for the build itself
+
+    from sailrl.runtime.local.sources import BaseModelError
+    from sailrl.runtime.local.tiny import BaseModelCache, BaseModelSpec, load_base_model
+
+    try:
+        spec = BaseModelSpec.read(directory)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ExportError(f"the checkpoint in {directory} has no readable base_model.json ({exc})") from None
+    try:
+        model = load_base_model(spec, torch.float32, "cpu")
+        tokenizer = BaseModelCache(torch.float32, "cpu").tokenizer(spec)
+    except BaseModelError as exc:
+        raise ExportError(f"cannot load the base model the run trained on: {exc}") from None
+    return spec, model, tokenizer
+
+
+def _base_name(spec: Any) -> str:
+    """The name a model card and ``adapter_config.json`` give the base: the hub id, the folder, the built-in name."""
+    return spec.model_name
+
+
+def _untie_output_embedding(model: Any, targets: list[str]) -> None:
+    """Give the output projection its own weight when the adapter changes it and it shares the input embedding."""
+    import torch  # lazy: see _load_local_base
+
+    out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
+    name = next((n for n, m in model.named_modules() if m is out_emb), None)
+    if out_emb is None or in_emb is None or name is None or name.split(".")[-1] not in targets:
+        return
+    if out_emb.weight is in_emb.weight:
+        out_emb.weight = torch.nn.Parameter(out_emb.weight.detach().clone(), requires_grad=False)
+        model.config.tie_word_embeddings = False
+        text_config = getattr(model.config, "get_text_config", None)
+        if callable(text_config):
+            text_config().tie_word_embeddings = False
+
+
+def build_local(ckpt: Checkpoint, fmt: str, out: Path, final_target: Path, have: str) -> Built:
+    """Write ``ckpt`` (a ``local://`` checkpoint) to the new folder ``out`` as ``fmt``."""
+    directory = _local_directory(ckpt, have)
+    with open(os.path.join(directory, "adapter_config.json"), encoding="utf-8") as f:
+        adapter_config = json.load(f)
+    spec, model, tokenizer = _load_local_base(directory)
+    builtin = is_builtin(spec.model_name)
+    base = _base_name(spec)
+    out.mkdir()
+    targets = sorted(adapter_config.get("target_modules") or [])
+    if fmt == "peft":
+        base_ref = str(final_target / BASE_SUBFOLDER) if builtin else base
+        shutil.copyfile(os.path.join(directory, "adapter_model.safetensors"), out / "adapter_model.safetensors")
+        config = {**adapter_config, "base_model_name_or_path": base_ref, "inference_mode": True}
+        (out / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
+                                                 encoding="utf-8")
+        tokenizer.save_pretrained(out)
+        if builtin:  # not on the hub: the adapter carries its base
+            model.save_pretrained(out / BASE_SUBFOLDER)
+            tokenizer.save_pretrained(out / BASE_SUBFOLDER)
+    else:
+        from peft import PeftModel  # lazy: see _load_local_base
+
+        _untie_output_embedding(model, targets)
+        merged = PeftModel.from_pretrained(model, directory).merge_and_unload()
+        merged.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        base_ref = base
+    return Built(base, base_ref, adapter_config.get("r"), adapter_config.get("lora_alpha"), targets)
+
+
+# ------------------------------------------------------------------------------------------------ Tinker
+
+
+def _hub_folder(model_name: str) -> str:
+    """The base model's files: a local folder as is, else the Hugging Face cache or the hub (bounded)."""
+    from sailrl.runtime.local.sources import BaseModelError, hub_snapshot
+
+    if os.path.isdir(model_name):
+        return model_name
+    try:
+        folder, _ = hub_snapshot(model_name)
+    except BaseModelError as exc:
+        raise ExportError(f"cannot load the base model the run trained on: {exc}") from None
+    return folder
+
+
+def build_tinker(ckpt: Checkpoint, fmt: str, out: Path, base_model: str, have: str) -> Built:
+    """Download ``ckpt`` (a ``tinker://`` checkpoint) with tinker_cookbook and build it into ``out`` as ``fmt``."""
+    from tinker_cookbook import weights  # lazy: torch, transformers and the Tinker SDK
+    from tinker_cookbook.exceptions import WeightsDownloadError
+
+    download = Path(tempfile.mkdtemp(dir=out.parent, prefix="tinker-checkpoint-"))
+    try:
+        try:
+            weights.download(tinker_path=ckpt.path, output_dir=str(download))
+        except WeightsDownloadError as exc:
+            cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+            raise ExportError(
+                f"cannot download {ckpt.path}: {exc}{cause}. A checkpoint is deleted when its TTL ends "
+                f"(training.checkpoint_ttl_s); {have}") from None
+        with open(download / "adapter_config.json", encoding="utf-8") as f:
+            adapter_config = json.load(f)
+        folder = _hub_folder(base_model)
+        try:
+            if fmt == "peft":
+                weights.build_lora_adapter(base_model=folder, adapter_path=str(download), output_path=str(out))
+                config_path = out / "adapter_config.json"
+                config = json.loads(config_path.read_text(encoding="utf-8"))
+                config["base_model_name_or_path"] = base_model  # the hub id serving frameworks resolve
+                config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+            else:
+                weights.build_hf_model(base_model=folder, adapter_path=str(download), output_path=str(out))
+        except (FileNotFoundError, ValueError) as exc:  # WeightsAdapterError is a ValueError subclass
+            raise ExportError(f"cannot build {ckpt.path} on {base_model}: {exc}") from None
+        targets = sorted(json.loads((out / "adapter_config.json").read_text()).get("target_modules") or []
+                         ) if fmt == "peft" else []
+        return Built(base_model, base_model, adapter_config.get("r"), adapter_config.get("lora_alpha"), targets)
+    finally:
+        shutil.rmtree(download, ignore_errors=True)

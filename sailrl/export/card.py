@@ -1,0 +1,204 @@
+"""The model card of an export: ``README.md`` with a YAML metadata block (``huggingface_hub.ModelCardData``, as
+tinker_cookbook's ``weights.generate_model_card`` writes it), and the files beside it.
+
+The card says what the model was trained for, from the run's own records: the base model, the LoRA rank, the spec
+(name, sha256, the reward rules in the words ``sailrl explain`` uses), the data (source, split, rows), the steps,
+the first-vs-last metrics and evaluation from ``metrics.jsonl``, the checkpoint, and the versions of sailrl and the
+libraries. The spec file (when it is still the one the run hashed; otherwise the resolved spec from
+``config.json``) and ``metrics.jsonl`` are copied beside it. Nothing from the environment is written: no key, no
+token, no host name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from sailrl import __version__
+from sailrl.export.build import BASE_SUBFOLDER, Built
+from sailrl.export.runinfo import Checkpoint, RunInfo
+from sailrl.runtime.rundir import METRICS_FILE
+from sailrl.spec.models import is_builtin
+
+LIBRARIES = ("torch", "transformers", "peft", "tinker", "tinker-cookbook")
+SPEC_COPY = "spec.yaml"
+RESOLVED_SPEC_COPY = "spec.resolved.json"
+HUB_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./")
+
+
+def _version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _is_hub_id(name: str) -> bool:
+    """Whether ``name`` reads as a Hugging Face repository id (``org/name``), not a built-in model or a file."""
+    from sailrl.spec.constants import LOCAL_DATA_SUFFIXES
+
+    return (name.count("/") == 1 and not name.startswith((".", "/", "~")) and set(name) <= HUB_ID_CHARS
+            and not is_builtin(name) and not name.lower().endswith((*LOCAL_DATA_SUFFIXES, ".gguf")))
+
+
+def explain_lines(spec: Any, spec_dir: Path) -> list[str]:
+    """The reward rules in words, exactly as ``sailrl explain`` prints them."""
+    from sailrl.runtime.rewards import RewardFunction
+
+    return RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir).explain()
+
+
+def data_rows(spec: Any, spec_dir: Path) -> str:
+    """How many training / eval rows the run had, counted from a local file; for a hub dataset, not counted here
+    (that would download it)."""
+    from sailrl.spec.constants import LOCAL_DATA_SUFFIXES
+
+    if not spec.dataset.source.lower().endswith(LOCAL_DATA_SUFFIXES):
+        return "not counted here (a hub dataset)"
+    from sailrl.runtime.data import DatasetError, load_rows
+    from sailrl.runtime.rewards import RewardFunction
+
+    try:
+        fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
+        rows = load_rows(spec, spec_dir, fn)
+    except (DatasetError, OSError, ValueError) as exc:
+        return f"not counted (the file cannot be read here: {str(exc).splitlines()[0][:160]})"
+    text = f"{len(rows.train)} training rows"
+    if rows.eval:
+        text += f", {len(rows.eval)} eval rows"
+    if rows.skipped:
+        text += f", {len(rows.skipped)} skipped"
+    return text
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+    return sum(values) / len(values) if values else None
+
+
+def metric_rows(metrics: list[dict[str, Any]], rule_names: list[str], k: int = 5) -> list[tuple[str, str, str, int]]:
+    """``(metric, first, last, n)``: means of the first and last ``n`` steps that logged it (``n`` = min(k, half)),
+    for reward, each rule, ``correct``, the degenerate and truncated fractions, and the eval metrics."""
+    keys = ["reward/total", *[f"reward/{r}" for r in rule_names], "correct", "degenerate_frac", "frac_truncated",
+            "eval/reward/total", "eval/correct"]
+    out = []
+    for key in keys:
+        values = [m[key] for m in metrics if isinstance(m.get(key), int | float)]
+        if not values:
+            continue
+        n = min(k, len(values) // 2) if len(values) > 1 else 1
+        first, last = _mean(values[:n]), _mean(values[-n:])
+        if first is None or last is None:
+            continue
+        out.append((key, f"{first:.3f}", f"{last:.3f}", n))
+    return out
+
+
+def _usage(built: Built, fmt: str, folder_name: str, repo_id: str | None) -> str:
+    where = repo_id or f"./{folder_name}"
+    if fmt == "merged":
+        return ("from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+                f'model = AutoModelForCausalLM.from_pretrained("{where}")\n'
+                f'tokenizer = AutoTokenizer.from_pretrained("{where}")')
+    base = f"{where}/{BASE_SUBFOLDER}" if is_builtin(built.base_model) and repo_id is None else built.base_model
+    if is_builtin(built.base_model) and repo_id is not None:
+        load_base = (f'base = AutoModelForCausalLM.from_pretrained("{repo_id}", subfolder="{BASE_SUBFOLDER}")')
+    else:
+        load_base = f'base = AutoModelForCausalLM.from_pretrained("{base}")'
+    text = ("from peft import PeftModel\nfrom transformers import AutoModelForCausalLM\n\n"
+            f"{load_base}\nmodel = PeftModel.from_pretrained(base, \"{where}\")")
+    if _is_hub_id(built.base_model):
+        text += f"\n\n# serving: vllm serve {built.base_model} --enable-lora --lora-modules trained={where}"
+    return text
+
+
+def render_card(run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_name: str,
+                spec_file: str = SPEC_COPY, repo_id: str | None = None) -> str:
+    """The ``README.md`` text."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    spec = run.spec()
+    hub_base = _is_hub_id(built.base_model)
+    tags = ["sailrl", "reinforcement-learning", "grpo"] + (["peft", "lora"] if fmt == "peft" else [])
+    data = ModelCardData(library_name="peft" if fmt == "peft" else "transformers", pipeline_tag="text-generation",
+                         tags=tags, base_model=built.base_model if hub_base else None)
+    if _is_hub_id(spec.dataset.source):
+        data.datasets = [spec.dataset.source]
+    t = spec.training
+    rules = explain_lines(spec, run.spec_dir)
+    rule_names = [r.name for r in spec.reward.rules]
+    rows = metric_rows(run.metrics, rule_names)
+    steps_logged = len(run.metrics)
+    lines = [
+        "---", data.to_yaml(), "---", "",
+        f"# {spec.name}", "",
+        f"A LoRA fine-tune of {built.base_model} trained with reinforcement learning by "
+        f"sailrl {__version__} from the spec `{spec.name}` "
+        f"({'the embedded local backend' if ckpt.is_local else 'Tinker'}).", "",
+        "## Model", "",
+        f"- **Base model:** {built.base_model}",
+        f"- **Format:** {'LoRA adapter (PEFT)' if fmt == 'peft' else 'merged model (the LoRA added into the base weights)'}",
+        f"- **LoRA rank:** {built.lora_rank}" + (f" (alpha {built.lora_alpha:g})" if built.lora_alpha else ""),
+    ]
+    if built.target_modules:
+        lines.append(f"- **LoRA modules:** {', '.join(built.target_modules)}")
+    lines += [
+        f"- **Checkpoint:** `{ckpt.path}` ({'final, ' if ckpt.final else ''}after step {ckpt.step})",
+        f"- **Renderer:** {spec.model.renderer or 'the model default'}", "",
+        "## Training", "",
+        f"- **Spec:** `{spec.name}`, sha256 `{run.spec_sha256}` (beside this card: `{spec_file}`"
+        + (", the values the run resolved: the spec file changed since" if spec_file == RESOLVED_SPEC_COPY else "")
+        + ")",
+        f"- **Steps:** {ckpt.step} of {t.steps} ({steps_logged} logged in `{METRICS_FILE}`), "
+        f"{t.groups_per_step} groups x {t.group_size} rollouts per step",
+        f"- **Optimiser:** learning rate {t.learning_rate:g}, loss `{t.loss_fn}`",
+        f"- **Data:** `{spec.dataset.source}`, split `{spec.dataset.split}`, {data_rows(spec, run.spec_dir)}", "",
+        "### Reward, per completion", "",
+        *[f"- {line}" for line in rules], "",
+        "## Results", "",
+    ]
+    if rows:
+        lines += ["| metric | first steps | last steps |", "|---|---|---|"]
+        lines += [f"| {key} | {first} (mean of {n}) | {last} (mean of {n}) |" for key, first, last, n in rows]
+    else:
+        lines.append("No metrics were logged.")
+    lines += [
+        "", "## Usage", "", "```python", _usage(built, fmt, folder_name, repo_id), "```", "",
+        "## Versions", "",
+        f"- sailrl: {__version__} (the run: {run.config.get('sailrl_version', 'unknown')})",
+        *[f"- {name}: {_version(name)}" for name in LIBRARIES], "",
+    ]
+    return ModelCard("\n".join(lines)).content
+
+
+def write_card(out: Path, run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_name: str) -> None:
+    """Write ``README.md``, the spec and ``metrics.jsonl`` into ``out``."""
+    spec_file = copy_records(out, run)
+    (out / "README.md").write_text(render_card(run, ckpt, fmt, built, folder_name, spec_file), encoding="utf-8")
+
+
+def copy_records(out: Path, run: RunInfo) -> str:
+    """Copy the spec file (when its sha256 is still the run's; else write the resolved spec) and ``metrics.jsonl``
+    into ``out``; returns the spec copy's name."""
+    from sailrl.spec.errors import SpecErrors
+    from sailrl.spec.loader import read_spec_file
+
+    metrics = run.path / METRICS_FILE
+    if metrics.is_file():
+        shutil.copyfile(metrics, out / METRICS_FILE)
+    source = run.spec_path
+    if source is not None:
+        try:
+            _, digest = read_spec_file(str(source))
+        except SpecErrors:
+            digest = None
+        if digest == run.spec_sha256:
+            shutil.copyfile(source, out / SPEC_COPY)
+            return SPEC_COPY
+    (out / RESOLVED_SPEC_COPY).write_text(json.dumps(run.config["spec"], indent=2, sort_keys=True) + "\n",
+                                          encoding="utf-8")
+    return RESOLVED_SPEC_COPY

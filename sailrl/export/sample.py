@@ -1,0 +1,148 @@
+"""Sample a run's trained policy and score the completions with its spec's reward rules (``sailrl sample``).
+
+The prompt is a dataset row rendered with the spec's prompt template (``row``), or a user turn given as text
+(``prompt``; the template is not applied). Either way it is built with the run's renderer, and sampled with the
+run's ``sampling:`` settings (``max_tokens``, ``temperature``, ``top_p``, stop sequences) unless overridden:
+from the checkpoint's sampling client — the embedded backend's for a ``local://`` checkpoint, Tinker's
+``ServiceClient.create_sampling_client`` for a ``tinker://`` one (``TINKER_API_KEY``). Each completion's text is
+what the rules read during training (``rollout.completion_text``), scored with ``RewardFunction.trace``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from sailrl.export.runinfo import Checkpoint, ExportError, RunInfo
+
+#: Seconds a sampling request may take before ``sailrl sample`` gives up.
+SAMPLE_TIMEOUT_S = 600.0
+
+
+@dataclass
+class Sampled:
+    """One completion: ``text`` (what the rules read), ``tokens``, ``truncated`` (cut at max_tokens), its
+    ``score`` and per-rule ``traces``."""
+
+    text: str
+    tokens: list[int]
+    truncated: bool
+    score: Any
+    traces: list[Any]
+
+
+@dataclass
+class SampleResult:
+    messages: list[dict[str, str]]
+    fields: dict[str, Any]
+    reference_problem: str | None
+    reward_fn: Any
+    completions: list[Sampled] = field(default_factory=list)
+
+
+def _renderer(spec: Any, spec_dir: Any) -> tuple[Any, Any]:
+    from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
+    from sailrl.spec.errors import UserError
+
+    try:
+        tokenizer = get_tokenizer(spec.model.name, spec_dir)
+        name = spec.model.renderer or default_renderer_name(spec.model.name, spec_dir)
+        if name is None:
+            raise ExportError(f"no renderer is known for model '{spec.model.name}'; set model.renderer")
+        return tokenizer, get_renderer(name, tokenizer)
+    except UserError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise ExportError(f"cannot build the tokenizer of '{spec.model.name}' here: "
+                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def _sampling_client(spec: Any, ckpt: Checkpoint, spec_dir: Any, have: str) -> Any:
+    if ckpt.is_local:
+        from sailrl.runtime.backends import local_checkpoint_dir
+        from sailrl.runtime.local import LocalServiceClient
+        from sailrl.runtime.local.checkpoints import CheckpointPathError, CheckpointStore
+        from sailrl.runtime.local.sources import BaseModelError
+
+        store = local_checkpoint_dir()
+        try:
+            CheckpointStore(str(store)).existing(ckpt.path)
+        except CheckpointPathError:
+            raise ExportError(f"the checkpoint {ckpt.path} is no longer in the embedded backend's store ({store}: "
+                              f"removed by `sailrl clean`, or SAILRL_HOME differs from the run's); {have}") from None
+        service = LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed, model_dir=spec_dir)
+        try:
+            return service, service.create_sampling_client(model_path=ckpt.path).result()
+        except BaseModelError as exc:
+            service.close("error")
+            raise ExportError(f"cannot load the base model the run trained on: {exc}") from None
+    import tinker  # lazy: the SDK only for a Tinker run
+
+    from sailrl.runtime.backends import check_keys
+
+    check_keys("tinker")
+    try:
+        service = tinker.ServiceClient()
+        return service, service.create_sampling_client(model_path=ckpt.path)
+    except Exception as exc:  # noqa: BLE001 -- an expired checkpoint, a refused key: one line
+        raise ExportError(f"Tinker cannot sample {ckpt.path}: {exc}. A checkpoint is deleted when its TTL ends "
+                          f"(training.checkpoint_ttl_s); {have}") from None
+
+
+async def _sample(client: Any, model_input: Any, n: int, params: Any) -> Any:
+    return await asyncio.wait_for(
+        client.sample_async(prompt=model_input, num_samples=n, sampling_params=params), SAMPLE_TIMEOUT_S)
+
+
+def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row: int | None = None,
+               fields: dict[str, Any] | None = None, n: int = 4, temperature: float | None = None,
+               max_tokens: int | None = None, seed: int | None = None) -> SampleResult:
+    """Sample ``n`` completions of ``ckpt`` for a prompt and score them (see the module docstring)."""
+    import tinker
+
+    from sailrl.commands._common import dataset_row
+    from sailrl.runtime.prompts import PromptBuilder
+    from sailrl.runtime.rewards import RewardFunction
+    from sailrl.runtime.rollout import completion_text
+
+    if (prompt is None) == (row is None):
+        raise ExportError("give the prompt as --prompt TEXT or take it from the data with --row N (one of them)")
+    spec = run.spec()
+    spec_dir = run.spec_dir
+    tokenizer, renderer = _renderer(spec, spec_dir)
+    builder = PromptBuilder(spec.prompt, renderer)
+    values: dict[str, Any] = {}
+    if row is not None:
+        try:
+            values = dataset_row(spec, spec_dir, row)
+        except LookupError as exc:
+            raise ExportError(str(exc)) from None
+        messages = builder.messages(values)
+    else:
+        messages = [{"role": "user", "content": str(prompt)}]
+    values = {**values, **(fields or {})}
+    model_input = renderer.build_generation_prompt(messages)
+    stop = spec.sampling.stop or builder.stop_sequences()
+    params = tinker.SamplingParams(
+        max_tokens=max_tokens or spec.sampling.max_tokens,
+        temperature=spec.sampling.temperature if temperature is None else temperature,
+        top_p=spec.sampling.top_p, stop=stop, seed=seed)
+    reward_fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
+    service, client = _sampling_client(spec, ckpt, spec_dir, run._have())
+    try:
+        response = asyncio.run(_sample(client, model_input, n, params))
+    except TimeoutError:
+        raise ExportError(f"sampling {ckpt.path} took more than {SAMPLE_TIMEOUT_S:.0f} s; try again") from None
+    finally:
+        close = getattr(service, "close", None)
+        if ckpt.is_local and callable(close):
+            close("done")
+    result = SampleResult(messages, values, reward_fn.reference_problem(values), reward_fn)
+    for seq in response.sequences:
+        tokens = list(seq.tokens)
+        text, clean = completion_text(renderer, tokens, stop, mode=reward_fn.text_mode)
+        truncated = seq.stop_reason == "length"
+        score, traces = reward_fn.trace(text, values, truncated=truncated, num_tokens=len(tokens))
+        result.completions.append(Sampled(text, tokens, truncated, score, traces))
+    return result

@@ -1,0 +1,291 @@
+"""``sailrl export`` / ``sailrl sample`` on a real run of the embedded backend, and bad input.
+
+A tiny Llama-architecture model is built from a small config and saved as a local model folder
+(tests/fakes/tiny_models.py); ``sailrl run`` trains it (a supervised warm-up, so the adapter is not zero, then two
+RL steps). Both export formats load with transformers / peft as they are, and the merged model's greedy completion
+equals the embedded backend's greedy completion from the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import tinker
+import torch
+
+from sailrl.cli import main
+from tests.fakes.tiny_models import save_model_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRETS = {"TINKER_API_KEY": "tml-FAKESECRETtinker0123456789", "SAIL_API_KEY": "sail-FAKESECRETsail0123456789",
+           "HF_TOKEN": "hf_FAKESECRETtoken0123456789"}
+
+
+def _spec_text(model: str, run_dir: Path) -> str:
+    text = (ROOT / "spec/examples/quickstart.yaml").read_text()
+    text = text.split("\nexamples:")[0] + "\n"
+    for old, new in [("name: sailrl/tiny-arith", f"name: {model}"), ("lora_rank: 16", "lora_rank: 4"),
+                     ("source: data/addition.jsonl", f"source: {ROOT / 'spec/examples/data/addition.jsonl'}"),
+                     ("steps: 100", "steps: 2\n  warmup: {steps: 3, batch_size: 8, learning_rate: 3e-2}"),
+                     ("group_size: 8", "group_size: 2"), ("groups_per_step: 16", "groups_per_step: 2"),
+                     ("save_every: 20", "save_every: 1"), ("run_dir: runs/quickstart", f"run_dir: {run_dir}"),
+                     ("name: quickstart", "name: export-test")]:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(run_dir, base folder, SAILRL_HOME, spec path): a two-step run of a tiny local Llama folder."""
+    root = tmp_path_factory.mktemp("export")
+    home = root / "home"
+    base = root / "tiny-llama"
+    save_model_dir("llama", base)
+    spec = root / "spec.yaml"
+    run_dir = root / "run"
+    spec.write_text(_spec_text(str(base), run_dir))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SAILRL_HOME", str(home))
+        assert main(["run", str(spec)]) == 0
+    return run_dir, base, home, spec
+
+
+@pytest.fixture
+def home(trained, monkeypatch):
+    monkeypatch.setenv("SAILRL_HOME", str(trained[2]))
+    for k, v in SECRETS.items():
+        monkeypatch.setenv(k, v)
+    return trained[2]
+
+
+def _final_dir(home: Path, run_dir: Path) -> Path:
+    records = [json.loads(line) for line in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
+    final = [r for r in records if r.get("final")][-1]["sampler_path"]
+    return home / "checkpoints" / final.removeprefix("local://")
+
+
+def _greedy_embedded(home: Path, base: Path, run_dir: Path, prompt: tinker.ModelInput, max_tokens: int) -> list[int]:
+    from sailrl.runtime.local import LocalServiceClient
+
+    records = [json.loads(line) for line in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
+    path = [r for r in records if r.get("final")][-1]["sampler_path"]
+    svc = LocalServiceClient(str(base), base_dir=home / "checkpoints", seed=0)
+    try:
+        client = svc.create_sampling_client(model_path=path).result()
+        out = client.sample(prompt=prompt, num_samples=1, sampling_params=tinker.SamplingParams(
+            max_tokens=max_tokens, temperature=0.0)).result()
+    finally:
+        svc.close("done")
+    return list(out.sequences[0].tokens)
+
+
+def _prompt(base: Path) -> tuple[tinker.ModelInput, list[int]]:
+    from sailrl.runtime.models import get_renderer, get_tokenizer
+
+    renderer = get_renderer("role_colon", get_tokenizer(str(base)))
+    prompt = renderer.build_generation_prompt([{"role": "user", "content": "3+4="}])
+    return prompt, prompt.to_ints()
+
+
+def test_both_formats_load_as_is_and_merged_greedy_equals_the_embedded_backend(trained, home, tmp_path, capsys):
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run_dir, base, _, _ = trained
+    adapter = load_file(str(_final_dir(home, run_dir) / "adapter_model.safetensors"))
+    assert max(float(v.abs().max()) for k, v in adapter.items() if "lora_B" in k) > 1e-3  # the run trained it
+
+    assert main(["export", str(run_dir), "-o", str(tmp_path / "peft")]) == 0
+    assert main(["export", str(run_dir), "--format", "merged", "-o", str(tmp_path / "merged")]) == 0
+    out = capsys.readouterr().out
+    assert f"as a PEFT adapter: {tmp_path / 'peft'}" in out and f"as a merged model: {tmp_path / 'merged'}" in out
+
+    config = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(base) and config["r"] == 4
+    assert {"README.md", "spec.yaml", "metrics.jsonl", "adapter_model.safetensors"} <= {
+        p.name for p in (tmp_path / "peft").iterdir()}
+    assert not list(tmp_path.glob(".*partial*"))  # no staging folder left
+
+    prompt, ids = _prompt(base)
+    n = 8
+    embedded = _greedy_embedded(home, base, run_dir, prompt, n)
+    x = torch.tensor([ids])
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
+    assert AutoTokenizer.from_pretrained(tmp_path / "merged").encode("3+4=", add_special_tokens=False) == \
+        AutoTokenizer.from_pretrained(base).encode("3+4=", add_special_tokens=False)
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), tmp_path / "peft").eval()
+    plain = AutoModelForCausalLM.from_pretrained(base).eval()
+    with torch.no_grad():
+        greedy = merged.generate(x, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)[0, len(ids):]
+        torch.testing.assert_close(peft_model(x).logits, merged(x).logits, atol=1e-4, rtol=1e-4)
+        assert not torch.allclose(plain(x).logits, merged(x).logits, atol=1e-3)  # the adapter is in it
+    assert greedy.tolist() == embedded[: len(greedy)] and len(embedded) >= 1, (greedy.tolist(), embedded)
+
+
+def test_the_model_card_says_what_the_model_was_trained_for_and_holds_no_secret(trained, home, tmp_path):
+    from huggingface_hub import ModelCard
+
+    from sailrl.runtime.rewards import RewardFunction
+    from sailrl.spec.loader import load_spec, read_spec_file
+
+    run_dir, base, _, spec_path = trained
+    assert main(["export", str(run_dir), "--checkpoint", "1", "-o", str(tmp_path / "out")]) == 0
+    out = tmp_path / "out"
+    card = ModelCard.load(out / "README.md")
+    assert card.data.library_name == "peft" and "sailrl" in card.data.tags
+    text = (out / "README.md").read_text()
+    spec = load_spec(spec_path).spec
+    _, sha = read_spec_file(str(spec_path))
+    assert f"sha256 `{sha}`" in text and "# export-test" in text
+    assert f"- **Base model:** {base}" in text and "- **LoRA rank:** 4 (alpha 32)" in text
+    assert "after step 1)" in text and "- **Steps:** 1 of 2 (2 logged in `metrics.jsonl`)" in text
+    assert "100 training rows" in text
+    for line in RewardFunction.from_spec(spec.reward, "answer").explain():
+        assert f"- {line}" in text
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert f"| reward/total | {metrics[0]['reward/total']:.3f} (mean of 1) | {metrics[1]['reward/total']:.3f}" in text
+    assert (out / "spec.yaml").read_bytes() == spec_path.read_bytes()
+    assert (out / "metrics.jsonl").read_bytes() == (run_dir / "metrics.jsonl").read_bytes()
+    for name in ("- sailrl: ", "- torch: ", "- transformers: ", "- peft: ", "- tinker-cookbook: "):
+        assert name in text
+    every_byte = b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
+    for value in SECRETS.values():
+        assert value.encode() not in every_byte and value[:12].encode() not in every_byte
+
+
+def test_a_changed_spec_file_is_replaced_by_the_resolved_spec(trained, home, tmp_path):
+    run_dir, _, _, spec_path = trained
+    original = spec_path.read_text()
+    try:
+        spec_path.write_text(original + "# edited after the run\n")
+        assert main(["export", str(run_dir), "-o", str(tmp_path / "out")]) == 0
+    finally:
+        spec_path.write_text(original)
+    resolved = json.loads((tmp_path / "out" / "spec.resolved.json").read_text())
+    assert resolved["name"] == "export-test" and not (tmp_path / "out" / "spec.yaml").exists()
+    assert "`spec.resolved.json`, the values the run resolved" in (tmp_path / "out" / "README.md").read_text()
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_bad_input_is_one_line_and_writes_nothing(trained, home, tmp_path, capsys):
+    run_dir, *_ = trained
+    assert main(["export", str(tmp_path / "nowhere")]) == 1
+    assert "is not a run directory (no such folder)" in _one_line(capsys)
+    (tmp_path / "empty").mkdir()
+    assert main(["export", str(tmp_path / "empty")]) == 1
+    assert "it has no config.json" in _one_line(capsys)
+    assert main(["export", str(run_dir), "--checkpoint", "7"]) == 1
+    assert _one_line(capsys).endswith("has no checkpoint at step 7; it has checkpoints at step 1, 2 (final): "
+                                      "pass --checkpoint STEP")
+    target = tmp_path / "taken"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    assert main(["export", str(run_dir), "-o", str(target)]) == 1
+    assert "already exists: pass --overwrite to replace it" in _one_line(capsys)
+    assert [p.name for p in target.iterdir()] == ["keep.txt"]
+    assert main(["export", str(run_dir), "-o", str(target), "--overwrite"]) == 0
+    assert (target / "adapter_model.safetensors").is_file() and not (target / "keep.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "taken"]
+
+
+def test_a_run_without_a_final_checkpoint_names_the_ones_it_has(trained, home, tmp_path, capsys):
+    import shutil
+
+    run_dir = tmp_path / "stopped"
+    shutil.copytree(trained[0], run_dir)
+    lines = (run_dir / "checkpoints.jsonl").read_text().splitlines()
+    (run_dir / "checkpoints.jsonl").write_text("\n".join(l for l in lines if '"final"' not in l) + "\n")
+    assert main(["export", str(run_dir)]) == 1
+    assert _one_line(capsys).endswith("has no final checkpoint (it did not finish); it has checkpoints at step 1, 2: "
+                                      "pass --checkpoint STEP")
+
+
+def test_a_cleaned_checkpoint_and_a_base_model_that_cannot_load_are_one_line(trained, home, tmp_path, capsys,
+                                                                             monkeypatch):
+    import shutil
+
+    run_dir, base, _, _ = trained
+    empty_home = tmp_path / "other-home"
+    monkeypatch.setenv("SAILRL_HOME", str(empty_home))  # the store holds nothing of this run: as if cleaned
+    assert main(["export", str(run_dir), "-o", str(tmp_path / "b")]) == 1
+    err = _one_line(capsys)
+    assert "is no longer in the embedded backend's store" in err and "removed by `sailrl clean`" in err
+    assert not (tmp_path / "b").exists()
+
+    moved_home = tmp_path / "home-copy"
+    shutil.copytree(home, moved_home)
+    monkeypatch.setenv("SAILRL_HOME", str(moved_home))
+    base_json = _final_dir(moved_home, run_dir) / "base_model.json"
+    meta = json.loads(base_json.read_text())
+    base_json.write_text(json.dumps({**meta, "model_name": str(tmp_path / "gone-model")}))
+    assert main(["export", str(run_dir), "--format", "merged", "-o", str(tmp_path / "c")]) == 1
+    err = _one_line(capsys)
+    assert err.startswith("error: cannot load the base model the run trained on:") and "gone-model" in err
+    assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".c.partial-*"))
+
+
+def test_sample_scores_the_trained_policy_with_the_rules(trained, home, capsys):
+    run_dir, base, _, _ = trained
+    assert main(["sample", str(run_dir), "--row", "3", "--n", "2", "--temperature", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("completion 1") == 1 and "completion 2" in out and "correct" in out and "format" in out
+    assert "2 completions, mean total" in out and "user: '" in out
+
+    from sailrl.commands._common import dataset_row
+    from sailrl.export import RunInfo
+    from sailrl.export.sample import sample_run
+    from sailrl.spec.loader import load_spec
+
+    info = RunInfo.read(run_dir)
+    result = sample_run(info, info.checkpoint(), row=3, n=2, temperature=0.0)
+    row = dataset_row(load_spec(trained[3]).spec, trained[3].parent, 3)
+    assert result.messages == [{"role": "user", "content": f"{row['question']}="}]
+    greedy = _greedy_embedded(home, base, run_dir, _row_prompt(base, row), 12)
+    assert result.completions[0].tokens == result.completions[1].tokens == greedy
+    first = result.completions[0]
+    assert first.score.total == result.reward_fn.score(first.text, row, truncated=first.truncated,
+                                                         num_tokens=len(first.tokens)).total
+
+
+def _row_prompt(base: Path, row: dict) -> tinker.ModelInput:
+    from sailrl.runtime.models import get_renderer, get_tokenizer
+
+    renderer = get_renderer("role_colon", get_tokenizer(str(base)))
+    return renderer.build_generation_prompt([{"role": "user", "content": f"{row['question']}="}])
+
+
+def test_sample_needs_a_prompt_and_refuses_a_missing_run(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:  # argparse: --prompt or --row is required
+        main(["sample", str(tmp_path)])
+    assert exc.value.code == 2 and "one of the arguments --prompt --row is required" in capsys.readouterr().err
+    assert main(["sample", str(tmp_path), "--prompt", "hi"]) == 1
+    assert "it has no config.json" in _one_line(capsys)
+
+
+def test_export_of_a_builtin_base_carries_the_base(tmp_path, capsys, monkeypatch):
+    """sailrl/tiny is not on the hub: the peft export holds it in base/, and the pair loads as the card says."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    text = _spec_text("sailrl/tiny", tmp_path / "run")
+    (tmp_path / "spec.yaml").write_text(text.replace("steps: 2\n", "steps: 1\n", 1))
+    assert main(["run", str(tmp_path / "spec.yaml")]) == 0
+    assert main(["export", str(tmp_path / "run")]) == 0
+    out = tmp_path / "run" / "export" / "peft-final"
+    capsys.readouterr()
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(out / "base"), out).eval()
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(out / "base")
+    assert 'from_pretrained("./peft-final/base")' in (out / "README.md").read_text()
+    with torch.no_grad():
+        assert model(torch.tensor([[1, 2, 3]])).logits.shape[-1] == 259
+    assert os.path.isfile(out / "base" / "config.json")
