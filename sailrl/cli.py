@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("show", "print a run's logged rollouts: completions with each rule's verdict, best or worst first"),
     "export": ("export", "write a run's checkpoint as a PEFT adapter or a merged Hugging Face model, with a model card"),
     "sample": ("sample", "sample the trained policy of a run on a prompt or a dataset row and score it with the rules"),
+    "studio": ("studio", "a local web page to write reward rules, try them on dataset rows and read a run's rollouts"),
     "clean": ("clean", "list and remove the embedded backend's checkpoints under $SAILRL_HOME/checkpoints"),
 }
 

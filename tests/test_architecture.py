@@ -10,7 +10,8 @@ Layers, lowest first (docs/architecture.md):
 - rendering (``sailrl.compiler.render``, ``sailrl.compiler.docgen``): imports only ``sailrl`` and the spec.
 - the validation stage (``VALIDATION``): imports ``sailrl``, the spec, itself and the runtime's self-contained
   pieces.
-- the top (``sailrl.cli``, ``sailrl.__main__``, ``sailrl.launch``, ``sailrl.commands.*``, ``sailrl.export.*``): anything, except that a
+- the top (``sailrl.cli``, ``sailrl.__main__``, ``sailrl.launch``, ``sailrl.commands.*``, ``sailrl.export.*``,
+  ``sailrl.studio.*``): anything, except that a
   command imports no other command (shared helpers live in ``sailrl.commands._common``).
 
 ``importlib.import_module("sailrl....")`` with a literal name counts as an import.
@@ -35,7 +36,7 @@ RENDERING = frozenset({"sailrl.compiler.render", "sailrl.compiler.docgen"})
 VALIDATION = frozenset({"sailrl.compiler", "sailrl.compiler.validate", "sailrl.compiler.checks",
                         "sailrl.compiler.reward_checks", "sailrl.compiler.cost_checks"})
 TOP = frozenset({"sailrl.cli", "sailrl.__main__", "sailrl.launch"})
-TOP_PACKAGES = ("sailrl.commands", "sailrl.export")
+TOP_PACKAGES = ("sailrl.commands", "sailrl.export", "sailrl.studio")
 
 ALLOWED = {
     "sailrl": {"sailrl"},

@@ -1,0 +1,190 @@
+"""The studio's JSON endpoints (all under ``/api/``; :mod:`sailrl.studio.security` guards every one).
+
+Spec text travels with each request (the page holds the text being edited), so every answer is about exactly what
+the user sees; the server caches validation, reward functions, rows and preflight reports by content.
+
+- ``GET /api/spec``: the spec file as on disk, validated. ``GET /api/disk``: its sha256 now (the page polls it and
+  reloads a file changed on disk, or says so when it has unsaved edits).
+- ``POST /api/check {text}``: every problem (``sailrl validate``'s words and codes), the rules and examples.
+- ``POST /api/patch {text, rules, examples?}``: the text with those sections replaced (ruamel round trip), checked.
+- ``POST /api/try {text, completion, fields, truncated, num_tokens}``: every rule's verdict and the total.
+- ``POST /api/examples {text}``: the worked examples, scored. ``POST /api/rows``, ``/api/row``, ``/api/preflight``.
+- ``POST /api/save {text, base_sha}``: write the spec (see :meth:`sailrl.studio.session.Studio.save`).
+- ``GET /api/source?path=``: a file of the spec's folder (a python rule's module), read-only.
+- ``POST /api/runs {text}``; ``GET /api/run/metrics?run=&after=``, ``/api/run/steps?run=``,
+  ``/api/run/rollouts?run=&step=&kind=``.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sailrl.studio.security import BodyTooLarge
+from sailrl.studio.session import Studio, StudioError
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError:
+        raise StudioError("the request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise StudioError("the request body must be a JSON object")
+    return data
+
+
+def _int(value: Any, name: str, default: int | None = None) -> int | None:
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise StudioError(f"{name} must be a whole number, got {value!r}") from None
+
+
+def _text(data: dict[str, Any]) -> str:
+    text = data.get("text")
+    if not isinstance(text, str):
+        raise StudioError("text (the spec's YAML) is missing")
+    return text
+
+
+def endpoint(fn: Callable[[Studio, Request, dict[str, Any]], Any]) -> Callable[[Request], Any]:
+    """An async Starlette endpoint around ``fn(studio, request, body)``, run in the thread pool (scoring,
+    validation and data loading block), its errors answered as ``{"error": ...}`` with their status."""
+
+    async def handle(request: Request) -> Response:
+        studio: Studio = request.app.state.studio
+        try:
+            body = await _body(request) if request.method == "POST" else {}
+            result = await run_in_threadpool(fn, studio, request, body)
+        except StudioError as exc:
+            return _error(str(exc), exc.status)
+        except BodyTooLarge as exc:
+            return _error(f"refused: {exc}", 413)
+        except Exception as exc:  # noqa: BLE001 -- never a traceback page; the server log keeps it
+            traceback.print_exc()
+            return _error(f"internal error (a bug in sailrl, not a problem in your files): {type(exc).__name__}: "
+                          f"{exc}", 500)
+        return JSONResponse(result)
+
+    return handle
+
+
+def _spec(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.load()
+
+
+def _disk(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    _, digest, problems = studio.disk()
+    return {"disk_sha": digest, "read_problems": problems}
+
+
+def _check(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.check(_text(body)).as_json()
+
+
+def _patch(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    from sailrl.studio.yaml_patch import PatchError, replace_sections
+
+    rules = body.get("rules")
+    examples = body.get("examples")
+    if not isinstance(rules, list) or (examples is not None and not isinstance(examples, list)):
+        raise StudioError("rules (a list) and examples (a list, optional) are needed")
+    try:
+        text = replace_sections(_text(body), rules=rules, examples=examples)
+    except PatchError as exc:
+        raise StudioError(str(exc), 422) from None
+    return {"text": text, "check": studio.check(text).as_json()}
+
+
+def _try(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    fields = body.get("fields") or {}
+    if not isinstance(fields, dict):
+        raise StudioError("fields must be an object")
+    return studio.score(_text(body), body.get("completion", ""), fields, bool(body.get("truncated")),
+                        _int(body.get("num_tokens"), "num_tokens"))
+
+
+def _examples(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.examples(_text(body))
+
+
+def _rows(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.row_list(_text(body), str(body.get("q") or ""), _int(body.get("offset"), "offset", 0),
+                           _int(body.get("limit"), "limit", 20))
+
+
+def _row(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.row(_text(body), _int(body.get("index"), "index"), bool(body.get("random")))
+
+
+def _preflight(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.preflight(_text(body))
+
+
+def _save(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.save(_text(body), body.get("base_sha"))
+
+
+def _source(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.source(request.query_params.get("path", ""))
+
+
+def _runs(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    text = body.get("text")
+    return studio.runs(text if isinstance(text, str) else None)
+
+
+def _run(request: Request) -> str:
+    run = request.query_params.get("run")
+    if not run:
+        raise StudioError("run is missing")
+    return run
+
+
+def _metrics(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.metrics(_run(request), _int(request.query_params.get("after"), "after", 0) or 0)
+
+
+def _steps(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.steps(_run(request))
+
+
+def _rollouts(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    step = _int(request.query_params.get("step"), "step")
+    if step is None:
+        raise StudioError("step is missing")
+    return studio.rollouts(_run(request), step, request.query_params.get("kind", "train"))
+
+
+ROUTES = [
+    Route("/api/spec", endpoint(_spec), methods=["GET"]),
+    Route("/api/disk", endpoint(_disk), methods=["GET"]),
+    Route("/api/check", endpoint(_check), methods=["POST"]),
+    Route("/api/patch", endpoint(_patch), methods=["POST"]),
+    Route("/api/try", endpoint(_try), methods=["POST"]),
+    Route("/api/examples", endpoint(_examples), methods=["POST"]),
+    Route("/api/rows", endpoint(_rows), methods=["POST"]),
+    Route("/api/row", endpoint(_row), methods=["POST"]),
+    Route("/api/preflight", endpoint(_preflight), methods=["POST"]),
+    Route("/api/save", endpoint(_save), methods=["POST"]),
+    Route("/api/source", endpoint(_source), methods=["GET"]),
+    Route("/api/runs", endpoint(_runs), methods=["POST"]),
+    Route("/api/run/metrics", endpoint(_metrics), methods=["GET"]),
+    Route("/api/run/steps", endpoint(_steps), methods=["GET"]),
+    Route("/api/run/rollouts", endpoint(_rollouts), methods=["GET"]),
+]

@@ -1,0 +1,475 @@
+"""The studio's state: the spec file it edits, the run folders it reads, and caches of what the CLI computes.
+
+One :class:`Studio` per server. Every answer comes from the code the command line runs:
+
+- problems: ``sailrl.compiler.validate.problems`` (what ``sailrl validate`` reports, codes and words included);
+- scores: ``sailrl.runtime.rewards.RewardFunction`` (what ``sailrl rewards`` and training use; python rules run
+  in its worker processes with their time limits);
+- rows and prompts: ``sailrl.runtime.data.load_rows`` and ``sailrl.runtime.prompts.PromptBuilder`` with the
+  model's tokenizer and renderer, and ``sailrl.runtime.preflight.build_report`` for preflight's findings;
+- runs: ``sailrl.runtime.rollout_log`` and ``metrics.jsonl`` read as ``sailrl show`` / ``sailrl plot`` do.
+
+Nothing outside the spec's folder and the ``--run`` folder is read; only the spec file (and its backup
+``SPEC.bak`` next to it) is written, by :meth:`Studio.save`: only a spec that validates, only when the file on disk
+is still the one the page loaded (by sha256), written to a temporary file in the same folder, fsynced, then
+``os.replace`` d over the spec after the previous file was copied to the backup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import tempfile
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from sailrl.compiler.validate import problems as spec_problems
+from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, RewardFunction
+from sailrl.runtime.rundir import METRICS_FILE
+from sailrl.spec.errors import SpecError, SpecErrors
+from sailrl.spec.loader import read_spec_file
+from sailrl.studio.security import PathRefused, confined
+
+RUN_ALIAS = "@run"  # the --run folder, wherever it lies
+MAX_ROWS_SHOWN = 200
+MAX_FIELD_CHARS = 4000
+MAX_METRIC_LINES = 100_000
+_CACHE = 16
+
+
+class StudioError(Exception):
+    """A request the studio cannot answer; ``status`` is the HTTP status, ``str(exc)`` plain words."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def problem_json(e: SpecError) -> dict[str, Any]:
+    """A problem as the page shows it: the CLI's headline, message, hint and code, and where it is."""
+    from sailrl.spec.codes import CODES
+
+    code = CODES.get(e.code)
+    return {"file": e.file, "line": e.line, "column": e.column, "key_path": e.key_path, "message": e.message,
+            "hint": e.hint, "code": e.code, "code_name": getattr(code, "name", None), "severity": e.severity,
+            "headline": e.headline()}
+
+
+def _cap(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+        return value[:MAX_FIELD_CHARS] + f"…[{len(value) - MAX_FIELD_CHARS:,} characters cut]"
+    return value
+
+
+class _LRU(OrderedDict):
+    def get_or(self, key: Any, make: Any) -> Any:
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        value = make()
+        self[key] = value
+        while len(self) > _CACHE:
+            self.popitem(last=False)
+        return value
+
+
+class Checked:
+    """One spec text, validated: problems, the plain data, the spec (None when it has errors), the reward."""
+
+    def __init__(self, text: str, spec_path: Path) -> None:
+        self.text = text
+        self.sha = _sha(text)
+        loaded, found = spec_problems(text, spec_path.name, path=spec_path, sha256=self.sha)
+        self.loaded = loaded
+        self.problems = found
+        self.errors = [e for e in found if not e.is_warning]
+        self.spec = loaded.spec if not self.errors else None
+        data = loaded.data if isinstance(loaded.data, dict) else {}
+        reward = data.get("reward") if isinstance(data.get("reward"), dict) else {}
+        self.rules = reward.get("rules") if isinstance(reward.get("rules"), list) else None
+        self.examples = data.get("examples") if isinstance(data.get("examples"), list) else []
+        self.reward_fn, self.reward_problem = self._reward(loaded, spec_path.parent)
+
+    def _reward(self, loaded: Any, spec_dir: Path) -> tuple[RewardFunction | None, str | None]:
+        """The reward the rules make, also when other parts of the spec have errors (the try panel still works)."""
+        from pydantic import ValidationError
+
+        from sailrl.spec.rewards import RewardSpec
+        from sailrl.spec.schema import PromptSpec
+
+        if self.spec is not None:
+            return RewardFunction.from_spec(self.spec.reward, self.spec.prompt.reference_field, spec_dir), None
+        bad = [e for e in self.errors if e.key_path == "reward" or e.key_path.startswith("reward.")]
+        tree = loaded.tree if isinstance(loaded.tree, dict) else {}
+        if bad or not isinstance(tree.get("reward"), dict):
+            return None, ("the reward rules have problems (shown at their fields); fix them to try completions"
+                          if bad else "the spec has no reward: section yet")
+        try:
+            reward = RewardSpec.model_validate(tree["reward"])
+        except ValidationError:
+            return None, "the reward rules have problems (shown at their fields); fix them to try completions"
+        prompt = tree.get("prompt")
+        try:
+            ref = PromptSpec.model_validate(prompt).reference_field if isinstance(prompt, dict) else "answer"
+        except ValidationError:
+            ref = "answer"
+        return RewardFunction.from_spec(reward, ref, spec_dir), None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"sha": self.sha, "valid": not self.errors, "problems": [problem_json(e) for e in self.problems],
+                "rules": self.rules, "examples": self.examples, "reward_problem": self.reward_problem,
+                "rule_names": self.reward_fn.rule_names if self.reward_fn else [],
+                "complete": bool(self.loaded.complete)}
+
+
+class Studio:
+    """The state behind one ``sailrl studio`` server (thread-safe: handlers run in a thread pool)."""
+
+    def __init__(self, spec_path: Path, run_dir: Path | None = None) -> None:
+        self.spec_path = spec_path.resolve()
+        self.spec_dir = self.spec_path.parent
+        self.run_dir = run_dir.resolve() if run_dir is not None else None
+        self._lock = threading.RLock()
+        self._checked: _LRU = _LRU()
+        self._rows: _LRU = _LRU()
+        self._tools: _LRU = _LRU()
+        self._preflight: _LRU = _LRU()
+
+    # ------------------------------------------------------------------------------------------ the spec
+
+    def disk(self) -> tuple[str | None, str | None, list[dict[str, Any]]]:
+        """(text, sha256 of the bytes, problems reading it) of the spec file as it is on disk now."""
+        try:
+            text, digest = read_spec_file(self.spec_path)
+        except SpecErrors as exc:
+            return None, None, [problem_json(e) for e in exc.errors]
+        return text, digest, []
+
+    def check(self, text: str) -> Checked:
+        if not isinstance(text, str):
+            raise StudioError("text must be a string")
+        with self._lock:
+            return self._checked.get_or(_sha(text), lambda: Checked(text, self.spec_path))
+
+    def load(self) -> dict[str, Any]:
+        text, digest, read_problems = self.disk()
+        if text is None:
+            return {"path": self.spec_path.name, "text": "", "disk_sha": None, "read_problems": read_problems,
+                    "check": None}
+        return {"path": self.spec_path.name, "text": text, "disk_sha": digest, "read_problems": [],
+                "check": self.check(text).as_json()}
+
+    def save(self, text: str, base_sha: str | None) -> dict[str, Any]:
+        """Write ``text`` over the spec when it validates and the file is still the one loaded (``base_sha``)."""
+        with self._lock:
+            _, current, _ = self.disk()
+            if current != base_sha:
+                raise StudioError(f"{self.spec_path.name} changed on disk since the page loaded it: nothing was "
+                                  "written. Reload it (your edits are shown until you do) and make them again.", 409)
+            checked = self.check(text)
+            if checked.errors:
+                raise StudioError(f"{self.spec_path.name} was not written: the spec has {len(checked.errors)} "
+                                  "problem(s) (shown at their fields); fix them first", 422)
+            data = text.encode("utf-8")
+            backup = self.spec_path.with_name(self.spec_path.name + ".bak")
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.spec_path.name}.", suffix=".tmp", dir=self.spec_dir)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                old = self.spec_path.read_bytes()
+                bfd, btmp = tempfile.mkstemp(prefix=f".{backup.name}.", suffix=".tmp", dir=self.spec_dir)
+                try:
+                    with os.fdopen(bfd, "wb") as f:
+                        f.write(old)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    os.replace(btmp, backup)
+                except BaseException:
+                    Path(btmp).unlink(missing_ok=True)
+                    raise
+                os.replace(tmp, self.spec_path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            try:
+                dfd = os.open(self.spec_dir, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+            except OSError:
+                pass
+            return {"disk_sha": hashlib.sha256(data).hexdigest(), "backup": backup.name}
+
+    def source(self, relative: str) -> dict[str, Any]:
+        """A text file inside the spec's folder (a python rule's module), read-only."""
+        try:
+            path = confined(self.spec_dir, relative)
+        except PathRefused as exc:
+            raise StudioError(f"refused: {exc}", 403) from None
+        if not path.is_file():
+            raise StudioError(f"{relative}: no such file in the spec's folder", 404)
+        raw = path.read_bytes()[:256 * 1024]
+        return {"path": relative, "text": raw.decode("utf-8", "replace")}
+
+    # ------------------------------------------------------------------------------------------ trying
+
+    def score(self, text: str, completion: str, fields: dict[str, Any], truncated: bool = False,
+              num_tokens: int | None = None) -> dict[str, Any]:
+        """Every rule's verdict on one completion, as ``sailrl rewards`` prints it."""
+        if not isinstance(completion, str):
+            raise StudioError("completion must be a string")
+        if len(completion) > MAX_COMPLETION_CHARS + 1:
+            completion = completion[:MAX_COMPLETION_CHARS + 1]  # still over the cap: the rules say so
+        checked = self.check(text)
+        fn = checked.reward_fn
+        if fn is None:
+            return {"ok": False, "problem": checked.reward_problem, "sha": checked.sha}
+        fields = {str(k): v for k, v in (fields or {}).items() if k != "_index"}
+        score, traces = fn.trace(completion, fields, truncated=bool(truncated),
+                                 num_tokens=int(num_tokens) if isinstance(num_tokens, int) else None)
+        return {"ok": True, "sha": checked.sha, "total": score.total, "correct": score.correct,
+                "rules": [{"name": t.name, "passed": t.passed, "score": t.contribution, "why": t.why,
+                           "error": score.errors.get(t.name)} for t in traces],
+                "reference": fn.reference_answer(fields), "reference_problem": fn.reference_problem(fields),
+                "timeouts": score.timeouts}
+
+    def examples(self, text: str) -> dict[str, Any]:
+        """The spec's ``examples:`` scored by its rules: each with its expectations and pass / fail."""
+        checked = self.check(text)
+        fn = checked.reward_fn
+        out = []
+        for i, ex in enumerate(checked.examples):
+            if not isinstance(ex, dict) or not isinstance(ex.get("completion"), str) or fn is None:
+                out.append({"index": i, "example": ex, "passed": None,
+                            "problem": checked.reward_problem or "this example is not a valid one (see problems)"})
+                continue
+            fields = ex.get("fields") if isinstance(ex.get("fields"), dict) else {}
+            nt = ex.get("num_tokens")
+            score = fn.score(ex["completion"], fields, truncated=bool(ex.get("truncated", False)),
+                             num_tokens=nt if isinstance(nt, int) else None)
+            misses = []
+            total = ex.get("expect_total")
+            if isinstance(total, (int, float)) and abs(float(total) - score.total) > 1e-9:
+                misses.append(f"total: expected {total:g}, got {score.total:g}")
+            for name, want in (ex.get("expect") or {}).items():
+                got = score.contributions.get(name)
+                if got is None:
+                    misses.append(f"{name}: no such rule")
+                elif isinstance(want, (int, float)) and abs(float(want) - got) > 1e-9:
+                    misses.append(f"{name}: expected {want:g}, got {got:g} ({score.reasons.get(name, '')})")
+            out.append({"index": i, "example": ex, "passed": not misses, "misses": misses, "total": score.total,
+                        "contributions": score.contributions})
+        return {"examples": out}
+
+    # ------------------------------------------------------------------------------------------ data
+
+    def _spec_or_raise(self, text: str) -> Any:
+        checked = self.check(text)
+        if checked.spec is None:
+            raise StudioError("the spec has problems (shown beside the YAML); the dataset is read once it validates",
+                              422)
+        return checked
+
+    def _data_key(self, spec: Any) -> str:
+        parts = [spec.dataset.model_dump(mode="json"), spec.prompt.model_dump(mode="json"),
+                 spec.reward.model_dump(mode="json"), spec.model.model_dump(mode="json"),
+                 spec.sampling.max_tokens, (spec.training.warmup.model_dump(mode="json")
+                                            if spec.training.warmup else None)]
+        return json.dumps(parts, sort_keys=True, default=str)
+
+    def _tools_for(self, spec: Any) -> tuple[Any, Any, str | None]:
+        from sailrl.runtime.preflight import _load_text_tools  # the same tokenizer/renderer preflight uses
+
+        key = (spec.model.name, spec.model.renderer)
+        with self._lock:
+            return self._tools.get_or(key, lambda: _load_text_tools(spec, self.spec_dir))
+
+    def rows(self, text: str) -> Any:
+        from sailrl.runtime.data import DatasetError, load_rows
+
+        checked = self._spec_or_raise(text)
+        spec = checked.spec
+        key = self._data_key(spec)
+
+        def make() -> Any:
+            try:
+                return load_rows(spec, self.spec_dir, checked.reward_fn)
+            except DatasetError as exc:
+                return exc
+
+        with self._lock:
+            rows = self._rows.get_or(key, make)
+        if isinstance(rows, Exception):
+            raise StudioError(f"the dataset cannot be read: {rows}", 422)
+        return checked, rows
+
+    def _all_rows(self, rows: Any) -> list[tuple[dict[str, Any], str, str | None]]:
+        """(row, which: train / eval / skipped, skip reason) in source order."""
+        out = [(r, "train", None) for r in rows.train] + [(r, "eval", None) for r in rows.eval]
+        out += [({**s.row, "_index": s.index}, "skipped", s.reason) for s in rows.skipped]
+        return sorted(out, key=lambda t: (t[0].get("_index", 0), t[1]))
+
+    def row_list(self, text: str, query: str = "", offset: int = 0, limit: int = 20) -> dict[str, Any]:
+        checked, rows = self.rows(text)
+        every = self._all_rows(rows)
+        q = (query or "").strip().lower()
+        if q:
+            every = [t for t in every if q in json.dumps({k: v for k, v in t[0].items() if k != "_index"},
+                                                           ensure_ascii=False).lower()]
+        limit = max(1, min(int(limit), MAX_ROWS_SHOWN))
+        offset = max(0, int(offset))
+        page = every[offset:offset + limit]
+        return {"total": len(every), "offset": offset, "columns": rows.columns, "source": rows.source,
+                "rows": [{"index": r.get("_index"), "split": which, "skip_reason": reason,
+                          "fields": {k: _cap(v) for k, v in r.items() if k != "_index"}}
+                         for r, which, reason in page],
+                "indices": [t[0].get("_index") for t in every][:10_000]}
+
+    def row(self, text: str, index: int | None = None, pick_random: bool = False) -> dict[str, Any]:
+        """One row with its rendered prompt (the runtime's sandboxed template), token length and reference."""
+        from sailrl.runtime.prompts import PromptBuilder, PromptError
+
+        checked, rows = self.rows(text)
+        every = self._all_rows(rows)
+        if not every:
+            raise StudioError("the dataset has no rows", 404)
+        if pick_random:
+            chosen = random.choice(every)
+        else:
+            chosen = next((t for t in every if t[0].get("_index") == index), None)
+            if chosen is None:
+                have = [t[0].get("_index") for t in every]
+                raise StudioError(f"row {index} is not among the selected rows (rows {min(have)}..{max(have)}; "
+                                  "dataset.range / dataset.limit select them)", 404)
+        row, which, reason = chosen
+        spec = checked.spec
+        tokenizer, renderer, tool_problem = self._tools_for(spec)
+        out: dict[str, Any] = {"index": row.get("_index"), "split": which, "skip_reason": reason,
+                               "fields": {k: _cap(v) for k, v in row.items() if k != "_index"},
+                               "tool_problem": tool_problem}
+        try:
+            messages = PromptBuilder(spec.prompt, None).messages(row)
+            out["messages"] = messages
+            if renderer is not None:
+                tokens = PromptBuilder(spec.prompt, renderer).model_input(row).to_ints()
+                out["prompt"] = str(tokenizer.decode(list(tokens)))
+                out["tokens"] = len(tokens)
+            else:
+                out["prompt"] = "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
+                out["tokens"] = None
+        except PromptError as exc:
+            out["prompt_error"] = str(exc)
+        fn = checked.reward_fn
+        out["reference"] = fn.reference_answer(row) if fn is not None and reason is None else None
+        return out
+
+    def preflight(self, text: str) -> dict[str, Any]:
+        """``sailrl preflight``'s report without sampling: data, prompts, tokens, reward and its findings."""
+        from sailrl.runtime.preflight import PreflightError, build_report
+
+        checked = self._spec_or_raise(text)
+
+        def make() -> dict[str, Any]:
+            try:
+                report = build_report(checked.spec, self.spec_dir, sample=0, show=3,
+                                      spec_path=self.spec_path.name, loaded=checked.loaded,
+                                      spec_warnings=[e for e in checked.problems if e.is_warning])
+            except PreflightError as exc:
+                return {"problems": [{"severity": "error", "message": str(exc), "fix": None}], "verdict": str(exc)}
+            return json.loads(json.dumps(report, default=str))
+
+        with self._lock:
+            return self._preflight.get_or(checked.sha, make)
+
+    # ------------------------------------------------------------------------------------------ runs
+
+    def _run_path(self, run: str) -> Path:
+        if run == RUN_ALIAS:
+            if self.run_dir is None:
+                raise StudioError("no --run folder was given", 404)
+            return self.run_dir
+        if self.run_dir is not None and run.startswith(RUN_ALIAS + "/"):
+            base, rest = self.run_dir, run[len(RUN_ALIAS) + 1:]
+        else:
+            base, rest = self.spec_dir, run
+        try:
+            path = confined(base, rest)
+        except PathRefused as exc:
+            raise StudioError(f"refused: {exc}", 403) from None
+        if not path.is_dir():
+            raise StudioError(f"{run}: no such run folder", 404)
+        return path
+
+    def runs(self, text: str | None = None) -> dict[str, Any]:
+        """Run folders to choose from: the ``--run`` folder, the spec's ``output.run_dir``, and ``runs/*``."""
+        found: dict[str, dict[str, Any]] = {}
+
+        def add(key: str, path: Path) -> None:
+            if path.is_dir() and key not in found and ((path / METRICS_FILE).exists()
+                                                       or (path / "rollouts.jsonl").exists()):
+                found[key] = {"id": key, "name": path.name, "path": str(path)}
+
+        if self.run_dir is not None:
+            if self.run_dir.is_dir():
+                found[RUN_ALIAS] = {"id": RUN_ALIAS, "name": self.run_dir.name, "path": str(self.run_dir)}
+        candidates: list[str] = []
+        if text is not None:
+            checked = self.check(text)
+            if checked.spec is not None:
+                candidates.append(str(checked.spec.output.run_dir).replace("{name}", checked.spec.name))
+        runs = self.spec_dir / "runs"
+        if runs.is_dir() and not runs.is_symlink():
+            candidates += [f"runs/{p.name}" for p in sorted(runs.iterdir())[:200]]
+        for rel in candidates:
+            try:
+                path = confined(self.spec_dir, rel)
+            except PathRefused:
+                continue
+            if self.run_dir is not None and path == self.run_dir:
+                continue
+            add(rel, path)
+        return {"runs": list(found.values())}
+
+    def metrics(self, run: str, after: int = 0) -> dict[str, Any]:
+        """``metrics.jsonl`` lines from line ``after`` on (torn lines skipped, as ``sailrl plot`` does)."""
+        path = self._run_path(run) / METRICS_FILE
+        if not path.exists():
+            return {"lines": [], "next": 0, "exists": False}
+        with path.open("rb") as f:
+            raw = f.read(64 * 1024 * 1024)
+        lines = raw.split(b"\n")
+        if not raw.endswith(b"\n"):
+            lines = lines[:-1]  # a line still being written
+        lines = [ln for ln in lines if ln.strip()][:MAX_METRIC_LINES]
+        out = []
+        for ln in lines[after:]:
+            try:
+                obj = json.loads(ln)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return {"lines": out, "next": len(lines), "exists": True}
+
+    def steps(self, run: str) -> dict[str, Any]:
+        from sailrl.runtime.rollout_log import logged_steps
+
+        return logged_steps(self._run_path(run))
+
+    def rollouts(self, run: str, step: int, kind: str = "train") -> dict[str, Any]:
+        from sailrl.runtime.rollout_log import read_rollouts
+
+        if kind not in ("train", "eval"):
+            raise StudioError("kind must be train or eval")
+        return {"step": step, "kind": kind, "records": read_rollouts(self._run_path(run), step=step, kind=kind)}

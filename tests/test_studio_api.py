@@ -1,0 +1,377 @@
+"""``sailrl studio``'s server through Starlette's TestClient: the token, Host and Origin rules, confined paths,
+and answers that are the CLI's own (validate's problems, the reward engine's verdicts, rollouts as logged)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+with warnings.catch_warnings():  # starlette 1.x suggests httpx2 for its test client; httpx is what is installed
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from sailrl.cli import main
+from sailrl.compiler.validate import validate_text
+from sailrl.runtime.rollout_log import read_rollouts
+from sailrl.spec.errors import SpecErrors
+from sailrl.studio.app import build_app
+from sailrl.studio.security import COOKIE, MAX_BODY_BYTES
+from sailrl.studio.session import Studio
+from tests.fakes.studio_project import make_project, write_steps
+
+PORT = 8765
+BASE = f"http://127.0.0.1:{PORT}"
+TOKEN = "test-token-abc"
+
+
+@pytest.fixture
+def project(tmp_path):
+    spec = make_project(tmp_path / "proj")
+    write_steps(spec, spec.parent / "runs" / "quickstart", range(1, 4))
+    return spec
+
+
+def client_for(spec: Path, run_dir: Path | None = None, *, token: bool = True) -> TestClient:
+    app = build_app(Studio(spec, run_dir), token=TOKEN, host="127.0.0.1", port=PORT)
+    c = TestClient(app, base_url=BASE)
+    if token:
+        c.cookies.set(COOKIE, TOKEN)
+    return c
+
+
+@pytest.fixture
+def client(project):
+    return client_for(project)
+
+
+# ---------------------------------------------------------------------------------------------- safety
+
+
+def test_every_path_needs_the_session_token(project):
+    c = client_for(project, token=False)
+    for path in ("/", "/api/spec", "/static/app.js", "/api/disk", "/api/run/steps?run=runs/quickstart"):
+        r = c.get(path)
+        assert r.status_code == 401, path
+        assert "no session token" in r.text
+    assert c.post("/api/try", json={"text": "", "completion": ""}).status_code == 401
+    assert c.get("/?token=wrong", follow_redirects=False).status_code == 401
+    r = c.get(f"/?token={TOKEN}", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/"
+    cookie = r.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE}={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    c.cookies.clear()
+    assert c.get("/api/spec", headers={"X-Studio-Token": TOKEN}).status_code == 200
+    assert c.get("/api/spec", headers={"X-Studio-Token": TOKEN + "x"}).status_code == 401
+
+
+def test_the_cookie_from_the_url_opens_the_page(project):
+    c = client_for(project, token=False)
+    r = c.get(f"/?token={TOKEN}")  # follows the redirect with the cookie set
+    assert r.status_code == 200 and '<script type="module" src="/static/app.js">' in r.text
+    assert "default-src 'self'" in r.headers["content-security-policy"]
+    assert r.headers["x-frame-options"] == "DENY"
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8765", "127.0.0.1:9999", "127.0.0.1.nip.io:8765", ""])
+def test_a_foreign_host_header_is_refused(client, host):
+    r = client.get("/api/spec", headers={"Host": host})
+    assert r.status_code == 403 and "Host header" in r.text
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8765", "localhost:8765", "[::1]:8765"])
+def test_loopback_names_are_accepted(client, host):
+    assert client.get("/api/spec", headers={"Host": host}).status_code == 200
+
+
+@pytest.mark.parametrize("origin", ["http://evil.example", "http://127.0.0.1:9999", "null", "https://127.0.0.1:8765"])
+def test_a_foreign_origin_is_refused(client, project, origin):
+    before = project.read_bytes()
+    assert client.get("/api/spec", headers={"Origin": origin}).status_code == 403
+    r = client.post("/api/save", json={"text": "name: x\n", "base_sha": None}, headers={"Origin": origin})
+    assert r.status_code == 403 and "another site" in r.text
+    assert project.read_bytes() == before
+
+
+def test_same_origin_is_accepted(client):
+    assert client.get("/api/spec", headers={"Origin": BASE}).status_code == 200
+
+
+def test_posts_take_json_only_and_bodies_are_capped(client):
+    r = client.post("/api/check", content=b'{"text": ""}', headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415
+    r = client.post("/api/check", content=b"x" * (MAX_BODY_BYTES + 1), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert client.post("/api/check", content=b"{not json", headers={"Content-Type": "application/json"}
+                       ).json() == {"error": "the request body is not valid JSON"}
+    assert client.put("/api/check").status_code == 405
+
+
+def test_source_files_are_confined_to_the_spec_folder(client, project, tmp_path):
+    (project.parent / "rewards.py").write_text("def score(completion, fields):\n    return 1.0\n")
+    assert client.get("/api/source?path=rewards.py").json()["text"].startswith("def score")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("TOP-SECRET-CONTENT")
+    (project.parent / "link.txt").symlink_to(outside)
+    for bad in ("../secret.txt", "data/../../secret.txt", str(outside), "/etc/passwd", "link.txt", "..", "C:/x"):
+        r = client.get("/api/source", params={"path": bad})
+        assert r.status_code == 403, bad
+        assert "TOP-SECRET-CONTENT" not in r.text
+    assert client.get("/api/source?path=nope.py").status_code == 404
+
+
+def test_run_folders_are_confined(client, project, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    write_steps(project, elsewhere, range(1, 2))
+    (project.parent / "runs" / "linked").symlink_to(elsewhere)
+    for bad in ("../elsewhere", str(elsewhere), "runs/linked", "runs/../../elsewhere", "@run"):
+        r = client.get("/api/run/steps", params={"run": bad})
+        assert r.status_code in (403, 404), bad
+        assert "train" not in r.json()
+    assert client.get("/api/run/steps", params={"run": "runs/quickstart"}).json() == {"train": [1, 2, 3], "eval": []}
+    listed = [r["id"] for r in client.post("/api/runs", json={}).json()["runs"]]
+    assert listed == ["runs/quickstart"]  # the symlink out is not offered
+
+
+def test_the_run_folder_given_with_run_is_readable_wherever_it_is(project, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    write_steps(project, elsewhere, range(1, 3))
+    c = client_for(project, elsewhere)
+    assert c.get("/api/run/steps", params={"run": "@run"}).json()["train"] == [1, 2]
+    assert c.get("/api/run/steps", params={"run": "@run/../proj"}).status_code == 403
+    ids = [r["id"] for r in c.post("/api/runs", json={"text": project.read_text()}).json()["runs"]]
+    assert ids == ["@run", "runs/quickstart"]
+
+
+# ---------------------------------------------------------------------------------------------- the CLI's answers
+
+
+def test_problems_are_validates_own(client, project):
+    text = project.read_text().replace(r"pattern: '^\s*-?\d+\s*$'", "pattern: '^(\\d+'")
+    check = client.post("/api/check", json={"text": text}).json()
+    with pytest.raises(SpecErrors) as exc:
+        validate_text(text, project.name, path=project)
+    want = [(e.code, e.line, e.column, e.key_path, e.message, e.hint) for e in exc.value.errors]
+    got = [(p["code"], p["line"], p["column"], p["key_path"], p["message"], p["hint"]) for p in check["problems"]]
+    assert got == want and want[0][0] == "S201"
+    assert check["valid"] is False and check["problems"][0]["headline"] == exc.value.errors[0].headline()
+    assert check["problems"][0]["key_path"] == "reward.rules.1.checks.0.pattern"
+
+
+def test_gaming_probes_are_reported_at_the_rule(client, project):
+    text = project.read_text().replace("extract: {from: whole}\n      reference", "extract: {from: last_number}\n      reference")
+    check = client.post("/api/check", json={"text": text}).json()
+    w110 = [p for p in check["problems"] if p["code"] == "W110"]
+    assert len(w110) == 1 and w110[0]["key_path"] == "reward.rules.0.extract" and w110[0]["severity"] == "warning"
+    assert "can be gamed" in w110[0]["message"] and "' 8 or 7'" in w110[0]["message"]
+
+
+def test_try_gives_the_verdicts_sailrl_rewards_prints(client, project, capsys):
+    text = project.read_text()
+    for completion, truncated in ((" 7", False), (" 8", False), (" 7 or 8", False), (" 7", True)):
+        got = client.post("/api/try", json={"text": text, "completion": completion, "fields": {"answer": "7"},
+                                             "truncated": truncated}).json()
+        argv = ["rewards", str(project), "--completion", completion, "--field", "answer=7", "--json"]
+        assert main(argv + (["--truncated"] if truncated else [])) == 0
+        cli = json.loads(capsys.readouterr().out)
+        assert got["total"] == cli["total"]
+        assert {r["name"]: r["score"] for r in got["rules"]} == cli["contributions"]
+        assert {r["name"]: r["passed"] for r in got["rules"]} == cli["passed"]
+        assert {r["name"]: r["why"] for r in got["rules"]} == cli["reasons"]
+    assert got["total"] == 0.5 and got["rules"][1]["why"].endswith("cut off at max_tokens")
+
+
+def test_try_works_while_other_sections_are_broken(client, project):
+    text = project.read_text().replace("source: data/addition.jsonl", "source: data/missing.jsonl")
+    assert client.post("/api/check", json={"text": text}).json()["valid"] is False
+    got = client.post("/api/try", json={"text": text, "completion": " 7", "fields": {"answer": "7"}}).json()
+    assert got["ok"] and got["total"] == 1.0
+    broken = text.replace("kind: termination", "kind: terminaton")
+    got = client.post("/api/try", json={"text": broken, "completion": " 7", "fields": {"answer": "7"}}).json()
+    assert got == {"ok": False, "sha": got["sha"],
+                   "problem": "the reward rules have problems (shown at their fields); fix them to try completions"}
+    assert client.post("/api/rows", json={"text": text}).status_code == 422
+
+
+def test_a_hostile_completion_gets_the_reward_engines_bounded_answer(client, project):
+    got = client.post("/api/try", json={"text": project.read_text(), "completion": "7" * 300_000,
+                                         "fields": {"answer": "7"}}).json()
+    assert got["total"] == 0.0
+    assert all("characters long; the rules read at most 200,000" in r["why"] for r in got["rules"])
+
+
+def test_python_rules_run_in_the_worker_processes(client, project):
+    (project.parent / "rewards.py").write_text(
+        "def score(completion, fields):\n    return 0.25 if completion.strip() == fields['answer'] else 0.0\n")
+    text = project.read_text().replace("reward:\n  rules:\n", "reward:\n  rules:\n"
+                                       "    - name: mine\n      kind: python\n      function: rewards:score\n")
+    got = client.post("/api/try", json={"text": text, "completion": " 7", "fields": {"answer": "7"}}).json()
+    assert got["rules"][0] == {"name": "mine", "passed": True, "score": 0.25, "why": got["rules"][0]["why"],
+                               "error": None}
+    assert got["total"] == 1.25
+
+
+def test_examples_are_scored_with_pass_or_fail(client, project):
+    text = project.read_text().replace("expect: {correct: 0.0, format: 0.5}", "expect: {correct: 0.5, format: 0.5}")
+    got = client.post("/api/examples", json={"text": text}).json()["examples"]
+    assert [e["passed"] for e in got] == [True, False, True, True]
+    assert got[1]["misses"] == ["correct: expected 0.5, got 0 (answer '8' does not match reference '7')"]
+
+
+def test_rows_prompts_and_preflight(client, project):
+    text = project.read_text()
+    rows = client.post("/api/rows", json={"text": text, "limit": 3}).json()
+    lines = [json.loads(x) for x in (project.parent / "data/addition.jsonl").read_text().splitlines()]
+    assert rows["total"] == 100 and rows["columns"] == ["question", "answer"]
+    assert [r["fields"] for r in rows["rows"]] == [{k: x[k] for k in ("question", "answer")} for x in lines[:3]]
+    found = client.post("/api/rows", json={"text": text, "q": lines[42]["question"]}).json()
+    assert 42 in [r["index"] for r in found["rows"]]
+    row = client.post("/api/row", json={"text": text, "index": 3}).json()
+    assert row["prompt"] == f"User: {lines[3]['question']}=\n\nAssistant:"
+    assert row["tokens"] == len(row["prompt"].encode())  # the byte tokenizer: one id per byte
+    assert row["reference"] == lines[3]["answer"]
+    assert client.post("/api/row", json={"text": text, "index": 1000}).status_code == 404
+    assert client.post("/api/row", json={"text": text, "random": True}).json()["index"] in range(100)
+    report = client.post("/api/preflight", json={"text": text}).json()
+    assert report["verdict"] == "ready: no problems found" and report["data"]["train"] == 100
+
+
+def test_preflight_findings_name_unusable_rows(client, project):
+    data = project.parent / "data/addition.jsonl"
+    data.write_text(data.read_text() + '{"question": "1+1", "answer": "two"}\n')
+    report = client.post("/api/preflight", json={"text": project.read_text()}).json()
+    assert report["verdict"].startswith("ready, with 1 warning: 1 of 101 rows skipped")
+    rows = client.post("/api/rows", json={"text": project.read_text(), "q": "two"}).json()["rows"]
+    assert rows[0]["split"] == "skipped" and "two" in rows[0]["skip_reason"]
+
+
+def test_run_metrics_and_rollouts_are_the_run_files(client, project):
+    run = project.parent / "runs" / "quickstart"
+    m = client.get("/api/run/metrics", params={"run": "runs/quickstart"}).json()
+    assert [x["step"] for x in m["lines"]] == [1, 2, 3] and m["next"] == 3
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 4, "reward/tot')  # a line still being written
+    assert client.get("/api/run/metrics", params={"run": "runs/quickstart", "after": 3}).json() == {
+        "lines": [], "next": 3, "exists": True}
+    write_steps(project, run, range(4, 5))  # RolloutLog cuts nothing from metrics: finish the torn line first
+    got = client.get("/api/run/rollouts", params={"run": "runs/quickstart", "step": 2}).json()
+    assert got["records"] == read_rollouts(run, step=2, kind="train") and len(got["records"]) == 16
+    r0 = got["records"][0]
+    assert {"prompt", "completion", "rules", "advantage", "sampler_path", "total"} <= set(r0)
+
+
+# ---------------------------------------------------------------------------------------------- YAML and save
+
+
+def test_patch_replaces_the_rules_and_keeps_everything_else(client, project):
+    text = project.read_text()
+    check = client.post("/api/check", json={"text": text}).json()
+    rules = check["rules"]
+    rules[1]["checks"][0]["pattern"] = r"^\s*\d+$"
+    rules.append({"name": "short", "kind": "length", "unit": "chars", "max": 20, "pass_score": 0, "fail_score": -0.1})
+    examples = check["examples"] + [{"completion": " 9", "fields": {"answer": "9"}, "expect_total": 1.0}]
+    got = client.post("/api/patch", json={"text": text, "rules": rules, "examples": examples}).json()
+    new = got["text"]
+    assert got["check"]["valid"] is True and got["check"]["rules"] == rules and got["check"]["examples"] == examples
+    assert [ln for ln in text.splitlines() if "#" in ln] == [ln for ln in new.splitlines() if "#" in ln]
+    head, tail = text.split("reward:")[0], text.split("training:")[1].split("examples:")[0]
+    assert new.startswith(head) and tail in new
+    assert "          pattern: '^\\s*\\d+$'\n" in new
+    assert "    - name: short\n      kind: length\n      unit: chars\n      max: 20\n" in new
+    fresh = client.post("/api/check", json={"text": text}).json()
+    no_op = client.post("/api/patch", json={"text": text, "rules": fresh["rules"], "examples": fresh["examples"]}).json()
+    assert no_op["text"] == text
+    assert client.post("/api/patch", json={"text": "a: [", "rules": []}).status_code == 422
+
+
+def test_save_writes_only_a_valid_spec_over_the_file_it_loaded(client, project):
+    loaded = client.get("/api/spec").json()
+    old = project.read_text()
+    new = old.replace("  steps: 100\n", "  steps: 90\n")
+    assert new != old
+    bad = old.replace("kind: termination", "kind: terminaton")
+    r = client.post("/api/save", json={"text": bad, "base_sha": loaded["disk_sha"]})
+    assert r.status_code == 422 and "was not written" in r.json()["error"] and project.read_text() == old
+    r = client.post("/api/save", json={"text": new, "base_sha": loaded["disk_sha"]})
+    assert r.status_code == 200 and project.read_text() == new
+    assert (project.parent / "quickstart.yaml.bak").read_text() == old
+    assert sorted(p.name for p in project.parent.iterdir() if p.name.startswith(".")) == []  # no temp file left
+    r = client.post("/api/save", json={"text": old, "base_sha": loaded["disk_sha"]})  # stale: the file moved on
+    assert r.status_code == 409 and "changed on disk" in r.json()["error"] and project.read_text() == new
+    import hashlib
+
+    assert client.get("/api/disk").json()["disk_sha"] == hashlib.sha256(new.encode()).hexdigest()
+
+
+def test_a_spec_that_does_not_parse_opens_with_its_errors(tmp_path):
+    spec = tmp_path / "broken.yaml"
+    spec.write_text("name: x\nreward:\n  rules: [\n")
+    got = client_for(spec).get("/api/spec").json()
+    assert got["text"] == "name: x\nreward:\n  rules: [\n"
+    assert got["check"]["valid"] is False and got["check"]["rules"] is None
+    assert got["check"]["problems"][0]["code"].startswith("S0")
+
+
+# ---------------------------------------------------------------------------------------------- the command
+
+
+def _studio(*args: str, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "sailrl", "studio", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_the_command_prints_a_tokened_url_and_ctrl_c_exits_130(project):
+    proc = _studio(str(project), cwd=project.parent)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"(http://127\.0\.0\.1:(\d+))/\?token=(\S+)", line)
+        assert url, line
+        import httpx
+
+        with httpx.Client(follow_redirects=True) as c:
+            assert c.get(url.group(1) + "/api/spec").status_code == 401
+            r = c.get(url.group(0))
+            assert r.status_code == 200 and "sailrl studio" in r.text
+            assert c.get(url.group(1) + "/api/spec").json()["path"] == "quickstart.yaml"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert "stopped" in err and "Traceback" not in err
+
+
+def test_the_command_says_one_line_for_bad_input(project, tmp_path, capsys):
+    assert main(["studio", str(tmp_path / "missing.yaml")]) == 1
+    assert capsys.readouterr().err.strip().endswith("spec not found (write one with `sailrl init`)")
+    assert main(["studio", str(project), "--run", str(tmp_path / "norun")]) == 1
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'norun'}: no such run directory"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert main(["studio", str(project), "--port", str(port)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: port {port} on 127.0.0.1 is in use: pick another with --port N, or leave --port out "
+                   "for a free one")
+
+
+def test_another_host_only_when_given_and_with_a_warning(project):
+    proc = _studio(str(project), "--host", "0.0.0.0", cwd=project.parent)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("sailrl studio: ") and "http://0.0.0.0:" in line
+    finally:
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    assert err.startswith("warning: serving on 0.0.0.0, not only this machine")
