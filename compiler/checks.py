@@ -55,6 +55,7 @@ def check_spec(loaded: LoadedSpec) -> list[SpecError]:
     c.templates()
     c.regexes()
     c.rules()
+    c.judges()
     c.model()
     c.training()
     c.sampling()
@@ -215,7 +216,7 @@ class _Checker:
 
         env = make_environment()  # the same environment the runtime renders with
         declared = self.declared_fields()
-        for path in TEMPLATE_FIELDS:
+        for path in (*TEMPLATE_FIELDS, *self.rubric_paths()):
             source = self.text(path)
             if source is None:
                 continue
@@ -273,6 +274,44 @@ class _Checker:
                 if unknown:
                     continue
             self._render_example(path, source, undeclared)
+
+    def rubric_paths(self) -> list[KeyPath]:
+        """``reward.rules.<i>.rubric`` of every judge rule (a Jinja template over the row's fields)."""
+        rules = self.get(("reward", "rules"))
+        return [("reward", "rules", i, "rubric") for i, r in enumerate(rules if isinstance(rules, list) else [])
+                if isinstance(r, dict) and r.get("kind") == "judge" and self.text(("reward", "rules", i, "rubric"))]
+
+    def judges(self) -> None:
+        """A judge model that its sampler cannot serve (S231, S232)."""
+        from sailrl.spec.models import classify, is_remote_only
+
+        rules = self.get(("reward", "rules"))
+        for i, rule in enumerate(rules if isinstance(rules, list) else []):
+            if not isinstance(rule, dict) or rule.get("kind") != "judge" or not isinstance(rule.get("judge"), dict):
+                continue
+            path = ("reward", "rules", i, "judge")
+            model = self.text((*path, "model"))
+            sampler = self.text((*path, "sampler")) or "sail"
+            if not model or sampler not in ("sail", "tinker", "local"):
+                continue  # the schema reports these
+            try:
+                kind = classify(model, self.loaded.base_dir).kind
+            except OSError:
+                continue
+            if sampler in ("sail", "tinker") and kind != "remote":
+                where = {"builtin": "a model built into sailrl's embedded backend", "local_dir": "a model folder "
+                         "on this machine", "gguf": "a .gguf file on this machine"}[kind]
+                service = "Sail" if sampler == "sail" else "Tinker"
+                self.add((*path, "model"), "S231",
+                         f"the judge model '{model}' is {where}; {service} (judge.sampler: {sampler}) cannot serve it",
+                         "Use judge.sampler: local to judge with it on the embedded backend, or name a model "
+                         f"{service} hosts (e.g. {'moonshotai/Kimi-K2.6' if sampler == 'sail' else 'Qwen/Qwen3-8B'}).")
+            elif sampler == "local" and kind == "remote" and is_remote_only(model):
+                self.add((*path, "model"), "S232",
+                         f"the judge model '{model}' is served only by remote services; the embedded backend "
+                         "(judge.sampler: local) cannot load a model of that size",
+                         "Use judge.sampler: sail (Sail's hosted model) or tinker, or a small local model (a "
+                         "Hugging Face folder or .gguf file next to the spec).")
 
     def _example_row(self, names: set[str]) -> dict[str, Any]:
         """A row to render templates on.

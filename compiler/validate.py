@@ -33,25 +33,29 @@ _PATTERN_CODES = frozenset({"S201", "S202"})
 _RULE_CODES = _PATTERN_CODES
 
 
-def validate_file(path: str | Path) -> LoadedSpec:
+def validate_file(path: str | Path, *, judges: Any = None) -> LoadedSpec:
     """Every check of ``sailrl validate`` on the spec file at ``path``.
 
     Returns the :class:`LoadedSpec` (``.spec`` validated, ``.warnings`` possibly non-empty). Raises
     :class:`SpecErrors` with every problem (warnings included) when there is at least one error; a missing,
     unreadable, oversized or non-UTF-8 file is one problem.
+
+    judges: a callable ``(reward_fn) -> {rule: why not connected}`` that connects ``kind: judge`` rules to their
+    models (``sailrl validate`` passes one for local judges, and for every judge with ``--judge``); a judge rule
+    left unconnected has its examples listed as not checked (W112) and no injection probes.
     """
     text, digest = read_spec_file(path)
-    return validate_text(text, str(path), path=Path(path), sha256=digest)
+    return validate_text(text, str(path), path=Path(path), sha256=digest, judges=judges)
 
 
 def validate_text(text: str, filename: str = "<string>", *, path: Path | None = None,
-                  sha256: str | None = None) -> LoadedSpec:
+                  sha256: str | None = None, judges: Any = None) -> LoadedSpec:
     """Every check of ``sailrl validate`` on spec source ``text`` (``filename`` names it in error locations).
 
     Relative paths in the spec resolve against ``path``'s folder (default: the current one). Returns or raises
     as :func:`validate_file` does.
     """
-    loaded, found = problems(text, filename, path=path, sha256=sha256)
+    loaded, found = problems(text, filename, path=path, sha256=sha256, judges=judges)
     if any(not e.is_warning for e in found):
         raise SpecErrors(found, loaded.text)
     loaded.warnings = [e for e in found if e.is_warning]
@@ -59,7 +63,7 @@ def validate_text(text: str, filename: str = "<string>", *, path: Path | None = 
 
 
 def problems(text: str, filename: str = "<string>", *, path: Path | None = None,
-             sha256: str | None = None) -> tuple[LoadedSpec, list[SpecError]]:
+             sha256: str | None = None, judges: Any = None) -> tuple[LoadedSpec, list[SpecError]]:
     """(the loaded spec, every problem of ``text``: errors and warnings). Never raises for a user error."""
     loaded, schema_errors = parse_spec_text(text, filename, path=path, sha256=sha256)
     if loaded.tree is None or not isinstance(loaded.tree, dict):
@@ -67,7 +71,7 @@ def problems(text: str, filename: str = "<string>", *, path: Path | None = None,
     check_errors = check_spec(loaded)
     check_errors += _cost_checks(loaded)
     found = _drop_covered(schema_errors, check_errors) + check_errors
-    found += _reward_checks(loaded, found)  # rules' own checks (python rules, gameable answers) and the examples
+    found += _reward_checks(loaded, found, judges)  # rules' own checks (python rules, gameable answers) and the examples
     wrong = {e.key_path for e in found if not e.is_warning}
     return loaded, dedupe([e for e in found if not (e.is_warning and e.key_path in wrong)])
 
@@ -94,7 +98,7 @@ def _drop_covered(schema_errors: list[SpecError], check_errors: list[SpecError])
     return [e for e in schema_errors if not covered(e)]
 
 
-def _reward_checks(loaded: LoadedSpec, found: list[SpecError]) -> list[SpecError]:
+def _reward_checks(loaded: LoadedSpec, found: list[SpecError], judges: Any = None) -> list[SpecError]:
     """The reward rules' own checks (``check_reward_rules``: python rules that cannot load, answer rules that
     can be gamed) and the worked examples' problems, both on the valid rules; one W104 warning names the examples
     skipped. Nothing runs on a reward section a YAML syntax error cut short.
@@ -124,8 +128,9 @@ def _reward_checks(loaded: LoadedSpec, found: list[SpecError]) -> list[SpecError
         if has_examples:
             skipped, broken = list(range(len(raw))), []
     with_view = dataclasses.replace(loaded, spec=spec_view)
-    out: list[SpecError] = list(reward_checks.check_reward_rules(with_view))  # python rules, gameable answers
-    out += reward_checks.check_reward_examples(with_view)
+    fn, unconnected = reward_checks.reward_function(with_view, judges)  # one, shared: judges connect once
+    out: list[SpecError] = list(reward_checks.check_reward_rules(with_view, fn=fn, unconnected=unconnected))
+    out += reward_checks.check_reward_examples(with_view, fn=fn, unconnected=unconnected)
     if skipped:
         which = ", ".join(str(i + 1) for i in skipped)
         why = (f"they expect a score of rule {', '.join(repr(b) for b in broken)} or the total, and that rule has "

@@ -40,6 +40,7 @@ from sailrl.spec.rewards import (
     AllOfRule,
     AnswerRule,
     HasAnswerCheck,
+    JudgeRule,
     LengthRule,
     MatchRule,
     PythonRule,
@@ -82,6 +83,8 @@ class Score:
     subscores: dict[str, dict[str, float]] = field(default_factory=dict)
     python_failures: int = 0
     budget_exceeded: int = 0
+    #: judge rule name -> its :class:`sailrl.runtime.judge.Verdict` (the judge's answer and the score read from it).
+    judge: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,8 +100,9 @@ class RuleTrace:
 class _Ctx:
     """What a rule sees: the completion, the row's fields, how it ended, the step's budget, and counters."""
 
-    __slots__ = ("answers", "budget", "budget_exceeded", "completion", "error", "fields", "num_tokens",
-                 "python_failures", "quoted", "subscores", "timeouts", "too_long", "truncated", "value", "why")
+    __slots__ = ("answers", "budget", "budget_exceeded", "completion", "error", "fields", "judge_stats", "judged",
+                 "num_tokens", "python_failures", "quoted", "subscores", "timeouts", "too_long", "truncated",
+                 "value", "verdicts", "why")
 
     def __init__(self, completion: str, fields: dict[str, Any], truncated: bool, num_tokens: int | None,
                  budget: Any = None) -> None:
@@ -117,6 +121,9 @@ class _Ctx:
         self.quoted: tuple[str, str] | None = None  # (answer, its quoted form) for reasons
         self.too_long = len(completion) > MAX_COMPLETION_CHARS
         self.answers: dict[tuple, str | None] = {}  # extractor key -> answer found in the completion
+        self.judged: dict[str, Any] | None = None  # judge verdicts given by the caller (None: judge here)
+        self.verdicts: dict[str, Any] = {}  # judge rule name -> Verdict
+        self.judge_stats: Any = None
 
     def note(self, text: str) -> None:
         self.why.append(text)
@@ -472,6 +479,46 @@ class _Python(_Check):
         return self.label
 
 
+_PENDING = "pending: judged alongside the other rules"
+
+
+class _JudgeCheck(_Check):
+    """A ``kind: judge`` rule (see :mod:`sailrl.runtime.judge`): the verdict is given (``ctx.judged``, from the
+    step's concurrent judge calls), or judged here, blocking, within the budget."""
+
+    def __init__(self, name: str, rule: JudgeRule) -> None:
+        from sailrl.runtime.judge import Judge
+
+        self.judge = Judge(name, rule)
+        self.on_pass, self.on_fail = rule.scores()
+
+    def passes(self, ctx: _Ctx) -> bool:
+        name = self.judge.name
+        if ctx.judged is not None:
+            verdict = ctx.judged.get(name)
+            if verdict is None:  # deferred: RewardFunction.with_verdicts fills it in
+                ctx.note(_PENDING)
+                return False
+        else:
+            verdict = self.judge.judge_blocking(ctx.completion, ctx.fields, budget=ctx.budget,
+                                                stats=ctx.judge_stats)
+        return self.apply(ctx, verdict)
+
+    def apply(self, ctx: _Ctx, verdict: Any) -> bool:
+        ctx.verdicts[self.judge.name] = verdict
+        ok, value = verdict.contribution(self.on_pass, self.on_fail, self.judge.pass_at)
+        ctx.value = value
+        if verdict.kind == "budget":
+            ctx.budget_exceeded += 1
+        elif verdict.kind != "ok":
+            ctx.error = _cap(verdict.problem)
+        ctx.note(verdict.reason())
+        return ok
+
+    def describe(self) -> str:
+        return self.judge.describe()
+
+
 def _compile(rule: Any, reference_field: str, spec: RewardSpec, spec_dir: Path | str | None = None) -> _Check:
     t = spec.regex_timeout_s
     if isinstance(rule, AnswerRule):
@@ -488,6 +535,8 @@ def _compile(rule: Any, reference_field: str, spec: RewardSpec, spec_dir: Path |
         return _AllOf([_compile(c, reference_field, spec, spec_dir) for c in rule.checks])
     if isinstance(rule, PythonRule):
         return _Python(rule, spec_dir)
+    if isinstance(rule, JudgeRule):
+        return _JudgeCheck(str(rule.name), rule)
     raise TypeError(f"unknown rule kind {getattr(rule, 'kind', rule)!r}")
 
 
@@ -519,8 +568,11 @@ class RewardFunction:
         self._answers = [c for c in self._checks if isinstance(c, _Answer)]
         self.python_rules: list[str] = [n for n, c in zip(self.rule_names, self._checks, strict=True)
                                         if isinstance(c, _Python)]
-        # What _run walks: (name, check, pass score, fail score, is a python rule).
-        self._plan = [(n, c, p, f, isinstance(c, _Python))
+        #: judge rule name -> its :class:`sailrl.runtime.judge.Judge` (connect a client with ``.connect``).
+        self.judges: dict[str, Any] = {n: c.judge for n, c in zip(self.rule_names, self._checks, strict=True)
+                                       if isinstance(c, _JudgeCheck)}
+        # What _run walks: (name, check, pass score, fail score, sets its own contribution).
+        self._plan = [(n, c, p, f, isinstance(c, (_Python, _JudgeCheck)))
                       for n, c, (p, f) in zip(self.rule_names, self._checks, self._scores, strict=True)]
         self._clip = reward.clip
         self.text_mode: str = reward.text  # which text of a rollout the rules read (see RewardSpec.text)
@@ -549,7 +601,9 @@ class RewardFunction:
         for name, check, on_pass, on_fail, is_python in self._plan:
             ctx.error = None
             why = ctx.why = []
-            if budget is not None and budget.remaining() <= 0:
+            if ctx.judged is not None and isinstance(check, _JudgeCheck) and name not in ctx.judged:
+                ok = check.passes(ctx)  # pending: with_verdicts fills it in (the budget is the judge's to check)
+            elif budget is not None and budget.remaining() <= 0:
                 ok = False
                 ctx.over_budget()
             else:
@@ -581,10 +635,36 @@ class RewardFunction:
             total = min(max(total, self._clip[0]), self._clip[1])
         correct = passed[self.correct_rule] if self.correct_rule is not None else None
         return Score(total, contributions, passed, ctx.timeouts, correct, errors, reasons, subscores,
-                     ctx.python_failures, ctx.budget_exceeded)
+                     ctx.python_failures, ctx.budget_exceeded, dict(ctx.verdicts))
+
+    def with_verdicts(self, score: Score, verdicts: dict[str, Any]) -> Score:
+        """``score`` (computed with the judge rules deferred: ``score(..., judged={})``) completed with the judge
+        rules' verdicts: their pass, contribution, reason and error, then the total and ``correct`` again."""
+        for name, verdict in verdicts.items():
+            check = self._checks[self.rule_names.index(name)]
+            ctx = _Ctx("", {}, False, None)
+            ok = check.apply(ctx, verdict)  # type: ignore[attr-defined]
+            score.passed[name] = ok
+            score.contributions[name] = float(ctx.value if ctx.value is not None else 0.0)
+            score.reasons[name] = _cap("; ".join(ctx.why))
+            if ctx.error is not None:
+                score.errors[name] = ctx.error
+            else:
+                score.errors.pop(name, None)
+            score.budget_exceeded += ctx.budget_exceeded
+            score.judge[name] = verdict
+        values = score.contributions.values()
+        total = math.fsum(values) if len(score.contributions) > 2 else sum(values)
+        if self._clip is not None:
+            total = min(max(total, self._clip[0]), self._clip[1])
+        score.total = total
+        if self.correct_rule is not None:
+            score.correct = score.passed[self.correct_rule]
+        return score
 
     def score(self, completion: str, fields: dict[str, Any], *, truncated: bool = False,
-              num_tokens: int | None = None, budget: Any = None) -> Score:
+              num_tokens: int | None = None, budget: Any = None, judged: dict[str, Any] | None = None,
+              judge_stats: Any = None) -> Score:
         """Score one completion against one row's ``fields``. Never raises.
 
         truncated: the completion was cut off at max_tokens (no stop sequence / end of turn).
@@ -592,14 +672,20 @@ class RewardFunction:
         budget: the step's scoring budget (an object with ``remaining() -> seconds`` and ``budget_s``, e.g.
         :class:`sailrl.runtime.scoring.ScoringBudget`); time limits are cut to what it has left and rules past
         it fail (``Score.budget_exceeded``). Blocking: up to the rules' time limits (regexes, math-verify,
-        python calls); the training loop calls it through :class:`sailrl.runtime.scoring.StepScorer`.
+        python calls, judge calls); the training loop calls it through :class:`sailrl.runtime.scoring.StepScorer`.
+        judged: judge rule name -> verdict already reached (a judge rule missing from it is left pending for
+        :meth:`with_verdicts`); None: judge rules call their judge here (counted in ``judge_stats``).
         """
-        return self._run(_Ctx(completion, fields, truncated, num_tokens, budget))
+        ctx = _Ctx(completion, fields, truncated, num_tokens, budget)
+        ctx.judged = judged
+        ctx.judge_stats = judge_stats
+        return self._run(ctx)
 
     def trace(self, completion: str, fields: dict[str, Any], *, truncated: bool = False,
-              num_tokens: int | None = None) -> tuple[Score, list[RuleTrace]]:
-        """:meth:`score` plus, per rule, why it passed or failed (``Score.reasons``) as :class:`RuleTrace` s."""
-        score = self.score(completion, fields, truncated=truncated, num_tokens=num_tokens)
+              num_tokens: int | None = None, judged: dict[str, Any] | None = None) -> tuple[Score, list[RuleTrace]]:
+        """:meth:`score` plus, per rule, why it passed or failed (``Score.reasons``) as :class:`RuleTrace` s.
+        ``judged``: as for :meth:`score` (None: judge rules call their judge)."""
+        score = self.score(completion, fields, truncated=truncated, num_tokens=num_tokens, judged=judged)
         traces = [RuleTrace(name, score.passed[name], score.contributions[name], score.reasons[name])
                   for name in self.rule_names]
         return score, traces
@@ -694,6 +780,9 @@ class RewardFunction:
             if isinstance(check, _Python):
                 lines.append(self._explain_python(name, check, on_pass, on_fail))
                 continue
+            if isinstance(check, _JudgeCheck):
+                lines.append(self._explain_judge(name, check, on_pass, on_fail))
+                continue
             cond = check.describe()
             if on_pass == 0 and on_fail != 0:
                 lines.append(f"{name}: {_signed(on_fail)} unless {cond}; otherwise 0.")
@@ -713,6 +802,14 @@ class RewardFunction:
                 f"'correct' (logged each step) is the fraction of completions that pass '{self.correct_rule}'."
             )
         return lines
+
+    @staticmethod
+    def _explain_judge(name: str, check: _JudgeCheck, on_pass: float, on_fail: float) -> str:
+        j = check.judge
+        low, high = (_num(on_fail), _num(on_pass))
+        return (f"{name}: {j.describe()}; the score, normalised to 0..1, maps onto {low} .. {high} "
+                f"(it passes at {j.pass_at:g} or more); {low} if the judge fails, times out or gives no readable "
+                "<score>.")
 
     @staticmethod
     def _explain_python(name: str, check: _Python, on_pass: float, on_fail: float) -> str:

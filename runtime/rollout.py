@@ -58,7 +58,9 @@ class RuleEnv(Env):
     else) and ``reward_budget_exceeded`` (rules failed because the step's budget was used up).
     ``StepResult.logs``: ``completion`` (the text the rules read, at most 2,000 characters), and per rule
     ``why/<rule>`` (the reason, at most 200 characters), ``passed/<rule>`` (0 or 1), ``score/<rule>`` (its
-    contribution), and ``error/<rule>`` for a rule that could not be evaluated (why, at most 200 characters).
+    contribution), and ``error/<rule>`` for a rule that could not be evaluated (why, at most 200 characters);
+    for a judge rule ``judge/<rule>`` (the judge's answer, at most 2,000 characters) and ``judge_score/<rule>``
+    (the text of the ``<score>`` tag the score was taken from; empty when none was read).
     """
 
     def __init__(self, row: dict[str, Any], model_input: tinker.ModelInput, stop: list, renderer: Any,
@@ -100,6 +102,9 @@ class RuleEnv(Env):
             logs[f"score/{name}"] = float(value)
         for name, why in score.errors.items():  # the rule could not be evaluated (raised, timed out, ...)
             logs[f"error/{name}"] = why[:200]
+        for name, verdict in score.judge.items():  # judge rules: the judge's answer and the score read from it
+            logs[f"judge/{name}"] = verdict.answer[:2000]
+            logs[f"judge_score/{name}"] = verdict.label
         return StepResult(
             reward=float(score.total),
             episode_done=True,

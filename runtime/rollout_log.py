@@ -8,6 +8,7 @@ Train and eval rollouts share the file; ``kind`` tells them apart. One record pe
     total, advantage, truncated, num_tokens,    # reward, advantage (null for eval / not trained), cut at max_tokens
     degenerate,                                 # its group's totals are all equal (no gradient); null for eval
     rules,                                      # {rule: {"score": float|null, "passed": bool|null, "why": str}}
+                                                # (+ "judge": the judge's answer, "judge_score": its <score> text)
     completion, reference, prompt               # the text the rules read, the row's reference, the decoded prompt
 
 ``step_records`` is how many records that step wrote for that kind. Text fields are capped (``PROMPT_CHARS``,
@@ -37,6 +38,7 @@ KINDS = ("train", "eval")
 
 PROMPT_CHARS = 4000
 COMPLETION_CHARS = 8000
+JUDGE_CHARS = 2000  # a judge rule's answer (rules.<rule>.judge)
 REFERENCE_CHARS = 2000
 WHY_CHARS = 500
 PATH_CHARS = 1000
@@ -123,7 +125,9 @@ def _safe_str(value: Any) -> str:
 def rule_verdicts(logs: dict[str, Any], metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``{rule: {"score", "passed", "why"}}`` from one transition's ``logs`` and ``metrics``.
 
-    Reads ``score/<rule>``, ``passed/<rule>`` and ``why/<rule>`` from ``logs``; a rule without ``score/<rule>``
+    Reads ``score/<rule>``, ``passed/<rule>`` and ``why/<rule>`` from ``logs`` (and, for a judge rule,
+    ``judge/<rule>``, the judge's answer, and ``judge_score/<rule>``, the text of the ``<score>`` tag taken from it:
+    the entry then has ``"judge"`` and ``"judge_score"`` too); a rule without ``score/<rule>``
     takes ``metrics["reward/<rule>"]``. When ``logs`` has none of these keys (environments that only report
     metrics), the rules are the ``reward/<rule>`` metrics, with ``passed`` null and ``why`` empty. At most
     ``MAX_RULES`` rules, names capped at ``RULE_NAME_CHARS``.
@@ -143,7 +147,7 @@ def rule_verdicts(logs: dict[str, Any], metrics: dict[str, Any]) -> dict[str, di
         if not isinstance(key, str) or "/" not in key:
             continue
         field, name = key.split("/", 1)
-        if field not in ("score", "passed", "why") or not name:
+        if field not in ("score", "passed", "why", "judge", "judge_score") or not name:
             continue
         e = entry(name)
         if e is None:
@@ -153,6 +157,10 @@ def rule_verdicts(logs: dict[str, Any], metrics: dict[str, Any]) -> dict[str, di
             scored.add(name)
         elif field == "passed":
             e["passed"] = _passed(value)
+        elif field == "judge":  # a judge rule: the judge's answer, and the text of the <score> tag read from it
+            e["judge"] = cap_text(_safe_str(value), JUDGE_CHARS)
+        elif field == "judge_score":
+            e["judge_score"] = cap_text(_safe_str(value), WHY_CHARS)
         else:
             e["why"] = cap_text(_safe_str(value), WHY_CHARS)
     reward_metrics = {k.split("/", 1)[1]: v for k, v in metrics.items()

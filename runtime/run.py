@@ -321,6 +321,8 @@ class Run:
         batch.sampler_steps = [policy.sampler_step] * len(batch.groups)
         stats = getattr(policy.completer, "stats", None)  # the Sail completer counts polls, retries and failures
         batch.extra_metrics = {**(stats.as_metrics() if stats is not None else {}), **scorer.metrics()}
+        for line in scorer.warnings():  # judge rules whose service failed this step: one line each
+            self.console.print(f"[yellow]step {step}: {line}[/yellow]")
         if batch.failed:
             first = batch.failed[0]
             self.console.print(f"[yellow]step {step}: {len(batch.failed)} group(s) failed and were dropped "
@@ -846,6 +848,14 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     renderer = get_renderer(m.renderer or default_renderer(m.name, options.spec_dir), tokenizer)
     reward_fn = RewardFunction.from_spec(spec.reward, reference_field=spec.prompt.reference_field,
                                          spec_dir=options.spec_dir)  # python rules load from the spec's folder
+    if reward_fn.judges:  # kind: judge rules: their clients open on the first judgement
+        from sailrl.runtime.judge_clients import connect_judges
+
+        for name, why in connect_judges(reward_fn, service_client=None if backend.is_local else service,
+                                        local_service=service if backend.is_local else None,
+                                        spec_dir=options.spec_dir).items():
+            console.print(f"[yellow]warning: judge rule '{name}': {why}; it fails every judgement (judge/failed)"
+                          "[/yellow]")
     rows = load_rows(spec, options.spec_dir, reward_fn=reward_fn, renderer=renderer)  # over-long prompts skipped
     if rows.skipped:
         console.print(f"[yellow]skipped {len(rows.skipped)} dataset rows (first: row {rows.skipped[0].index}: "

@@ -24,6 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from sailrl.runtime.judge import JudgeStats
+
 __all__ = ["SCORING_THREADS", "ScoringBudget", "StepScorer"]
 
 #: Threads that score completions (shared by every StepScorer of the process).
@@ -92,36 +94,66 @@ class StepScorer:
         self.budget = ScoringBudget(budget_s)
         self.scored = 0
         self.budget_exceeded = 0
+        self.judges: dict[str, Any] = dict(getattr(reward_fn, "judges", None) or {})
+        self.judge_stats = JudgeStats()
         self._lock = threading.Lock()
 
     def score_sync(self, text: str, fields: dict[str, Any], *, truncated: bool = False,
-                   num_tokens: int | None = None) -> Any:
-        """Score in the calling thread, within the step's budget (what :meth:`score` runs in a worker thread)."""
+                   num_tokens: int | None = None, judged: dict[str, Any] | None = None) -> Any:
+        """Score in the calling thread, within the step's budget (what :meth:`score` runs in a worker thread).
+
+        judged: as for ``RewardFunction.score`` (``{}`` leaves the judge rules pending); None judges them here.
+        """
         self.budget.begin()
         try:
             result = self.reward_fn.score(text, fields, truncated=truncated, num_tokens=num_tokens,
-                                          budget=self.budget)
+                                          budget=self.budget, judged=judged, judge_stats=self.judge_stats) \
+                if self.judges else self.reward_fn.score(text, fields, truncated=truncated, num_tokens=num_tokens,
+                                                         budget=self.budget)
         finally:
             self.budget.end()
         with self._lock:
             self.scored += 1
-            self.budget_exceeded += int(getattr(result, "budget_exceeded", 0))
+            if judged is None:
+                self.budget_exceeded += int(getattr(result, "budget_exceeded", 0))
         return result
 
     async def score(self, text: str, fields: dict[str, Any], *, truncated: bool = False,
                     num_tokens: int | None = None) -> Any:
         """The :class:`~sailrl.runtime.rewards.Score` of one completion, computed in a worker thread.
 
-        Never raises for a rule's failure (``RewardFunction.score`` does not). Cancelling the await leaves the
+        Judge rules (``kind: judge``) are judged on this event loop at the same time, each call bounded by its
+        timeout and the step's budget, and merged in (``RewardFunction.with_verdicts``). Never raises for a
+        rule's failure (``RewardFunction.score`` and ``Judge.judge`` do not). Cancelling the await leaves the
         thread to finish that completion (bounded by the rules' time limits and the budget).
         """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            _executor(), lambda: self.score_sync(text, fields, truncated=truncated, num_tokens=num_tokens))
+        if not self.judges:
+            return await loop.run_in_executor(
+                _executor(), lambda: self.score_sync(text, fields, truncated=truncated, num_tokens=num_tokens))
+        rules = loop.run_in_executor(
+            _executor(), lambda: self.score_sync(text, fields, truncated=truncated, num_tokens=num_tokens,
+                                                 judged={}))
+        names = list(self.judges)
+        results = await asyncio.gather(
+            rules, *(self.judges[n].judge(text, fields, budget=self.budget, stats=self.judge_stats) for n in names))
+        score = self.reward_fn.with_verdicts(results[0], dict(zip(names, results[1:], strict=True)))
+        with self._lock:
+            self.budget_exceeded += int(getattr(score, "budget_exceeded", 0))
+        return score
 
     def metrics(self) -> dict[str, float]:
         """``{"reward_scoring_s": seconds of scoring wall time, "reward_budget_exceeded": rules failed for want of
-        budget, "reward_scored": completions}`` for this step."""
+        budget, "reward_scored": completions}`` for this step; with judge rules also ``judge/calls``,
+        ``judge/cached``, ``judge/failed``, ``judge/unparsed``, ``tokens/judge_prompt``, ``tokens/judge_output``
+        (:class:`sailrl.runtime.judge.JudgeStats`)."""
         with self._lock:
-            return {"reward_scoring_s": self.budget.used_s(), "reward_budget_exceeded": float(self.budget_exceeded),
-                    "reward_scored": float(self.scored)}
+            out = {"reward_scoring_s": self.budget.used_s(), "reward_budget_exceeded": float(self.budget_exceeded),
+                   "reward_scored": float(self.scored)}
+        if self.judges:
+            out.update(self.judge_stats.metrics())
+        return out
+
+    def warnings(self) -> list[str]:
+        """One line per judge rule whose judgements failed this step (a service that is down, a timeout)."""
+        return self.judge_stats.warnings({n: j.label for n, j in self.judges.items()})

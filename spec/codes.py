@@ -103,6 +103,13 @@ _TABLE: tuple[Code, ...] = (
          "instead of a data file."),
     Code("S230", "python-rule-unusable", "error", "A python reward rule's function cannot be used: no such file "
          "or function next to the spec, the file raises on import, or the signature is not fn(completion, fields)."),
+    Code("S231", "judge-model-unservable", "error", "A judge rule's model cannot be served where its judge runs "
+         "(judge.sampler): a local folder or built-in model on sail or tinker, or a model the service answered "
+         "it does not serve."),
+    Code("S232", "judge-remote-only", "error", "A judge rule with sampler: local names a model that only a remote "
+         "service serves (too large for the embedded backend)."),
+    Code("S233", "judge-scale", "error", "A judge rule's scale is not binary, 0-1, 1-10 or labels each with a value "
+         "from 0 to 1."),
     # -- budget and prices (sailrl.compiler.cost_checks) ----------------------------------------------------
     Code("S241", "budget-needs-prices", "error", "training.max_cost_usd is set but a price the run pays is unknown "
          "(pricing:)."),
@@ -116,6 +123,8 @@ _TABLE: tuple[Code, ...] = (
          "rules."),
     Code("S305", "pattern-matches-none", "error", "A pattern matches none of the examples that expect its rule to "
          "pass."),
+    Code("S306", "judge-unreachable", "error", "sailrl validate --judge could not reach a judge rule's model, so its "
+         "examples and injection probes were not scored."),
     # -- warnings ---------------------------------------------------------------------------------------------
     Code("W101", "unusual-value", "warning", "A value lies outside the usual range documented for its key."),
     Code("W102", "kl-discount-unused", "warning", "training.kl_discount_factor is set but kl_penalty_coef is 0, "
@@ -128,6 +137,10 @@ _TABLE: tuple[Code, ...] = (
          "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
     Code("W120", "learning-rate-far-from-recommended", "warning", "training.learning_rate is more than 10x above "
          "or below the LoRA learning rate tinker_cookbook's hyperparam_utils.get_lr recommends for the model."),
+    Code("W111", "judge-injection", "warning", "Injection probes of a judge rule (a completion that tells the judge "
+         "to answer 10, a fake <score> tag, the rubric quoted back) and the score each got."),
+    Code("W112", "judge-examples-unchecked", "warning", "Worked examples that expect a judge rule's score were not "
+         "checked: the judge was not called (use sailrl validate --judge)."),
 )
 
 #: Every code, by its code string ("S101" -> Code).

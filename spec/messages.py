@@ -121,11 +121,20 @@ def model_at(root: type[BaseModel], data: Any, path: KeyPath) -> tuple[Any, Any]
     return _pick(annotation, cur), info
 
 
+def _is_tag(cur: dict, elem: str, nxt: Any) -> bool:
+    """Whether ``elem`` in a pydantic loc is the tag of a discriminated union rather than a key of ``cur``."""
+    inner = cur.get(elem)
+    return nxt in cur and not (isinstance(inner, dict) and nxt in inner)
+
+
 def _data_path(loc: tuple, data: Any) -> tuple[KeyPath, Any]:
     """Keep the loc elements that are keys/indices of ``data``; also return the value there."""
     path: list[str | int] = []
     cur = data
-    for elem in loc:
+    for i, elem in enumerate(loc):
+        if isinstance(cur, dict) and isinstance(elem, str) and cur.get("kind") == elem and i + 1 < len(loc) \
+                and _is_tag(cur, elem, loc[i + 1]):
+            continue  # a union's tag (the rule's kind), e.g. 'judge' of a kind: judge rule that has a judge: key
         in_dict = isinstance(cur, dict) and elem in cur
         if in_dict or isinstance(cur, list) and isinstance(elem, int) and 0 <= elem < len(cur):
             path.append(elem)

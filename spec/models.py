@@ -36,6 +36,7 @@ __all__ = [
     "has_chat_template",
     "is_builtin",
     "is_local_model",
+    "is_remote_only",
     "lora_family",
 ]
 
@@ -144,6 +145,18 @@ class ModelSource:
     def is_local(self) -> bool:
         """True when the embedded backend needs no network for it (built-in, folder, GGUF file)."""
         return self.kind != "remote"
+
+
+#: Lower-cased substrings of models only remote services serve (hundreds of billions of parameters): a
+#: ``sampler: local`` judge cannot name them.
+REMOTE_ONLY_PATTERNS: tuple[str, ...] = ("kimi-k2", "deepseek-v3", "deepseek-r1", "qwen3-235b", "qwen3-coder-480b",
+                                         "gpt-oss-120b", "llama-3.1-405b", "llama-4-maverick")
+
+
+def is_remote_only(model_name: str) -> bool:
+    """Whether ``model_name`` is a model only remote services serve (see :data:`REMOTE_ONLY_PATTERNS`)."""
+    low = model_name.lower()
+    return any(p in low for p in REMOTE_ONLY_PATTERNS)
 
 
 def is_builtin(model_name: str) -> bool:

@@ -338,8 +338,109 @@ class PythonRule(_RuleBase):
         return self.pass_score is None and self.fail_score is None
 
 
+#: The named score scales of a judge rule: what the judge is asked to answer and how it maps onto 0..1.
+JUDGE_SCALES = ("binary", "0-1", "1-10")
+#: Where a judge model runs (``judge.sampler``).
+JUDGE_SAMPLERS = ("sail", "tinker", "local")
+
+
+class JudgeModel(SpecModel):
+    """The model that judges a completion, and where it runs."""
+
+    model: Text = Field(
+        description=(
+            "The judge model: for sampler sail a model Sail hosts (e.g. moonshotai/Kimi-K2.6); for tinker a base "
+            "model Tinker serves (e.g. Qwen/Qwen3-8B); for local any model the embedded backend loads (a built-in "
+            "sailrl/... name, a Hugging Face folder or .gguf file next to the spec, or a hub id)."
+        ),
+    )
+    sampler: Literal[JUDGE_SAMPLERS] = Field(  # type: ignore[valid-type]
+        "sail",
+        description=(
+            "Where the judge runs. sail: Sail's inference API (chat completions on a hosted model; needs "
+            "SAIL_API_KEY). tinker: a Tinker sampling client on the base model (needs TINKER_API_KEY). local: the "
+            "embedded backend, in this process (nothing is billed)."
+        ),
+    )
+    renderer: Text | None = Field(
+        None,
+        description="For tinker and local: the renderer that builds the judge's prompt (default: the model's).",
+    )
+    max_tokens: int = Field(512, ge=1, le=16384, description="Longest judge answer, in tokens.")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the judge (0: its likeliest answer).")
+    timeout_s: float = Field(
+        60.0, gt=0, le=600,
+        description="Seconds one judge call may take (each try); a slower call is given up and retried or failed.",
+    )
+    retries: int = Field(
+        2, ge=0, le=5,
+        description="Further tries after a call that failed or timed out (not after an answer without a score).",
+    )
+
+
+class JudgeRule(_RuleBase):
+    """Score with a judge model that reads the completion against a rubric written in plain words.
+
+    The judge sees the rubric (a Jinja template over the row's fields, rendered in the prompt sandbox) and the
+    completion between delimiters, with any score tags removed from it, and answers with ``<score>...</score>``.
+    The score is read on ``scale`` and normalised to 0..1 (``s``); the rule passes when ``s >= pass_at`` and
+    contributes ``fail + s x (pass - fail)`` (weight: ``s x weight``). A judge call that fails, runs out of time
+    or answers without a readable score fails the rule (fail score) and is counted (``judge/failed``,
+    ``judge/unparsed``).
+    """
+
+    kind: Literal["judge"]
+    rubric: Text = Field(
+        description=(
+            "What a good completion is, in plain words; may use the row's fields, e.g. 'The reply answers "
+            "{{ question }} correctly and politely, in at most three sentences.'"
+        ),
+    )
+    judge: JudgeModel = Field(description="The judge model and where it runs.")
+    scale: Literal[JUDGE_SCALES] | dict[Text, float] = Field(  # type: ignore[valid-type]
+        "binary",
+        description=(
+            "How the judge scores. binary: yes (1) or no (0). 0-1: a number from 0 to 1. 1-10: a whole number from "
+            "1 to 10 (normalised as (n - 1) / 9). Or labels with their values from 0 to 1, e.g. "
+            "{good: 1, partly: 0.5, bad: 0}."
+        ),
+    )
+    pass_at: float = Field(
+        0.5, ge=0, le=1,
+        description="The rule passes when the normalised score (0..1) is at least this (the pass rate logged).",
+    )
+
+    @field_validator("scale", mode="before")
+    @classmethod
+    def _scale_values(cls, v: object) -> object:
+        how = "write labels with their values from 0 to 1, e.g. scale: {good: 1, partly: 0.5, bad: 0}"
+        if isinstance(v, list):
+            raise SpecValueError("S233", f"a scale of labels needs a value for each label: {how}")
+        if isinstance(v, dict):
+            if len(v) < 2:
+                raise SpecValueError("S233", f"a scale of labels needs at least two labels: {how}")
+            missing = [str(k) for k, val in v.items() if val is None]
+            if missing:
+                raise SpecValueError("S233", f"the label(s) {', '.join(repr(m) for m in missing)} have no value: {how}")
+            for k, val in v.items():
+                if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:
+                    raise SpecValueError("S233", f"label {str(k)!r} has the value {val!r}; values lie from 0 to 1: "
+                                                 f"{how}")
+                if not str(k).strip() or "<" in str(k) or ">" in str(k):
+                    raise SpecValueError("S233", f"label {str(k)!r} cannot be used: a label is a word or phrase "
+                                                 "without < or >")
+        elif isinstance(v, str) and v not in JUDGE_SCALES:
+            raise SpecValueError("S233", f"scale {v!r} is not a known scale: use binary, 0-1 or 1-10, or {how}")
+        return v
+
+    @property
+    def weighted(self) -> bool:
+        """True when the contribution is weight x the normalised score (no pass_score / fail_score)."""
+        return self.pass_score is None and self.fail_score is None
+
+
 RewardRule = Annotated[
-    AnswerRule | MatchRule | TerminationRule | LengthRule | AllOfRule | HasAnswerCheck | PythonRule,
+    AnswerRule | MatchRule | TerminationRule | LengthRule | AllOfRule | HasAnswerCheck | PythonRule | JudgeRule,
     Field(discriminator="kind"),
 ]
 

@@ -30,7 +30,7 @@ SKIP = ("spec/examples",)  # example specs and the script that makes their data:
 # Prompts, the reward rule engine (rules, answers, python rules and the worker processes they run in), and the
 # cost arithmetic with the data order it replays (pure functions of the spec).
 SELF_CONTAINED = frozenset({"sailrl.runtime.prompts", "sailrl.runtime.rewards", "sailrl.runtime.answers",
-                            "sailrl.runtime.python_rules", "sailrl.runtime.workers", "sailrl.runtime.cost",
+                            "sailrl.runtime.python_rules", "sailrl.runtime.workers", "sailrl.runtime.cost", "sailrl.runtime.judge",
                             "sailrl.runtime.data.order", "sailrl.runtime.data.base"})
 RENDERING = frozenset({"sailrl.compiler.render", "sailrl.compiler.docgen"})
 VALIDATION = frozenset({"sailrl.compiler", "sailrl.compiler.validate", "sailrl.compiler.checks",

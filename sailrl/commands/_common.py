@@ -132,6 +132,10 @@ def print_score_tables(fn: Any, results: list[tuple]) -> None:
             console.print(f"  [red]reference problem:[/] {escape(problem)} (training skips such rows)")
         if score.timeouts:
             console.print(f"  [yellow]{score.timeouts} regex evaluation(s) hit the time limit[/]")
+        for name, v in getattr(score, "judge", {}).items():  # judge rules: the judge's answer, the score taken
+            taken = f"score taken <score>{v.label}</score>" if v.kind == "ok" else f"no score: {v.problem}"
+            console.print(f"  judge '{escape(name)}' ({escape(taken)}; {v.prompt_tokens} + {v.output_tokens} "
+                          f"tokens) answered: {escape(_quoted(v.answer[:600]))}")
         console.print()
     if len(results) > 1:
         mean = sum(r[3].total for r in results) / len(results)

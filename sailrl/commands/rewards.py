@@ -107,7 +107,13 @@ def run(args: argparse.Namespace) -> int:
 
     from sailrl.runtime.rewards import RewardFunction
 
-    fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, Path(args.spec).resolve().parent)
+    spec_dir = Path(args.spec).resolve().parent
+    fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
+    if fn.judges:  # kind: judge rules call their judge models (keys as for a run)
+        from sailrl.runtime.judge_clients import connect_judges
+
+        for name, why in connect_judges(fn, spec_dir=spec_dir).items():
+            print(f"warning: judge rule '{name}': {why}", file=sys.stderr)
     problems = 0
     results = []
     for item in items:
@@ -125,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
                 "passed": score.passed, "reasons": score.reasons, "correct": score.correct,
                 "timeouts": score.timeouts, "errors": score.errors, "subscores": score.subscores,
                 "reference_problem": problem,
+                **({"judge": {n: {"answer": v.answer, "score_text": v.label, "normalised": v.score, "kind": v.kind,
+                                  "prompt_tokens": v.prompt_tokens, "output_tokens": v.output_tokens}
+                              for n, v in score.judge.items()}} if score.judge else {}),
             }))
     else:
         print_score_tables(fn, results)

@@ -232,6 +232,15 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
                     if passed is False else Text("-"))
             table.add_row(Text(visible(name)), _num(v.get("score")), mark, Text(visible(str(v.get("why") or ""))))
         console.print(table)
+        for name in rules:  # judge rules: the judge's own answer, and the score taken from it
+            v = verdicts.get(name) or {}
+            if "judge" in v:
+                taken = v.get("judge_score") or ""
+                title = f"judge '{visible(name)}'" + (f": score taken <score>{visible(taken)}</score>" if taken
+                                                      else ": no score read")
+                answer = str(v.get("judge") or "")
+                console.print(Panel(Text(visible(answer)) if answer else Text("(no answer)", style="dim"),
+                                    title=title, title_align="left", box=box.SQUARE))
 
 
 def run(args: argparse.Namespace) -> int:

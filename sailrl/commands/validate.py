@@ -1,7 +1,9 @@
 """``sailrl validate SPEC...``: check specs and report every problem, located; ``ok: PATH`` per valid spec.
 
 Runs the validation stage (``sailrl.compiler.validate.validate_file``): the YAML loader, the schema, the semantic
-checks and the spec's worked reward ``examples:``. Warnings (a value outside its usual range, ...) are printed
+checks and the spec's worked reward ``examples:``. ``kind: judge`` rules: a local judge is always called;
+``--judge`` calls every judge (keys needed), checking the examples that read them and scoring injection probes
+(W111); otherwise those examples are listed as not checked (W112). Warnings (a value outside its usual range, ...) are printed
 and do not fail. Never imports torch or transformers. Exit 0 when every spec is valid (warnings allowed), 1
 otherwise.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from sailrl.commands._common import print_warnings, use_color
 
@@ -18,8 +21,27 @@ __all__ = ["add_arguments", "run", "use_color"]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("specs", nargs="+", metavar="SPEC", help="spec YAML files to check")
+    p.add_argument("--judge", action="store_true",
+                   help="call the judge models of kind: judge rules (keys needed) to check their worked examples and "
+                        "score injection probes; without it only local judges are called and the other judge rules' "
+                        "examples are listed as not checked")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour the error report (auto: when printing to a terminal and NO_COLOR is unset)")
+
+
+def judge_connector(spec_path: str, *, every: bool) -> Any:
+    """What connects a spec's judge rules at validate: local judges always, the others with ``--judge``."""
+    from pathlib import Path
+
+    def connect(reward_fn: Any) -> dict[str, str]:
+        from sailrl.runtime.judge_clients import connect_judges  # lazy: only specs with judge rules need it
+
+        names = {n for n, j in reward_fn.judges.items() if every or j.config.sampler == "local"}
+        if not names:
+            return {}
+        return connect_judges(reward_fn, spec_dir=Path(spec_path).resolve().parent, only=names)
+
+    return connect
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.specs:
         try:
-            loaded = validate_file(path)
+            loaded = validate_file(path, judges=judge_connector(path, every=args.judge))
         except SpecErrors as exc:
             failed += 1
             print(exc.format(color=color), file=sys.stderr)

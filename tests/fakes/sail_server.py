@@ -23,6 +23,14 @@ Records: ``requests`` (every request, in order), ``payloads`` (bodies of the POS
 ``GET /_fake/stats`` answers ``{posts, polls, created_at, service_s}`` as JSON and ``POST /_fake/config`` with
 ``{"service_time_s": x}`` (or ``[low, high]``) sets the service time of the responses created after it.
 
+Chat completions (what ``sail.inference.chat.completions.create`` sends, used by ``kind: judge`` rules):
+``POST /v1/chat/completions`` with ``{model, messages, max_tokens, temperature}`` -> ``{id, object:
+"chat.completion", model, choices: [{index: 0, message: {role: "assistant", content}, finish_reason: "stop"}],
+usage: {prompt_tokens, completion_tokens, total_tokens}}`` (tokens counted as whitespace-separated words). Knobs:
+``chat_answer`` (payload -> the answer's content, called on a worker thread; default `yes_judge`),
+``chat_models`` (the models it serves; None = any; another model is answered HTTP 404 ``model_not_found``),
+``chat_delay_s`` (seconds before answering). Records: ``chat_payloads`` (every chat request body, in order).
+
 Samplers: `echo_sampler` (the default: the prompt reversed, exact logprobs for assertions); `policy_sampler(
 sampling_client_for)` samples each response from a Tinker-interface sampling client that
 ``sampling_client_for(payload)`` returns (e.g. `local_checkpoint_clients(service_client)`, which reads the
@@ -70,6 +78,7 @@ __all__ = [
     "local_checkpoint_clients",
     "point_sail_sdk_at",
     "policy_sampler",
+    "yes_judge",
 ]
 
 #: Pending connections the listening socket holds (``socketserver``'s ``request_queue_size``).
@@ -162,6 +171,11 @@ def local_checkpoint_clients(service_client: Any) -> Callable[[dict[str, Any]], 
     return client_for
 
 
+def yes_judge(payload: dict[str, Any]) -> str:
+    """A chat answer that always grades yes."""
+    return "The completion meets the rubric. <score>yes</score>"
+
+
 @dataclass
 class RecordedRequest:
     method: str
@@ -197,6 +211,10 @@ class FakeSailServer:
     polls: dict[str, int] = field(default_factory=dict)
     #: Exceptions raised while answering (e.g. a sampler that failed); each such request got HTTP 500.
     handler_errors: list[BaseException] = field(default_factory=list)
+    chat_answer: Callable[[dict[str, Any]], str] = yes_judge
+    chat_models: set[str] | None = None
+    chat_delay_s: float = 0.0
+    chat_payloads: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -344,6 +362,8 @@ class FakeSailServer:
                 return raw
             if method == "POST" and path == "/v1/responses":
                 return self._create(body, now)
+            if method == "POST" and path == "/v1/chat/completions":
+                return self._chat(body)
             match = re.fullmatch(r"/v1/responses/([A-Za-z0-9_\-]+)", path)
             if not (method == "GET" and match):
                 return 404, {"error": {"type": "not_found", "message": f"no route {method} {path}"}}
@@ -378,6 +398,29 @@ class FakeSailServer:
         self.payloads.append(body)
         self.polls[response_id] = 0
         return 200, {"id": response_id, "object": "response", "status": "in_progress", "model": body.get("model")}
+
+    def _chat(self, body: Any) -> tuple[int, Any]:
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body.get("model"):
+            return 400, {"error": {"type": "invalid_request_error", "message": "model and messages are required"}}
+        model = str(body["model"])
+        if self.chat_models is not None and model not in self.chat_models:
+            return 404, {"error": {"type": "not_found_error", "code": "model_not_found",
+                                   "message": f"The model '{model}' does not exist or is not served"}}
+        self.chat_payloads.append(body)
+        n = len(self.chat_payloads)
+
+        def answer() -> dict[str, Any]:
+            if self.chat_delay_s:
+                time.sleep(self.chat_delay_s)
+            content = self.chat_answer(body)
+            prompt = sum(len(str(m.get("content", "")).split()) for m in body["messages"] if isinstance(m, dict))
+            out = len(content.split())
+            return {"id": f"chatcmpl_{n:06d}", "object": "chat.completion", "model": model,
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                 "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}}
+
+        return 200, answer
 
     def _retrieve(self, record: _Response, now: float) -> tuple[int, Any]:
         base = {"id": record.id, "object": "response", "model": record.payload.get("model")}

@@ -1,0 +1,92 @@
+"""Connect a reward function's judge rules to the services that run them (see :mod:`sailrl.runtime.judge`).
+
+:func:`connect_judges` gives each ``kind: judge`` rule its client:
+
+- ``sampler: sail`` -> :class:`~sailrl.runtime.judge.SailChatClient` (Sail's chat completions on the hosted model;
+  ``SAIL_API_KEY`` / ``SAIL_API_URL`` as the sail SDK reads them);
+- ``sampler: tinker`` -> a :class:`~sailrl.runtime.judge.SamplingJudgeClient` over a Tinker sampling client on
+  the base model (``create_sampling_client_async(base_model=...)``; the run's service client, or a new
+  ``tinker.ServiceClient``), with the model's renderer;
+- ``sampler: local`` -> the same over the embedded backend (the run's local service client when the run is
+  local, else one of its own), with the model's renderer.
+
+Sampling clients open on the first judgement (so validate and the run start without waiting for them).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sailrl.runtime.judge import SailChatClient, SamplingJudgeClient
+
+__all__ = ["connect_judges", "judge_rules"]
+
+
+def judge_rules(reward_fn: Any) -> dict[str, Any]:
+    """The reward function's judges by rule name (empty when it has none)."""
+    return dict(getattr(reward_fn, "judges", None) or {})
+
+
+def connect_judges(reward_fn: Any, *, service_client: Any = None, local_service: Any = None,
+                   spec_dir: str | os.PathLike | None = None, only: set[str] | None = None) -> dict[str, str]:
+    """Connect every judge rule of ``reward_fn`` (or those named in ``only``); returns rule name -> why it could not
+    be connected (plain words; that rule's judgements then fail, counted).
+
+    service_client: the run's Tinker service client (tinker judges use it). local_service: the run's
+    ``LocalServiceClient`` when the run is local (local judges sample from it; otherwise one is made for them).
+    """
+    problems: dict[str, str] = {}
+    own_local: Any = None
+    for name, judge in judge_rules(reward_fn).items():
+        if only is not None and name not in only:
+            continue
+        c = judge.config
+        try:
+            if c.sampler == "sail":
+                judge.connect(SailChatClient(c.model))
+                continue
+            renderer = _renderer(c.model, c.renderer, spec_dir)
+            if c.sampler == "tinker":
+                service = service_client if service_client is not None and not _is_local(service_client) \
+                    else _tinker_service()
+            else:
+                if local_service is None and own_local is None:
+                    own_local = _local_service(c.model, spec_dir)
+                service = local_service if local_service is not None else own_local
+            judge.connect(SamplingJudgeClient(_opener(service, c.model), renderer, judge.label))
+        except Exception as exc:  # noqa: BLE001 - a judge that cannot be opened fails its rule, said once
+            problems[name] = f"the judge ({judge.label}) cannot be opened: {type(exc).__name__}: {exc}"[:300]
+    return problems
+
+
+def _opener(service: Any, model: str) -> Any:
+    async def open_client() -> Any:
+        return await service.create_sampling_client_async(base_model=model)
+
+    return open_client
+
+
+def _is_local(service: Any) -> bool:
+    return type(service).__name__ == "LocalServiceClient"
+
+
+def _renderer(model: str, renderer: str | None, spec_dir: Any) -> Any:
+    from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
+
+    name = renderer or default_renderer_name(model, spec_dir)
+    if name is None:
+        raise ValueError(f"no renderer is known for {model}: set judge.renderer")
+    return get_renderer(name, get_tokenizer(model, spec_dir))
+
+
+def _tinker_service() -> Any:
+    import tinker  # lazy: only a tinker judge on a run without a Tinker service client needs one
+
+    return tinker.ServiceClient()
+
+
+def _local_service(model: str, spec_dir: Any) -> Any:
+    from sailrl.runtime.local import LocalServiceClient  # lazy: torch loads only for a local judge
+
+    return LocalServiceClient(model, model_dir=spec_dir)
