@@ -54,3 +54,11 @@ from tests.fakes.sail_server import fake_sail_server  # noqa: E402,F401
 def _isolated_sailrl_home(tmp_path_factory, monkeypatch):
     """Local checkpoints go to a per-test store, never the user's ~/.cache/sailrl."""
     monkeypatch.setenv("SAILRL_HOME", str(tmp_path_factory.mktemp("sailrl-home")))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` (an end-to-end run, a child process, seconds each) are collected first, the rest keep
+    their order: with parallel workers (``pytest -n auto``, pytest-xdist's default load scheduling) the long tests
+    start at once and spread over the workers, and the short ones fill in behind them, instead of a few long ones
+    running last while the other workers sit idle. A test that takes seconds: mark it ``@pytest.mark.slow``."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: False (slow) first

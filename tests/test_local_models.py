@@ -112,6 +112,7 @@ def test_a_tiny_arith_checkpoint_rebuilds_its_base_and_refuses_other_weights(tmp
         other.create_training_client_from_state_with_optimizer(path).result()
 
 
+@pytest.mark.slow
 def test_the_pretraining_script_reproduces_the_shipped_base():
     """make_tiny_arith.py with the settings recorded in the file gives the same model (p(answer) within 0.02;
     bit-identical weights are not promised across CPUs)."""

@@ -56,6 +56,7 @@ def _samples(process: bool, base_dir: Path) -> list:
         svc.close("done")
 
 
+@pytest.mark.slow
 def test_the_sampling_process_samples_exactly_what_in_process_sampling_does(tmp_path):
     in_process = _samples(False, tmp_path / "a")
     child = _samples(True, tmp_path / "b")
@@ -65,6 +66,7 @@ def test_the_sampling_process_samples_exactly_what_in_process_sampling_does(tmp_
     assert in_process[2] != in_process[3]  # the trained checkpoint is not the base model
 
 
+@pytest.mark.slow
 def test_a_checkpoint_the_child_cannot_read_fails_its_sampler_and_the_process_goes_on(tmp_path):
     svc = LocalServiceClient(MODEL, processes=True, base_dir=tmp_path)
     try:
@@ -86,6 +88,7 @@ def test_a_checkpoint_the_child_cannot_read_fails_its_sampler_and_the_process_go
         svc.close("done")
 
 
+@pytest.mark.slow
 def test_a_killed_sampling_process_fails_the_sample_in_one_plain_line(tmp_path):
     svc = LocalServiceClient(MODEL, processes=True, base_dir=tmp_path)
     try:
@@ -131,6 +134,7 @@ def _gone(pid: int, within_s: float) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
 def test_the_child_processes_exit_when_their_parent_is_killed(tmp_path):
     code = textwrap.dedent(f"""
@@ -153,6 +157,7 @@ def test_the_child_processes_exit_when_their_parent_is_killed(tmp_path):
         parent.kill()
 
 
+@pytest.mark.slow
 def test_a_killed_training_process_fails_the_update_in_one_plain_line(tmp_path):
     svc = LocalServiceClient(MODEL, processes=True, base_dir=tmp_path)
     try:
@@ -194,8 +199,13 @@ def test_the_child_processes_are_used_for_off_policy_runs_on_the_cpu(monkeypatch
 SMALL = ["training.groups_per_step=4", "training.group_size=4", "sampling.max_tokens=6"]
 
 
-def _off_policy_script(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def off_policy_script(tmp_path_factory) -> Path:
+    """The quickstart compiled with ``max_steps_off_policy: 1``, once per module (per xdist worker): the tests run
+    it into their own run directories and never write beside it."""
     from sailrl.cli import main
+
+    tmp_path = tmp_path_factory.mktemp("off-policy-script")
 
     text = (ROOT / "spec/examples/quickstart.yaml").read_text()
     text = text.replace("data/addition.jsonl", str(ROOT / "spec/examples/data/addition.jsonl"))
@@ -249,8 +259,8 @@ def test_an_off_policy_run_trains_identically_with_and_without_the_child_process
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
-def test_an_off_policy_run_killed_mid_run_resumes_every_step_once_and_leaves_no_sampler(tmp_path):
-    script = _off_policy_script(tmp_path)
+def test_an_off_policy_run_killed_mid_run_resumes_every_step_once_and_leaves_no_sampler(tmp_path, off_policy_script):
+    script = off_policy_script
     run_dir = tmp_path / "run"
     proc = _popen(script, run_dir, "training.steps=8", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for_steps(run_dir, 5)
@@ -275,8 +285,8 @@ def test_an_off_policy_run_killed_mid_run_resumes_every_step_once_and_leaves_no_
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
-def test_ctrl_c_in_an_off_policy_run_saves_state_and_stops_the_sampling_process(tmp_path):
-    script = _off_policy_script(tmp_path)
+def test_ctrl_c_in_an_off_policy_run_saves_state_and_stops_the_sampling_process(tmp_path, off_policy_script):
+    script = off_policy_script
     run_dir = tmp_path / "run"
     proc = _popen(script, run_dir, "training.steps=50", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_steps(run_dir, 3)
@@ -296,8 +306,8 @@ def _role(pid: int) -> str:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
-def test_a_sampling_process_killed_mid_run_stops_the_run_in_one_line_with_state_saved(tmp_path):
-    script = _off_policy_script(tmp_path)
+def test_a_sampling_process_killed_mid_run_stops_the_run_in_one_line_with_state_saved(tmp_path, off_policy_script):
+    script = off_policy_script
     run_dir = tmp_path / "run"
     proc = _popen(script, run_dir, "training.steps=50", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_steps(run_dir, 3)

@@ -155,6 +155,7 @@ def test_the_script_shows_each_option_only_when_the_spec_uses_it():
     assert features(_spec_with("training.lr_warmup_steps=2"))["schedule"]
 
 
+@pytest.mark.slow
 def test_turning_an_option_on_with_set_on_a_script_compiled_without_it_is_refused(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "generated/quickstart.py"), "--set",
                         f"output.run_dir={tmp_path / 'run'}", "--set", "training.kl_penalty_coef=0.1"],
