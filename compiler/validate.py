@@ -6,7 +6,8 @@
    file before it is still read, so the syntax error and every problem before it are reported together;
 2. the semantic checks (:func:`sailrl.compiler.checks.check_spec`): regexes, templates rendered on an example row
    in the runtime's bounded sandbox, model, training, sampling, data, and warnings for unusual values;
-3. the budget checks (``sailrl.compiler.cost_checks``);
+3. the budget checks (``sailrl.compiler.cost_checks``) and the ``environment:`` checks
+   (``sailrl.compiler.episode_checks``: feedback rules, tool files and functions, a renderer that writes tool calls);
 4. the reward rules' own checks and the worked reward ``examples:`` (``sailrl.compiler.reward_checks``), on the
    valid rules, also when other parts of the spec are not. An example that expects a score of a broken rule (or
    the total, while any rule is broken) is skipped, and one warning says which and why.
@@ -70,6 +71,7 @@ def problems(text: str, filename: str = "<string>", *, path: Path | None = None,
         return loaded, schema_errors
     check_errors = check_spec(loaded)
     check_errors += _cost_checks(loaded)
+    check_errors += _episode_checks(loaded)
     found = _drop_covered(schema_errors, check_errors) + check_errors
     found += _reward_checks(loaded, found, judges)  # rules' own checks (python rules, gameable answers) and the examples
     wrong = {e.key_path for e in found if not e.is_warning}
@@ -82,15 +84,24 @@ def _cost_checks(loaded: LoadedSpec) -> list[SpecError]:
     return list(check_costs(loaded))
 
 
+def _episode_checks(loaded: LoadedSpec) -> list[SpecError]:
+    from sailrl.compiler.episode_checks import check_environment
+
+    return list(check_environment(loaded))
+
+
 def _drop_covered(schema_errors: list[SpecError], check_errors: list[SpecError]) -> list[SpecError]:
     """Drop a schema validator's pattern complaint where a check already located the same pattern precisely,
     and its duplicate-rule-name complaint (at ``reward``) where the check located it at the repeating rule."""
     patterns = [e.key_path for e in check_errors if e.code in _PATTERN_CODES]
     duplicate_names = any(e.code == "S221" for e in check_errors)
+    duplicate_tools = any(e.code == "S250" for e in check_errors)
 
     def covered(e: SpecError) -> bool:
         if e.code == "S221":
             return duplicate_names
+        if e.code == "S250":
+            return duplicate_tools
         if e.code not in _PATTERN_CODES:
             return False
         return any(p == e.key_path or p.startswith(e.key_path + ".") for p in patterns)

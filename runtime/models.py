@@ -20,6 +20,7 @@ from typing import Any
 
 from sailrl.spec.models import (
     CHAT_TEMPLATE_RENDERER,
+    ROLE_COLON_TOOLS_RENDERER,
     TINY_MODEL_NAME,
     UnknownModelError,
     classify,
@@ -86,13 +87,18 @@ def get_renderer(renderer_name: str, tokenizer: Any) -> Any:
     """The renderer ``renderer_name`` over ``tokenizer``.
 
     ``chat_template`` -> :class:`~sailrl.runtime.chat_template.ChatTemplateRenderer` (raises ``ModelError`` when
-    the tokenizer has no chat template); else ``tinker_cookbook.renderers.get_renderer`` (raises ``ValueError``
+    the tokenizer has no chat template); ``role_colon_tools`` -> :class:`~sailrl.runtime.role_colon_tools.
+    RoleColonToolsRenderer`; else ``tinker_cookbook.renderers.get_renderer`` (raises ``ValueError``
     for an unknown name).
     """
     if renderer_name == CHAT_TEMPLATE_RENDERER:
         from sailrl.runtime.chat_template import ChatTemplateRenderer
 
         return ChatTemplateRenderer(tokenizer)
+    if renderer_name == ROLE_COLON_TOOLS_RENDERER:
+        from sailrl.runtime.role_colon_tools import RoleColonToolsRenderer
+
+        return RoleColonToolsRenderer(tokenizer)
     from tinker_cookbook import renderers
 
     return renderers.get_renderer(renderer_name, tokenizer)

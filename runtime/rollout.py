@@ -46,6 +46,33 @@ def completion_text(renderer: Any, action: list[int], stop: list, *, mode: str =
     return text, clean
 
 
+def score_record(score: Any, text: str, *, length_stopped: bool) -> tuple[dict[str, float], dict[str, Any]]:
+    """(metrics, logs) of one scored completion, as :class:`RuleEnv` documents them (``text``: what the rules
+    read; ``length_stopped``: sampling stopped at max_tokens)."""
+    metrics: dict[str, float] = {f"reward/{name}": float(v) for name, v in score.contributions.items()}
+    for rule, subs in score.subscores.items():
+        for name, v in subs.items():
+            metrics[f"reward/{rule}/{name}"] = float(v)
+    metrics["truncated"] = float(length_stopped)
+    metrics["regex_timeouts"] = float(score.timeouts)
+    metrics["rule_errors"] = float(len(score.errors))
+    metrics["python_rule_failures"] = float(score.python_failures)
+    metrics["reward_budget_exceeded"] = float(score.budget_exceeded)
+    if score.correct is not None:
+        metrics["correct"] = float(score.correct)
+    logs: dict[str, str | int | float] = {"completion": text[:2000]}
+    for name, value in score.contributions.items():
+        logs[f"why/{name}"] = score.reasons.get(name, "")
+        logs[f"passed/{name}"] = int(score.passed[name])
+        logs[f"score/{name}"] = float(value)
+    for name, why in score.errors.items():  # the rule could not be evaluated (raised, timed out, ...)
+        logs[f"error/{name}"] = why[:200]
+    for name, verdict in score.judge.items():  # judge rules: the judge's answer and the score read from it
+        logs[f"judge/{name}"] = verdict.answer[:2000]
+        logs[f"judge_score/{name}"] = verdict.label
+    return metrics, logs
+
+
 class RuleEnv(Env):
     """A single-turn environment: the prompt of one row; the completion is scored by the reward rules.
 
@@ -84,27 +111,7 @@ class RuleEnv(Env):
         if self.scorer is None:
             self.scorer = StepScorer(self.reward_fn)
         score = await self.scorer.score(text, self.row, truncated=truncated, num_tokens=len(action))
-        metrics: dict[str, float] = {f"reward/{name}": float(v) for name, v in score.contributions.items()}
-        for rule, subs in score.subscores.items():
-            for name, v in subs.items():
-                metrics[f"reward/{rule}/{name}"] = float(v)
-        metrics["truncated"] = float(stop_reason == "length")
-        metrics["regex_timeouts"] = float(score.timeouts)
-        metrics["rule_errors"] = float(len(score.errors))
-        metrics["python_rule_failures"] = float(score.python_failures)
-        metrics["reward_budget_exceeded"] = float(score.budget_exceeded)
-        if score.correct is not None:
-            metrics["correct"] = float(score.correct)
-        logs: dict[str, str | int | float] = {"completion": text[:2000]}
-        for name, value in score.contributions.items():
-            logs[f"why/{name}"] = score.reasons.get(name, "")
-            logs[f"passed/{name}"] = int(score.passed[name])
-            logs[f"score/{name}"] = float(value)
-        for name, why in score.errors.items():  # the rule could not be evaluated (raised, timed out, ...)
-            logs[f"error/{name}"] = why[:200]
-        for name, verdict in score.judge.items():  # judge rules: the judge's answer and the score read from it
-            logs[f"judge/{name}"] = verdict.answer[:2000]
-            logs[f"judge_score/{name}"] = verdict.label
+        metrics, logs = score_record(score, text, length_stopped=stop_reason == "length")
         return StepResult(
             reward=float(score.total),
             episode_done=True,

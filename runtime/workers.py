@@ -2,7 +2,8 @@
 under a hard time limit.
 
 A :class:`WorkerPool` keeps up to ``size`` child processes (``python -P -m sailrl.runtime.workers``). Each child
-loads one job once (``math``: math-verify; ``python``: one function from a file next to the spec) and then
+loads one job once (``math``: math-verify; ``python``: one function from a file next to the spec; ``tool``:
+the tools of a file next to the spec, :mod:`sailrl.runtime.tools`) and then
 answers one request at a time over pipes: every message is a 4-byte big-endian length and a pickle
 (:data:`MAX_FRAME_BYTES` at most). A request carries a time limit ``timeout_s``:
 
@@ -413,6 +414,10 @@ def _child_main() -> None:
             from sailrl.runtime.python_rules import PythonJob
 
             job = PythonJob(init)
+        elif init.get("kind") == "tool":
+            from sailrl.runtime.tools import ToolJob
+
+            job = ToolJob(init)
         else:
             send({"ok": False, "error": "bad_kind", "message": f"unknown worker kind {init.get('kind')!r}"})
             return

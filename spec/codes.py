@@ -110,6 +110,16 @@ _TABLE: tuple[Code, ...] = (
          "service serves (too large for the embedded backend)."),
     Code("S233", "judge-scale", "error", "A judge rule's scale is not binary, 0-1, 1-10 or labels each with a value "
          "from 0 to 1."),
+    # -- episodes (environment:; sailrl.compiler.episode_checks) ---------------------------------------------
+    Code("S250", "duplicate-tool-name", "error", "Two tools of environment.tools have the same name (the name the "
+         "model calls it by)."),
+    Code("S251", "feedback-unknown-rule", "error", "environment.feedback names a rule that is not a reward rule."),
+    Code("S252", "renderer-without-tools", "error", "The spec has tools but its renderer cannot write or read tool "
+         "calls for the chosen model."),
+    Code("S253", "not-available", "error", "A key or value of the design that this version of sailrl does not run "
+         "yet (e.g. the python tool)."),
+    Code("S254", "tool-unusable", "error", "A tool's function cannot be used: no such file or function next to the "
+         "spec, the file raises on import, or its parameters have no usable type hints."),
     # -- budget and prices (sailrl.compiler.cost_checks) ----------------------------------------------------
     Code("S241", "budget-needs-prices", "error", "training.max_cost_usd is set but a price the run pays is unknown "
          "(pricing:)."),

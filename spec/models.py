@@ -23,6 +23,7 @@ from sailrl.spec.errors import ConfigError
 __all__ = [
     "BUILTIN_MODELS",
     "CHAT_TEMPLATE_RENDERER",
+    "ROLE_COLON_TOOLS_RENDERER",
     "CONTEXT_WINDOWS",
     "TINY_ARITH_MODEL_NAME",
     "TINY_CONFIG",
@@ -44,6 +45,8 @@ TINY_MODEL_NAME = "sailrl/tiny"
 TINY_ARITH_MODEL_NAME = "sailrl/tiny-arith"
 #: sailrl's own renderer over the tokenizer's chat template (``tokenizer.apply_chat_template``).
 CHAT_TEMPLATE_RENDERER = "chat_template"
+#: sailrl's role_colon with tool calls (``sailrl.runtime.role_colon_tools``), for the built-in models' episodes.
+ROLE_COLON_TOOLS_RENDERER = "role_colon_tools"
 
 #: ``sailrl/tiny``: a Qwen3-architecture causal LM (hidden 128, 2 layers, 4 query / 2 key-value heads of 32,
 #: MLP 384, vocabulary 259 = the byte tokenizer's size, untied input/output embeddings; 0.46 M parameters).

@@ -4,7 +4,8 @@
 accepts. It is a static tuple because importing ``tinker_cookbook.renderers`` imports torch (~5 s), which
 ``sailrl validate`` must not pay; ``tests/test_spec_errors.py`` parses the installed tinker_cookbook source and
 fails when the two drift apart. ``SAILRL_RENDERERS`` are sailrl's own (``chat_template``: the tokenizer's chat
-template, see ``sailrl.runtime.chat_template``). ``KNOWN_RENDERERS`` is both.
+template, see ``sailrl.runtime.chat_template``; ``role_colon_tools``: role_colon with tool calls, see
+``sailrl.runtime.role_colon_tools``). ``KNOWN_RENDERERS`` is both.
 
 The default-renderer rule and the model facts live in ``sailrl.spec.models``; the names here are kept for
 callers.
@@ -15,6 +16,7 @@ from __future__ import annotations
 from sailrl.spec.models import (
     BUILTIN_MODELS,
     CHAT_TEMPLATE_RENDERER,
+    ROLE_COLON_TOOLS_RENDERER,
     UnknownModelError,
     default_renderer,
     is_local_model,
@@ -76,7 +78,9 @@ COOKBOOK_RENDERERS: tuple[str, ...] = (
     "gpt_oss_high_reasoning",
     "tml_v0",
 )
-SAILRL_RENDERERS: tuple[str, ...] = (CHAT_TEMPLATE_RENDERER,)
+SAILRL_RENDERERS: tuple[str, ...] = (CHAT_TEMPLATE_RENDERER, ROLE_COLON_TOOLS_RENDERER)
+#: Renderers that cannot write or read tool calls (an environment with tools refuses them).
+NO_TOOL_CALLS: tuple[str, ...] = ("role_colon", "llama3", CHAT_TEMPLATE_RENDERER)
 KNOWN_RENDERERS: tuple[str, ...] = COOKBOOK_RENDERERS + SAILRL_RENDERERS
 
 # Models the embedded local backend builds itself; they use the plain "User: ... Assistant:" format.

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from sailrl.spec.base import SpecModel, Text, usual_range
+from sailrl.spec.environment import EnvironmentSpec
 from sailrl.spec.errors import SpecValueError
 from sailrl.spec.pricing import PricingSpec
 from sailrl.spec.rewards import RewardExample, RewardSpec
@@ -326,10 +327,21 @@ class Spec(SpecModel):
     examples: list[RewardExample] = Field(
         default_factory=list, description="Worked reward examples that `sailrl validate` scores and checks."
     )
+    environment: EnvironmentSpec | None = Field(
+        None,
+        description=(
+            "Episodes of more than one turn: tools the model may call and feedback turns (absent: one prompt, one "
+            "completion)."
+        ),
+    )
 
     def resolved(self) -> dict[str, Any]:
-        """The spec with defaults filled in, as plain JSON-able data (aliases used)."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The spec with defaults filled in, as plain JSON-able data (aliases used). ``environment`` appears only
+        when the spec has one (a single-turn spec resolves as it did before the section existed)."""
+        data = self.model_dump(mode="json", by_alias=True)
+        if data.get("environment") is None:
+            data.pop("environment", None)
+        return data
 
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

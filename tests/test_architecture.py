@@ -30,11 +30,13 @@ SKIP = ("spec/examples",)  # example specs and the script that makes their data:
 # Prompts, the reward rule engine (rules, answers, python rules and the worker processes they run in), and the
 # cost arithmetic with the data order it replays (pure functions of the spec).
 SELF_CONTAINED = frozenset({"sailrl.runtime.prompts", "sailrl.runtime.rewards", "sailrl.runtime.answers",
-                            "sailrl.runtime.python_rules", "sailrl.runtime.workers", "sailrl.runtime.cost", "sailrl.runtime.judge",
-                            "sailrl.runtime.data.order", "sailrl.runtime.data.base"})
+                            "sailrl.runtime.python_rules", "sailrl.runtime.workers", "sailrl.runtime.cost",
+                            "sailrl.runtime.judge", "sailrl.runtime.data.order", "sailrl.runtime.data.base",
+                            "sailrl.runtime.tools", "sailrl.runtime.calculator"})
 RENDERING = frozenset({"sailrl.compiler.render", "sailrl.compiler.docgen"})
 VALIDATION = frozenset({"sailrl.compiler", "sailrl.compiler.validate", "sailrl.compiler.checks",
-                        "sailrl.compiler.reward_checks", "sailrl.compiler.cost_checks"})
+                        "sailrl.compiler.reward_checks", "sailrl.compiler.cost_checks",
+                        "sailrl.compiler.episode_checks"})
 TOP = frozenset({"sailrl.cli", "sailrl.__main__", "sailrl.launch"})
 TOP_PACKAGES = ("sailrl.commands", "sailrl.export", "sailrl.studio")
 
@@ -51,10 +53,12 @@ RULES = {
     "spec": "the spec language imports nothing above it (only sailrl and sailrl.spec)",
     "runtime": "the runtime imports only sailrl, the spec and the runtime",
     "self-contained": "a self-contained runtime piece (prompts, rewards, answers, python_rules, workers, cost, "
-                      "data.order, data.base) imports only sailrl, the spec and the other self-contained pieces",
+                      "data.order, data.base, tools, calculator) "
+                      "imports only sailrl, the spec and the other self-contained pieces",
     "rendering": "rendering imports only sailrl and the spec",
     "validation": "the validation stage imports only sailrl, the spec, itself and the runtime's self-contained "
-                  "pieces (prompts, rewards, answers, python_rules, workers, cost, data.order, data.base)",
+                  "pieces (prompts, rewards, answers, python_rules, workers, cost, data.order, data.base, tools, "
+                  "calculator)",
 }
 
 

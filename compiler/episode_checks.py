@@ -1,0 +1,185 @@
+"""Checks of the ``environment:`` section that need other sections or the files next to the spec.
+
+Each problem is located at its key and coded (:mod:`sailrl.spec.codes`):
+
+- ``S250`` two tools with one name (located at the repeating tool; the schema says it at ``environment``);
+- ``S251`` a feedback entry names a rule that is not a reward rule (with a did-you-mean);
+- ``S203`` / ``S206`` a feedback message that does not parse, or reads a name that is neither a declared dataset
+  field nor ``why`` / ``rule``;
+- ``S252`` tools with a renderer that cannot write or read tool calls (``role_colon``, ``llama3``,
+  ``chat_template``): for the built-in models the hint names ``role_colon_tools``;
+- ``S254`` a ``function:`` tool whose file or function does not exist, whose file raises on import, or whose
+  parameters cannot be described to the model (loaded in a worker process, bounded in time, as python rules are).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from sailrl.spec.environment import ToolEntry
+from sailrl.spec.errors import SpecError
+from sailrl.spec.loader import LoadedSpec
+from sailrl.spec.messages import did_you_mean_text
+
+__all__ = ["check_environment"]
+
+#: False until the run loop and the compiled script run episodes: a spec with ``environment:`` then fails
+#: validation (S253, at the section) instead of being accepted and run as single-turn.
+RUNS_EPISODES = False
+_FEEDBACK_NAMES = frozenset({"why", "rule"})
+_TOOL_HINTS = {
+    "missing_module": "Put the file next to the spec, or fix the module part of `function: file:name`.",
+    "missing_function": "Define the function in that file, or fix the name after ':'.",
+    "signature": "Write the tool as a plain def with a type hint on every parameter, e.g. "
+                 "def lookup(city: str) -> str, and a docstring that tells the model what it does.",
+}
+_TOOL_HINT = "Fix the tool's file so that it imports cleanly; `sailrl validate` loads it the way the run will."
+
+
+def _rule_names(data: dict[str, Any]) -> list[str] | None:
+    reward = data.get("reward")
+    rules = reward.get("rules") if isinstance(reward, dict) else None
+    if not isinstance(rules, list):
+        return None
+    names = []
+    for r in rules:
+        if isinstance(r, dict):
+            name = r.get("name") or r.get("kind")
+            if isinstance(name, str):
+                names.append(name)
+    return names
+
+
+def _declared(data: dict[str, Any]) -> list[str] | None:
+    ds = data.get("dataset")
+    fields = ds.get("fields") if isinstance(ds, dict) else None
+    if isinstance(fields, dict):
+        return [str(k) for k in fields]
+    if isinstance(fields, list):
+        return [str(v) for v in fields]
+    return None
+
+
+def _renderer(data: dict[str, Any], spec_dir: Path) -> tuple[str | None, str | None]:
+    """(the renderer the run will use, the model name) -- None when neither is known."""
+    from sailrl.spec.renderers import UnknownModelError, default_renderer
+
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    name = model.get("name", "moonshotai/Kimi-K2.6")
+    renderer = model.get("renderer")
+    if isinstance(renderer, str):
+        return renderer, name if isinstance(name, str) else None
+    if not isinstance(name, str):
+        return None, None
+    try:
+        return default_renderer(name, spec_dir), name
+    except (UnknownModelError, OSError, ValueError):
+        return None, name
+
+
+def check_environment(loaded: LoadedSpec) -> list[SpecError]:
+    """Every problem of the ``environment:`` section beyond its schema (see the module docstring)."""
+    from sailrl.runtime.prompts import PromptError, template_variables
+    from sailrl.runtime.tools import ToolFunction
+    from sailrl.spec.models import BUILTIN_MODELS, ROLE_COLON_TOOLS_RENDERER
+    from sailrl.spec.renderers import NO_TOOL_CALLS
+
+    data = loaded.data if isinstance(loaded.data, dict) else {}
+    env = data.get("environment")
+    if not isinstance(env, dict):
+        return []
+    errors: list[SpecError] = []
+    spec_dir = Path(loaded.path).parent if loaded.path is not None else Path(".")
+    if not RUNS_EPISODES:
+        errors.append(loaded.error(("environment",), "episodes of more than one turn (environment:) are checked, "
+                                   "but this version of sailrl does not run them yet",
+                                   "Remove the environment: section to run single-turn rollouts.", code="S253",
+                                   at="key"))
+
+    tools = env.get("tools")
+    tools = tools if isinstance(tools, list) else []
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict):
+            continue
+        ref = t.get("function")
+        name = t.get("builtin") if isinstance(t.get("builtin"), str) else (
+            ref.partition(":")[2] if isinstance(ref, str) else None)
+        if not name:
+            continue
+        if name in seen:
+            key = "builtin" if "builtin" in t else "function"
+            errors.append(loaded.error(("environment", "tools", i, key),
+                                       f"two tools are named '{name}' (tools {seen[name] + 1} and {i + 1}): the model "
+                                       "calls a tool by its name, so each needs its own",
+                                       "Remove the repeated tool, or give one of the functions another name.",
+                                       code="S250"))
+        else:
+            seen[name] = i
+
+    rules = _rule_names(data)
+    declared = _declared(data)
+    feedback = env.get("feedback")
+    for i, fb in enumerate(feedback if isinstance(feedback, list) else []):
+        if not isinstance(fb, dict):
+            continue
+        rule = fb.get("rule")
+        if isinstance(rule, str) and rules is not None and rule not in rules:
+            errors.append(loaded.error(("environment", "feedback", i, "rule"),
+                                       f"feedback names the rule '{rule}', which is not a reward rule"
+                                       + did_you_mean_text(rule, rules),
+                                       "The reward rules are: " + (", ".join(rules) or "(none)") + ".", code="S251"))
+        message = fb.get("message")
+        if isinstance(message, str):
+            try:
+                names = template_variables(message)
+            except PromptError as exc:
+                errors.append(loaded.error(("environment", "feedback", i, "message"), str(exc),
+                                           "Simplify the message.", code="S208"))
+                continue
+            except Exception as exc:  # noqa: BLE001 - jinja2's TemplateSyntaxError and kin
+                errors.append(loaded.error(("environment", "feedback", i, "message"),
+                                           f"the feedback message does not parse: {exc}",
+                                           "Write {{ why }} for the rule's reason, {{ field }} for a dataset field.",
+                                           code="S203"))
+                continue
+            if declared is not None:
+                unknown = sorted(n for n in names if n not in declared and n not in _FEEDBACK_NAMES)
+                if unknown:
+                    allowed = sorted(set(declared) | _FEEDBACK_NAMES)
+                    errors.append(loaded.error(("environment", "feedback", i, "message"),
+                                               f"the feedback message uses '{unknown[0]}', which is not a dataset "
+                                               "field nor why / rule" + did_you_mean_text(unknown[0], allowed),
+                                               "It may use: " + ", ".join(allowed) + ".", code="S206"))
+
+    if tools:
+        renderer, model = _renderer(data, spec_dir)
+        if renderer in NO_TOOL_CALLS:
+            builtin = model in BUILTIN_MODELS
+            why = ("has no tool-calling convention" if renderer != "chat_template"
+                   else "does not read tool calls out of a reply yet")
+            hint = (f"Set model.renderer: {ROLE_COLON_TOOLS_RENDERER} (role_colon with <tool_call> blocks) for the "
+                    "built-in models." if builtin or renderer == "role_colon" else
+                    "Choose a renderer that writes tool calls for this model (e.g. qwen3, kimi_k26, deepseekv3).")
+            key = ("model", "renderer") if isinstance((data.get("model") or {}).get("renderer"), str) \
+                else ("environment", "tools")
+            errors.append(loaded.error(key, f"the spec has tools, but the renderer '{renderer}' {why}, so the "
+                                       f"model{' ' + model if model else ''} cannot call them", hint, code="S252"))
+
+    for i, raw in enumerate(tools):
+        try:
+            t = ToolEntry.model_validate(raw)
+        except ValidationError:
+            continue  # the schema reports it; only the tool entries valid on their own are loaded
+        if t.function is None or seen.get(t.name, i) != i:
+            continue
+        problem = ToolFunction(spec_dir, t.function, timeout_s=t.timeout_s, memory_mb=t.memory_mb,
+                               max_output_chars=t.max_output_chars).load()[1]
+        if problem is not None:
+            code, words = problem
+            errors.append(loaded.error(("environment", "tools", i, "function"), f"tool '{t.name}': {words}",
+                                       _TOOL_HINTS.get(code, _TOOL_HINT), code="S254"))
+    return errors

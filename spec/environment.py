@@ -1,0 +1,165 @@
+"""The ``environment:`` section: episodes of more than one turn (tools the model may call, feedback turns).
+
+Absent, a rollout is one prompt and one completion (the single-turn loop, and the compiled script, unchanged).
+Present, a rollout is an *episode*: the model answers; when its answer calls a tool, the tool's result is added
+to the conversation and the model answers again; when a ``feedback:`` rule fails on an answer without tool calls,
+a user turn rendered from the feedback message is added and the model tries again -- until an answer calls no
+tool and no feedback rule fails, or ``max_turns`` assistant turns, ``max_tool_calls`` tool calls or the model's
+context window are used up. The reward rules score the final assistant message (``score: final``) or every
+assistant turn's text joined (``score: all_turns``).
+
+Only shapes and per-field rules live here; checks that need other sections or the files next to the spec
+(feedback rules that exist, tool files and functions, a renderer that can write tool calls) are in the
+validation stage (``sailrl.compiler.episode_checks``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sailrl.spec.base import SpecModel, Text
+from sailrl.spec.errors import SpecValueError
+from sailrl.spec.rewards import FUNCTION_REF
+
+#: Built-in tools this version runs. (``python`` is planned; the schema refuses it with a plain message.)
+BUILTIN_TOOLS: tuple[str, ...] = ("calculator",)
+#: Built-in tools named in the design that are not available in this version, with why.
+PLANNED_TOOLS: dict[str, str] = {
+    "python": "the python tool (a snippet run in the worker sandbox or a Sailbox) is not available in this "
+              "version of sailrl",
+}
+
+
+class ToolEntry(SpecModel):
+    """One tool the model may call: a built-in one (``builtin: calculator``) or a Python function in a file next
+    to the spec (``function: tools:lookup``)."""
+
+    builtin: Text | None = Field(
+        None,
+        description=(
+            "A built-in tool: calculator (exact arithmetic on + - * / // % ** and parentheses, read by a safe "
+            "parser, never eval)."
+        ),
+    )
+    function: Text | None = Field(
+        None,
+        description=(
+            "module:function -- e.g. tools:lookup is the function lookup in tools.py next to the spec. The tool's "
+            "name is the function's name, its description the docstring, its arguments the parameters' type hints "
+            "(as tinker_cookbook's @tool reads them). It returns text, a number or JSON-able data."
+        ),
+    )
+    timeout_s: float = Field(
+        5.0, gt=0, le=120,
+        description="Seconds one call may take; a slower call is stopped and the model gets a tool error.",
+    )
+    memory_mb: int = Field(
+        512, ge=16, le=65_536,
+        description="Memory (MiB) one call may allocate in its worker process; more is a tool error.",
+    )
+    max_output_chars: int = Field(
+        4000, ge=1, le=1_000_000,
+        description=(
+            "Longest result (and longest printed output) a call may give; more is a tool error, not a longer "
+            "conversation."
+        ),
+    )
+
+    @field_validator("builtin")
+    @classmethod
+    def _builtin_known(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if v in PLANNED_TOOLS:
+            raise SpecValueError("S253", f"{PLANNED_TOOLS[v]}; the built-in tools are: {', '.join(BUILTIN_TOOLS)}")
+        if v not in BUILTIN_TOOLS:
+            raise SpecValueError("S104", f"'{v}' is not a built-in tool; the built-in tools are: "
+                                 f"{', '.join(BUILTIN_TOOLS)} (or write your own with function: file:name)")
+        return v
+
+    @field_validator("function")
+    @classmethod
+    def _function_ref(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not FUNCTION_REF.fullmatch(v.strip()):
+            raise ValueError(
+                f"function {v!r} must be written module:function, e.g. 'tools:lookup' for the function lookup in "
+                "tools.py next to the spec"
+            )
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ToolEntry:
+        if (self.builtin is None) == (self.function is None):
+            raise SpecValueError("S109", "a tool is either `builtin: calculator` or `function: file:name`, "
+                                 "exactly one of them")
+        return self
+
+    @property
+    def name(self) -> str:
+        """The name the model calls the tool by: the built-in's name or the function's name."""
+        if self.builtin is not None:
+            return self.builtin
+        assert self.function is not None
+        return self.function.partition(":")[2]
+
+
+class FeedbackEntry(SpecModel):
+    """A user turn added after an assistant answer (one without tool calls) on which the rule ``rule`` fails."""
+
+    rule: Text = Field(description="The name of a reward rule; when it fails on an answer, this feedback is given.")
+    message: Text = Field(
+        "Not quite: {{ why }}. Try again.",
+        description=(
+            "The user turn, a Jinja2 template over the dataset fields plus `why` (the rule's reason) and `rule` "
+            "(its name)."
+        ),
+    )
+
+
+class EnvironmentSpec(SpecModel):
+    """Episodes of more than one turn: tools and feedback turns, bounded in turns, tool calls and tokens."""
+
+    max_turns: int = Field(
+        4, ge=1, le=64,
+        description="Most assistant turns in one episode (the first answer included).",
+    )
+    max_tool_calls: int | None = Field(
+        None, ge=0, le=1024,
+        description="Most tool calls in one episode (default: no limit beyond max_turns).",
+    )
+    max_episode_tokens: int | None = Field(
+        None, gt=0,
+        description=(
+            "Most tokens of one episode's conversation (prompt, every turn, tool results, feedback) before it ends; "
+            "default: the model's context window."
+        ),
+    )
+    score: Literal["final", "all_turns"] = Field(
+        "final",
+        description=(
+            "What the reward rules read: final, the last assistant message; all_turns, every assistant turn's "
+            "text joined by blank lines."
+        ),
+    )
+    tools: list[ToolEntry] = Field(default_factory=list, description="The tools the model may call.")
+    feedback: list[FeedbackEntry] = Field(default_factory=list,
+                                          description="User turns given when a named rule fails on an answer.")
+
+    @model_validator(mode="after")
+    def _unique_tools(self) -> EnvironmentSpec:
+        seen: set[str] = set()
+        for i, t in enumerate(self.tools):
+            if t.name in seen:
+                raise SpecValueError("S250", f"two tools are named '{t.name}' (tool {i + 1} repeats it): the model "
+                                     "calls a tool by its name, so each needs its own")
+            seen.add(t.name)
+        return self
+
+    def summary(self) -> dict[str, Any]:
+        """Plain facts for explain/show: turns, tools by name, feedback rules."""
+        return {"max_turns": self.max_turns, "tools": [t.name for t in self.tools],
+                "feedback": [f.rule for f in self.feedback], "score": self.score}

@@ -1,0 +1,84 @@
+"""The ``environment:`` section at validate: located, coded errors for every bad input the issue lists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sailrl.compiler.validate import problems
+from sailrl.spec.loader import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = (ROOT / "spec" / "examples" / "quickstart.yaml").read_text(encoding="utf-8")
+BASE = QUICKSTART[: QUICKSTART.index("\nexamples:")].replace("data/addition.jsonl", "addition.jsonl")
+
+TOOLS_PY = '''
+def lookup(city: str) -> str:
+    """The weather in a city."""
+    return city
+
+def untyped(x):
+    return x
+'''
+
+
+def _problems(tmp_path: Path, environment: str, *, renderer: str = "role_colon_tools") -> list:
+    (tmp_path / "tools.py").write_text(TOOLS_PY)
+    (tmp_path / "addition.jsonl").write_text('{"question": "1+2", "answer": "3"}\n')
+    text = BASE.replace("renderer: role_colon      #", f"renderer: {renderer}  #") + "\nenvironment:\n" + environment
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    return problems(text, str(path), path=path)[1]
+
+
+def _codes(found) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for e in found:
+        if not e.is_warning:
+            out.setdefault(e.code, []).append(e)
+    return out
+
+
+def test_a_good_environment_has_no_problem_but_the_not_yet_run_notice(tmp_path):
+    found = _codes(_problems(tmp_path, "  max_turns: 3\n  tools:\n    - builtin: calculator\n"
+                                       "    - function: tools:lookup\n  feedback:\n    - rule: correct\n"))
+    assert set(found) == {"S253"} and found["S253"][0].key_path == "environment"
+
+
+def test_every_bad_input_is_located_and_coded(tmp_path):
+    env = ("  max_turns: 0\n  tools:\n    - builtin: calculator\n    - builtin: calculator\n"
+           "    - function: tools:nope\n    - function: missing:fn\n    - function: tools:untyped\n"
+           "    - builtin: python\n  feedback:\n    - rule: corect\n      message: 'Not quite: {{ wyh }}'\n")
+    found = _codes(_problems(tmp_path, env, renderer="role_colon"))
+    by_path = {(e.code, e.key_path): e for errs in found.values() for e in errs}
+    assert ("S107", "environment.max_turns") in by_path
+    dup = by_path[("S250", "environment.tools.1.builtin")]
+    assert "two tools are named 'calculator'" in dup.message and dup.line > 0
+    assert "has no function 'nope'" in by_path[("S254", "environment.tools.2.function")].message
+    assert "no file missing.py" in by_path[("S254", "environment.tools.3.function")].message
+    assert "has no type hint" in by_path[("S254", "environment.tools.4.function")].message
+    assert "not available in this version" in by_path[("S253", "environment.tools.5.builtin")].message
+    fb = by_path[("S251", "environment.feedback.0.rule")]
+    assert "did you mean 'correct'" in fb.message
+    assert "did you mean 'why'" in by_path[("S206", "environment.feedback.0.message")].message
+    r = by_path[("S252", "model.renderer")]
+    assert "role_colon" in r.message and "role_colon_tools" in r.hint
+    assert not any(e.code == "S250" and e.key_path == "environment" for e in found.get("S250", []))
+
+
+@pytest.mark.parametrize("renderer, ok", [("qwen3", True), ("llama3", False), ("chat_template", False)])
+def test_renderers_that_cannot_write_tool_calls_are_refused(tmp_path, renderer, ok):
+    found = _codes(_problems(tmp_path, "  tools:\n    - builtin: calculator\n", renderer=renderer))
+    assert ("S252" not in found) == ok
+
+
+def test_feedback_without_tools_works_with_any_renderer(tmp_path):
+    found = _codes(_problems(tmp_path, "  feedback:\n    - rule: correct\n", renderer="role_colon"))
+    assert set(found) == {"S253"}
+
+
+def test_a_spec_without_environment_resolves_as_before(tmp_path):
+    (tmp_path / "spec.yaml").write_text(BASE)
+    spec = load_spec(tmp_path / "spec.yaml").spec
+    assert spec.environment is None and "environment" not in spec.resolved()
