@@ -164,6 +164,21 @@ def test_an_unreachable_hub_is_one_line_in_seconds(tmp_path, monkeypatch):
     assert err.value.key == "dataset.source"
 
 
+def test_offline_and_not_cached_does_not_suggest_going_offline(tmp_path, monkeypatch):
+    """Issue 18.12: with HF_HUB_OFFLINE=1 set and the dataset not cached, the error said "check the id and your
+    network"; it says why (offline, not cached) and what to do, without suggesting what is already set."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    with pytest.raises(DatasetError) as err:
+        load_rows(make_spec("someone/not-cached-anywhere"), tmp_path)
+    assert str(err.value) == (
+        "cannot load dataset 'someone/not-cached-anywhere': it is not in the datasets cache and HF_HUB_OFFLINE is "
+        "set (so the hub is not asked); load it once where the hub is reachable, or for a local file give a path "
+        "ending in .jsonl, .json, .csv or .parquet (relative to the spec file)")
+    assert err.value.key == "dataset.source"
+
+
 def test_a_hub_id_the_hub_does_not_have(tmp_path, monkeypatch):
     import httpx
     from huggingface_hub import HfApi

@@ -473,6 +473,13 @@ def load_hub(source: str, config: str | None, split: str, key: str) -> Any:
                                key="dataset.config") from None
         raise DatasetError(f"cannot load dataset {source!r}: {first_line(exc)}", key="dataset.source") from None
     except Exception as exc:  # noqa: BLE001 -- hub, network and builder errors, reworded for the user
+        from datasets import config  # lazy: datasets only for hub sources
+
+        if config.HF_HUB_OFFLINE:
+            raise DatasetError(
+                f"cannot load dataset {source!r}: it is not in the datasets cache and HF_HUB_OFFLINE is set "
+                f"(so the hub is not asked); load it once where the hub is reachable, or {_LOCAL_HINT}",
+                key="dataset.source") from None
         raise DatasetError(
             f"cannot load dataset {source!r} from the Hugging Face hub: {first_line(exc)}. Check the id and your "
             f"network; {_LOCAL_HINT}", key="dataset.source") from None

@@ -117,10 +117,13 @@ def _gguf_value(reader: Any, key: str) -> Any:
 
 
 def _hub_error(name: str, why: str) -> BaseModelError:
+    from huggingface_hub import constants  # lazy: huggingface_hub only for hub models
+
+    offline = "" if constants.HF_HUB_OFFLINE else (
+        ", or set HF_HUB_OFFLINE=1 to use only what is already in the Hugging Face cache")
     return BaseModelError(
         f"cannot load the model '{name}' from the Hugging Face hub ({why}): download it where the hub is "
-        "reachable and set model.name to its folder, or set HF_HUB_OFFLINE=1 to use only what is already in "
-        "the Hugging Face cache"
+        f"reachable and set model.name to its folder{offline}"
     )
 
 
