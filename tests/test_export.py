@@ -289,3 +289,245 @@ def test_export_of_a_builtin_base_carries_the_base(tmp_path, capsys, monkeypatch
     with torch.no_grad():
         assert model(torch.tensor([[1, 2, 3]])).logits.shape[-1] == 259
     assert os.path.isfile(out / "base" / "config.json")
+
+
+# ------------------------------------------------------------------------------------------------ a Tinker run
+
+
+class _Done:
+    def __init__(self, value=None, error: Exception | None = None):
+        self.value, self.error = value, error
+
+    def result(self, timeout=None):
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class FakeTinker:
+    """``tinker.ServiceClient`` at the rest-client boundary tinker_cookbook's ``weights.download`` uses: the
+    archive URL of a sampler checkpoint is a ``file://`` URL of the tar bytes the test made."""
+
+    archives: dict[str, Path] = {}
+    asked: list[str] = []
+    closed: list[str] = []
+
+    def __init__(self, **kwargs):
+        pass
+
+    def create_rest_client(self):
+        return self
+
+    def get_checkpoint_archive_url_from_tinker_path(self, tinker_path: str):
+        FakeTinker.asked.append(tinker_path)
+        if tinker_path not in self.archives:
+            return _Done(error=RuntimeError("404: checkpoint not found or expired"))
+        from types import SimpleNamespace
+
+        return _Done(SimpleNamespace(url=self.archives[tinker_path].as_uri()))
+
+    def close(self, status):
+        FakeTinker.closed.append(status)
+        return _Done()
+
+
+def _tinker_archive(trained_adapter_dir: Path, tmp_path: Path) -> Path:
+    """A Tinker sampler checkpoint's archive: the trained adapter under Tinker's key names (``lm_head`` is
+    ``model.unembed_tokens`` there), with Tinker's adapter_config.json fields."""
+    import tarfile
+
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(trained_adapter_dir / "adapter_model.safetensors"))
+    renamed = {k.replace("base_model.model.lm_head.", "base_model.model.model.unembed_tokens."): v
+               for k, v in state.items()}
+    assert renamed != state  # the run put a LoRA on lm_head
+    src = tmp_path / "tinker-files"
+    src.mkdir()
+    save_file(renamed, str(src / "adapter_model.safetensors"))
+    (src / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 32, "peft_type": "LORA"}))
+    archive = tmp_path / "checkpoint.tar"
+    with tarfile.open(archive, "w") as tar:
+        for f in sorted(src.iterdir()):
+            tar.add(f, arcname=f.name)
+    return archive
+
+
+def _tinker_run(trained, tmp_path: Path, base_model: str) -> Path:
+    """A run directory as a Tinker run leaves it: config.json and tinker:// checkpoint records."""
+    run_dir = tmp_path / "tinker-run"
+    run_dir.mkdir()
+    config = json.loads((trained[0] / "config.json").read_text())
+    config["spec"]["model"]["name"] = base_model
+    (run_dir / "config.json").write_text(json.dumps(config))
+    (run_dir / "metrics.jsonl").write_bytes((trained[0] / "metrics.jsonl").read_bytes())
+    records = [{"name": "t-000001", "batch": 1, "state_path": "tinker://run-7/weights/t-000001"},
+               {"name": "t-final", "batch": 2, "final": True, "state_path": "tinker://run-7/weights/t-final",
+                "sampler_path": "tinker://run-7/sampler_weights/t-final"}]
+    (run_dir / "checkpoints.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run_dir
+
+
+@pytest.fixture
+def fake_tinker(monkeypatch):
+    FakeTinker.archives, FakeTinker.asked, FakeTinker.closed = {}, [], []
+    monkeypatch.setattr(tinker, "ServiceClient", FakeTinker)
+    return FakeTinker
+
+
+def test_a_tinker_checkpoint_downloads_and_builds_both_formats(trained, home, tmp_path, fake_tinker, capsys):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    run_dir, base, _, _ = trained
+    fake_tinker.archives["tinker://run-7/sampler_weights/t-final"] = _tinker_archive(_final_dir(home, run_dir),
+                                                                                      tmp_path)
+    tinker_run = _tinker_run(trained, tmp_path, str(base))
+    assert main(["export", str(tinker_run), "-o", str(tmp_path / "peft")]) == 0
+    assert main(["export", str(tinker_run), "--format", "merged", "-o", str(tmp_path / "merged")]) == 0
+    assert main(["export", str(run_dir), "--format", "merged", "-o", str(tmp_path / "local-merged")]) == 0
+    assert fake_tinker.asked == ["tinker://run-7/sampler_weights/t-final"] * 2
+    assert fake_tinker.closed == ["success", "success"]
+    config = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(base) and config["r"] == 4
+    assert "lm_head" in config["target_modules"]  # Tinker's unembed_tokens mapped to the model's module
+    card = (tmp_path / "peft" / "README.md").read_text()
+    assert "(Tinker)" in card and "`tinker://run-7/sampler_weights/t-final` (final, after step 2)" in card
+
+    prompt, ids = _prompt(base)
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        local = AutoModelForCausalLM.from_pretrained(tmp_path / "local-merged").eval()(x).logits
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32).eval()(x).logits
+        peft_logits = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base),
+                                                tmp_path / "peft").eval()(x).logits
+    torch.testing.assert_close(peft_logits, local, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(merged, local, atol=3e-2, rtol=3e-2)  # build_hf_model may store bfloat16
+    assert not list(tmp_path.glob("tinker-checkpoint-*")) and not list(tmp_path.glob(".*partial*"))
+
+
+def test_a_tinker_checkpoint_that_expired_or_a_base_not_cached_is_one_line(trained, home, tmp_path, fake_tinker,
+                                                                          capsys, monkeypatch):
+    run_dir, base, _, _ = trained
+    tinker_run = _tinker_run(trained, tmp_path, str(base))
+    assert main(["export", str(tinker_run), "-o", str(tmp_path / "out")]) == 1  # no archive: expired
+    err = _one_line(capsys)
+    assert "cannot download tinker://run-7/sampler_weights/t-final" in err and "expired" in err
+    assert "it has checkpoints at step 1, 2 (final)" in err and not (tmp_path / "out").exists()
+
+    fake_tinker.archives["tinker://run-7/sampler_weights/t-final"] = _tinker_archive(_final_dir(home, run_dir),
+                                                                                      tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "x").mkdir()
+    offline = _tinker_run(trained, tmp_path / "x", "someorg/not-cached-model")
+    assert main(["export", str(offline), "-o", str(tmp_path / "out")]) == 1
+    err = _one_line(capsys)
+    assert "cannot load the base model the run trained on" in err and "someorg/not-cached-model" in err
+    assert "HF_HUB_OFFLINE" in err and not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob("tinker-checkpoint-*")) and not list(tmp_path.glob(".*partial*"))
+
+
+# ------------------------------------------------------------------------------------------------ --push
+
+
+class FakeHfApi:
+    """``huggingface_hub.HfApi`` as tinker_cookbook's ``publish_to_hf_hub`` calls it: what was asked is recorded."""
+
+    calls: list[tuple] = []
+    fail: Exception | None = None
+
+    def __init__(self, token=None):
+        FakeHfApi.calls.append(("init", token))
+
+    def create_repo(self, *, repo_id, repo_type, private, exist_ok):
+        if FakeHfApi.fail is not None:
+            raise FakeHfApi.fail
+        FakeHfApi.calls.append(("create_repo", repo_id, repo_type, private, exist_ok))
+
+    def upload_folder(self, *, folder_path, repo_id, repo_type):
+        files = sorted(p.relative_to(folder_path).as_posix() for p in Path(folder_path).rglob("*") if p.is_file())
+        FakeHfApi.calls.append(("upload_folder", repo_id, repo_type, files))
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    from tinker_cookbook.weights import _publish
+
+    FakeHfApi.calls, FakeHfApi.fail = [], None
+    monkeypatch.setattr(_publish, "HfApi", FakeHfApi)
+    return FakeHfApi
+
+
+def test_push_uploads_the_folder_privately_by_default(trained, home, tmp_path, fake_hub, capsys):
+    run_dir, *_ = trained
+    assert main(["export", str(run_dir), "-o", str(tmp_path / "out"), "--push", "me/my-adder"]) == 0
+    out = capsys.readouterr().out
+    assert "pushed to https://huggingface.co/me/my-adder (private)" in out
+    init, create, upload = fake_hub.calls
+    assert init == ("init", None)  # the token is huggingface_hub's own (HF_TOKEN): sailrl never passes it
+    assert create == ("create_repo", "me/my-adder", "model", True, True)
+    assert upload[:3] == ("upload_folder", "me/my-adder", "model") and "README.md" in upload[3]
+    assert {"adapter_config.json", "adapter_model.safetensors", "spec.yaml", "metrics.jsonl"} <= set(upload[3])
+    assert SECRETS["HF_TOKEN"] not in out
+
+    fake_hub.calls = []
+    assert main(["export", str(run_dir), "-o", str(tmp_path / "pub"), "--push", "me/my-adder", "--public"]) == 0
+    assert fake_hub.calls[1] == ("create_repo", "me/my-adder", "model", False, True)
+
+
+def test_a_failed_push_is_one_line_and_keeps_the_export(trained, home, tmp_path, fake_hub, capsys):
+    run_dir, *_ = trained
+    fake_hub.fail = RuntimeError("401 Client Error: Unauthorized\nmore detail")
+    assert main(["export", str(run_dir), "-o", str(tmp_path / "out"), "--push", "me/my-adder"]) == 1
+    err = _one_line(capsys)
+    assert err == (f"error: the export is in {tmp_path / 'out'}, but pushing it to me/my-adder failed: RuntimeError: "
+                   "401 Client Error: Unauthorized (log in with `hf auth login` or set HF_TOKEN)")
+    assert (tmp_path / "out" / "adapter_model.safetensors").is_file()
+    assert main(["export", str(run_dir), "-o", str(tmp_path / "out2"), "--push", "not-a-repo-id"]) == 1
+    assert "--push takes a Hugging Face repository id like user/my-model" in _one_line(capsys)
+
+
+def test_merging_an_lm_head_adapter_of_a_tied_model_keeps_the_input_embedding(trained, tmp_path, monkeypatch):
+    """Qwen2 ties lm_head to the input embedding: the merged export unties them, as the embedded sampler does,
+    so its greedy completion equals the backend's."""
+    from tinker import types
+    from tinker_cookbook.supervised.common import datum_from_model_input_weights
+    from transformers import AutoModelForCausalLM
+
+    from sailrl.runtime.local import LocalServiceClient
+    from sailrl.runtime.models import get_renderer
+
+    monkeypatch.setenv("SAILRL_HOME", str(tmp_path / "home"))
+    base_model, tok = save_model_dir("qwen2", tmp_path / "qwen2")
+    folder = str(tmp_path / "qwen2")
+    svc = LocalServiceClient(folder, base_dir=tmp_path / "home" / "checkpoints", seed=0)
+    try:
+        tc = svc.create_lora_training_client(folder, rank=4).result()
+        renderer = get_renderer("role_colon", tc.get_tokenizer())
+        convo = [{"role": "user", "content": "3+4="}, {"role": "assistant", "content": "7"}]
+        datum = datum_from_model_input_weights(*renderer.build_supervised_example(convo))
+        for _ in range(3):
+            tc.forward_backward([datum], "cross_entropy").result()
+            tc.optim_step(types.AdamParams(learning_rate=3e-2)).result()
+        path = tc.save_weights_for_sampler("tied").result().path
+        prompt = renderer.build_generation_prompt([{"role": "user", "content": "3+4="}])
+        embedded = svc.create_sampling_client(model_path=path).result().sample(
+            prompt=prompt, num_samples=1, sampling_params=types.SamplingParams(max_tokens=6, temperature=0.0)
+        ).result().sequences[0].tokens
+    finally:
+        svc.close("done")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_bytes((trained[0] / "config.json").read_bytes())
+    (run_dir / "checkpoints.jsonl").write_text(json.dumps(
+        {"name": "tied", "batch": 1, "final": True, "sampler_path": path}) + "\n")
+    assert main(["export", str(run_dir), "--format", "merged", "-o", str(tmp_path / "merged")]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
+    assert merged.config.tie_word_embeddings is False
+    torch.testing.assert_close(merged.get_input_embeddings().weight, base_model.get_input_embeddings().weight)
+    assert not torch.allclose(merged.get_output_embeddings().weight, base_model.get_output_embeddings().weight)
+    ids = prompt.to_ints()
+    with torch.no_grad():
+        greedy = merged.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=False, eos_token_id=None,
+                                 pad_token_id=0)[0, len(ids):].tolist()
+    assert greedy[: len(embedded)] == list(embedded), (greedy, embedded)

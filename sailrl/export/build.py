@@ -99,6 +99,15 @@ def _local_directory(ckpt: Checkpoint, have: str) -> str:
             f" is gone: removed by `sailrl clean`, or SAILRL_HOME differs from the run's); {have}") from None
 
 
+def quiet_progress_bars() -> None:
+    """No per-file progress bars from transformers and huggingface_hub: an export prints its own lines."""
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    disable_progress_bars()
+    hf_logging.disable_progress_bar()
+
+
 def _load_local_base(directory: str) -> tuple[Any, Any, Any]:
     """``(BaseModelSpec, model, tokenizer)`` of the base a checkpoint was trained on (float32, CPU)."""
     import torch  # lazy: torch only for the build itself
@@ -142,6 +151,7 @@ def _untie_output_embedding(model: Any, targets: list[str]) -> None:
 def build_local(ckpt: Checkpoint, fmt: str, out: Path, final_target: Path, have: str) -> Built:
     """Write ``ckpt`` (a ``local://`` checkpoint) to the new folder ``out`` as ``fmt``."""
     directory = _local_directory(ckpt, have)
+    quiet_progress_bars()
     with open(os.path.join(directory, "adapter_config.json"), encoding="utf-8") as f:
         adapter_config = json.load(f)
     spec, model, tokenizer = _load_local_base(directory)
@@ -191,6 +201,7 @@ def build_tinker(ckpt: Checkpoint, fmt: str, out: Path, base_model: str, have: s
     from tinker_cookbook import weights  # lazy: torch, transformers and the Tinker SDK
     from tinker_cookbook.exceptions import WeightsDownloadError
 
+    quiet_progress_bars()
     download = Path(tempfile.mkdtemp(dir=out.parent, prefix="tinker-checkpoint-"))
     try:
         try:

@@ -108,6 +108,9 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
 
     if (prompt is None) == (row is None):
         raise ExportError("give the prompt as --prompt TEXT or take it from the data with --row N (one of them)")
+    from sailrl.export.build import quiet_progress_bars
+
+    quiet_progress_bars()
     spec = run.spec()
     spec_dir = run.spec_dir
     tokenizer, renderer = _renderer(spec, spec_dir)
