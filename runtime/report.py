@@ -57,6 +57,9 @@ def rollout_metrics(groups: Sequence[Any], failed: int, rule_names: Sequence[str
         out["correct"] = sums["correct"] / counts["correct"]
     out["frac_truncated"] = sums.get("truncated", 0.0) / n if n else float("nan")
     out["regex_timeouts"] = sums.get("regex_timeouts", 0.0)
+    for key in sums:  # episodes: turns, tool calls and tool errors per episode, the fraction ended by each reason
+        if key.startswith("episode/"):
+            out[key] = sums[key] / n if n else float("nan")
     for key in sums:  # counters the reward rules add (e.g. failed python rules, scoring past its budget)
         if key.startswith("rule_") or key.endswith("_failures") or key.endswith("_exceeded"):
             out[key] = sums[key]

@@ -10,6 +10,8 @@ Train and eval rollouts share the file; ``kind`` tells them apart. One record pe
     rules,                                      # {rule: {"score": float|null, "passed": bool|null, "why": str}}
                                                 # (+ "judge": the judge's answer, "judge_score": its <score> text)
     completion, reference, prompt               # the text the rules read, the row's reference, the decoded prompt
+    episode                                     # only for episodes (environment:): {"end": why it ended,
+                                                #   "turns": [{role, text, tool_calls?, name?, error?}]}
 
 ``step_records`` is how many records that step wrote for that kind. Text fields are capped (``PROMPT_CHARS``,
 ``COMPLETION_CHARS``, ``REFERENCE_CHARS``, ``WHY_CHARS``): the head and tail are kept around a marker
@@ -213,6 +215,37 @@ def _completion(transition: Any, tokenizer: Any) -> str:
     return cap_text(_safe_str(text), COMPLETION_CHARS)
 
 
+#: Most turns of one episode kept in the log, and the longest text of each.
+EPISODE_TURNS = 64
+TURN_CHARS = 2000
+
+
+def episode_record(logs: dict[str, Any]) -> dict[str, Any]:
+    """``{"end", "turns"}`` of an episode from its final transition's logs (``episode``: the turns as JSON, from
+    :class:`sailrl.runtime.episode.EpisodeMessageEnv`), each text capped; a log that does not parse is kept as
+    one note."""
+    try:
+        turns = json.loads(str(logs.get("episode") or "[]"))
+        if not isinstance(turns, list):
+            raise ValueError("not a list")
+    except ValueError as exc:
+        turns = [{"role": "note", "text": f"[episode not readable: {exc}]"}]
+    kept: list[dict[str, Any]] = []
+    for t in turns[:EPISODE_TURNS]:
+        if not isinstance(t, dict):
+            continue
+        item = {"role": _safe_str(t.get("role", "")), "text": cap_text(_safe_str(t.get("text", "")), TURN_CHARS)}
+        if isinstance(t.get("tool_calls"), list):
+            item["tool_calls"] = [{"name": cap_text(_safe_str(c.get("name", "")), RULE_NAME_CHARS),
+                                   "arguments": cap_text(_safe_str(c.get("arguments", "")), WHY_CHARS)}
+                                  for c in t["tool_calls"][:16] if isinstance(c, dict)]
+        if t.get("role") == "tool":
+            item["name"] = cap_text(_safe_str(t.get("name", "")), RULE_NAME_CHARS)
+            item["error"] = bool(t.get("error"))
+        kept.append(item)
+    return {"end": _safe_str(logs.get("episode_end", "")), "turns": kept}
+
+
 def _per_group(value: Any, n: int, name: str) -> list[Any]:
     if isinstance(value, (str, int)) or value is None:
         return [value] * n
@@ -304,6 +337,8 @@ class RolloutLog:
                     "reference": reference,
                     "prompt": prompt,
                 })
+                if "episode" in logs:
+                    out[-1]["episode"] = episode_record(logs)
         for r in out:
             r["step_records"] = len(out)
         return out

@@ -159,6 +159,39 @@ class EnvironmentSpec(SpecModel):
             seen.add(t.name)
         return self
 
+    def describe(self) -> list[str]:
+        """The episode in plain words, one line each (``sailrl explain``)."""
+        lines = [f"Each rollout is an episode of at most {self.max_turns} assistant turn"
+                 f"{'s' if self.max_turns != 1 else ''}"
+                 + (f" and {self.max_tool_calls} tool call{'s' if self.max_tool_calls != 1 else ''}"
+                    if self.max_tool_calls is not None else "")
+                 + (f" and {self.max_episode_tokens} tokens" if self.max_episode_tokens is not None
+                    else ", within the model's context window") + "."]
+        for t in self.tools:
+            if t.builtin == "calculator":
+                lines.append("Tool calculator (built-in): exact arithmetic on + - * / // % ** and parentheses.")
+            else:
+                module, _, func = (t.function or "").partition(":")
+                lines.append(f"Tool {func} ({module.replace('.', '/')}.py next to the spec): runs in a worker "
+                             f"process, at most {t.timeout_s:g} s, {t.memory_mb} MiB and {t.max_output_chars} "
+                             "characters of output; a failure is a tool error the model reads.")
+        if self.tools:
+            lines.append("When an answer calls a tool, its result is added and the model answers again.")
+        for f in self.feedback:
+            lines.append(f"When rule '{f.rule}' fails on an answer without tool calls, the user says: "
+                         f"{f.message!r}, and the model tries again.")
+        ends = ["an answer that calls no tool" + (" and passes the feedback rules" if self.feedback else "")]
+        ends.append(f"{self.max_turns} turns")
+        if self.max_tool_calls is not None:
+            ends.append(f"{self.max_tool_calls} tool calls")
+        ends.append("a turn cut at sampling.max_tokens")
+        ends.append("the episode's token budget")
+        lines.append("The episode ends at " + ", ".join(ends[:-1]) + " or " + ends[-1] + ".")
+        lines.append("The reward rules score " + ("the final assistant message" if self.score == "final" else
+                                                  "every assistant turn's text, joined") + "; only the model's own "
+                     "tokens are trained (tool results and feedback are masked).")
+        return lines
+
     def summary(self) -> dict[str, Any]:
         """Plain facts for explain/show: turns, tools by name, feedback rules."""
         return {"max_turns": self.max_turns, "tools": [t.name for t in self.tools],

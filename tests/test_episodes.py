@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import tinker
 from tinker_cookbook.rl.data_processing import assemble_training_data
 from tinker_cookbook.rl.rollouts import do_group_rollout
 
@@ -291,3 +292,42 @@ def test_user_tool_runs_in_a_worker_and_its_failures_are_tool_errors(tmp_path: P
     assert "printed more than 1000 characters" in turns[3]["text"]
     assert last.metrics["episode/tool_calls"] == 4.0 and last.metrics["episode/tool_errors"] == 3.0
     assert last.reward == 1.0 and last.logs["episode_end"] == "answered"
+
+
+def test_rollout_log_show_and_metrics_carry_every_turn(tmp_path, capsys, monkeypatch):
+    from sailrl.cli import main
+    from sailrl.runtime.report import rollout_metrics
+    from sailrl.runtime.rollout_log import RolloutLog, read_rollouts
+
+    traj, _, _ = _run([(" " + CALL + STOP, "stop"), (" 7" + STOP, "stop")],
+                      {"max_turns": 3, "tools": [{"builtin": "calculator"}]})
+    group = SimpleNamespace(trajectories_G=[traj], get_total_rewards=lambda: [1.0])
+    m = rollout_metrics([group], 0, ["correct"])
+    assert (m["episode/turns"], m["episode/tool_calls"], m["episode/end/answered"], m["reward/correct"]) == \
+        (2.0, 1.0, 1.0, 1.0)
+    RolloutLog(tmp_path, reference_field="answer").write_step(
+        1, "train", [group], [{"_index": 0, "answer": "7"}], None, sampler_paths="local://r/sampler_weights/0",
+        sampler_steps=0, tokenizer=TOK)
+    rec = read_rollouts(tmp_path)[0]
+    assert rec["episode"]["end"] == "answered"
+    assert [t["role"] for t in rec["episode"]["turns"]] == ["assistant", "tool", "assistant"]
+    assert rec["num_tokens"] == len(_ids(" " + CALL + STOP)) + len(_ids(" 7" + STOP))
+    assert rec["rules"]["correct"]["passed"] is True and rec["completion"] == "7"
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "turn 1 · assistant" in out and '→ tool call calculator({"expression": "3+4"})' in out
+    assert "turn 2 · tool calculator" in out and "turn 3 · assistant" in out
+    assert "episode ended: answered after 3 turns" in out and "scored text" in out
+
+
+def test_single_turn_records_have_no_episode_key(tmp_path):
+    from sailrl.runtime.rollout_log import RolloutLog
+
+    tr = SimpleNamespace(ob=tinker.ModelInput.from_ints(_ids("User: 1\n\nAssistant:")),
+                         ac=SimpleNamespace(tokens=_ids(" 7"), stop_reason="stop"), logs={"completion": "7"},
+                         metrics={})
+    group = SimpleNamespace(trajectories_G=[SimpleNamespace(transitions=[tr])], get_total_rewards=lambda: [1.0])
+    rec = RolloutLog(tmp_path).records(1, "train", [group], [{}], None, sampler_paths=None, sampler_steps=0,
+                                       tokenizer=TOK)[0]
+    assert "episode" not in rec and list(rec)[-1] == "prompt"

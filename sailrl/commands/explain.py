@@ -5,6 +5,7 @@ One line per rule ("correct: +1 if the last \\boxed{...} answer in the completio
 run's estimated tokens and cost by kind (``sailrl.runtime.cost.estimate_run`` without data: completions of 1 to
 ``max_tokens`` tokens, prompt tokens not counted; ``sailrl preflight`` measures them). For a model tinker_cookbook
 has a LoRA learning rate for (``sailrl.spec.lr_advice``), a line says where the spec's stands against it.
+With an ``environment:`` section, the episode (turns, tools, feedback, how it ends, what is scored) in words.
 Never imports torch. Exit 0, or 1 when the spec is invalid.
 """
 
@@ -33,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"Reward of '{spec.name}', per completion:")
     for line in fn.explain():
         print(f"  {line}")
+    if spec.environment is not None:
+        print("Episodes:")
+        for line in spec.environment.describe():
+            print(f"  {line}")
     if spec.examples:
         print(f"{len(spec.examples)} worked example(s) in the spec are checked by `sailrl validate`.")
     from sailrl.spec.lr_advice import lr_advice

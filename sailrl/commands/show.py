@@ -175,6 +175,32 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _episode(console: Any, episode: dict[str, Any]) -> None:
+    """Every turn of an episode: assistant text and its tool calls, tool results (errors marked), feedback."""
+    from rich import box
+    from rich.panel import Panel
+    from rich.text import Text
+
+    turns = [t for t in episode.get("turns") or [] if isinstance(t, dict)]
+    for n, t in enumerate(turns, 1):
+        role = str(t.get("role", ""))
+        text = visible(str(t.get("text") or ""))
+        if role == "assistant":
+            title = f"turn {n} · assistant"
+            body = Text(text) if text else Text("(empty)", style="dim")
+            for c in t.get("tool_calls") or []:
+                body.append(f"\n→ tool call {visible(str(c.get('name')))}({visible(str(c.get('arguments')))})",
+                            style="cyan")
+        elif role == "tool":
+            title = f"turn {n} · tool {visible(str(t.get('name', '')))}" + (" · error" if t.get("error") else "")
+            body = Text(text, style="red" if t.get("error") else "")
+        else:
+            title = f"turn {n} · feedback" if role == "user" else f"turn {n} · {visible(role)}"
+            body = Text(text, style="yellow")
+        console.print(Panel(body, title=title, title_align="left", box=box.SQUARE))
+    console.print(Text(f"episode ended: {visible(str(episode.get('end', '')))} after {len(turns)} turns"))
+
+
 def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *, best: bool = False,
            worst: bool = False, rule: str | None = None, limit: int | None = DEFAULT_LIMIT,
            show_prompt: bool = False) -> None:
@@ -213,9 +239,13 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
                                 box=box.SQUARE, style="dim"))
         if r.get("reference") is not None:
             console.print(Text(f"reference: {visible(str(r.get('reference')))}"))
+        episode = r.get("episode")
+        if isinstance(episode, dict):
+            _episode(console, episode)
         completion = str(r.get("completion") or "")
         console.print(Panel(Text(visible(completion)) if completion else Text("(empty)", style="dim"),
-                            title="completion", title_align="left", box=box.SQUARE))
+                            title="scored text" if isinstance(episode, dict) else "completion", title_align="left",
+                            box=box.SQUARE))
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
         table.add_column("rule", min_width=name_width)
         table.add_column("score", justify="right", min_width=6)
