@@ -34,7 +34,7 @@ from sailrl.spec.constants import (
 from sailrl.spec.errors import SpecError, yaml_lines
 from sailrl.spec.files import special_kind
 from sailrl.spec.loader import KeyPath, LoadedSpec, resolve_plain
-from sailrl.spec.messages import did_you_mean, did_you_mean_text
+from sailrl.spec.messages import did_you_mean, did_you_mean_text, number_text
 
 TEMPLATE_FIELDS: tuple[KeyPath, ...] = (("prompt", "system"), ("prompt", "user"), ("training", "warmup", "completion"))
 # Characters a double-quoted YAML escape produces that nobody means to type in a pattern or template.
@@ -427,7 +427,7 @@ class _Checker:
 
         rank = self.integer(("model", "lora_rank"))
         if rank is not None and (rank < 1 or rank & (rank - 1)):
-            self.add(("model", "lora_rank"), "S213", f"LoRA rank must be a positive power of two, got {rank}",
+            self.add(("model", "lora_rank"), "S213", f"LoRA rank must be a positive power of two, got {number_text(rank)}",
                      "Use 1, 2, 4, 8, 16, 32 (the Tinker default), 64, 128, ... For RL small ranks are enough.")
         renderer = self.text(("model", "renderer"))
         if renderer is not None:

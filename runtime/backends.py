@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.spec.errors import UserError
+from sailrl.spec.files import writable_folder
 from sailrl.spec.schema import Spec
 
 SAMPLERS = ("sail", "tinker", "local")
@@ -136,7 +137,9 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
         check_model_source(spec.model.name, spec.model.renderer, base_dir=model_dir, device=device)
         from sailrl.runtime.local.device import use_local_processes
 
-        store = checkpoint_dir or local_checkpoint_dir()
+        store = writable_folder(checkpoint_dir or local_checkpoint_dir(), "the embedded backend's checkpoint folder",
+                                "set SAILRL_HOME to a folder you can write (checkpoints go to "
+                                "$SAILRL_HOME/checkpoints)")
         processes = use_local_processes(device, spec.training.max_steps_off_policy)
         return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed,
                                                    device=device, model_dir=model_dir, processes=processes))

@@ -19,6 +19,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from sailrl.spec.files import writable_folder
+
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
@@ -76,8 +78,10 @@ class RunDirectory:
         self.path = Path(path)
 
     def ensure(self) -> None:
-        """Create the directory (and parents) if missing."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        """Create the directory (and parents) if missing; a :class:`~sailrl.spec.errors.StorageError` in one
+        line when it cannot be created or written."""
+        writable_folder(self.path, "the run directory", "set output.run_dir (or --set output.run_dir=...) to a "
+                        "folder you can write")
 
     @property
     def metrics_path(self) -> Path:

@@ -3,14 +3,16 @@
 Each subcommand lives in its own module under ``sailrl.commands`` and is imported only when it runs,
 so ``sailrl validate`` and ``sailrl compile`` never pay for torch or transformers.
 
-Exit codes: 0 ok, 1 invalid spec / stale output / failed check, 2 usage error, 70 internal error (a bug in
-sailrl: the traceback is printed; it never exits 1, which means "your input has a problem").
+Exit codes: 0 ok (also when the reader of a pipe closes it early, as in ``sailrl explain spec.yaml | head``), 1
+invalid spec / stale output / failed check, 2 usage error, 70 internal error (a bug in sailrl: the traceback is
+printed; it never exits 1, which means "your input has a problem").
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 INTERNAL_ERROR = 70  # sysexits.h EX_SOFTWARE
@@ -68,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"sailrl.commands.{COMMANDS[args.command][0]}")
     try:
         return int(module.run(args) or 0)
+    except BrokenPipeError:
+        return _closed_pipe()
+    except SystemExit as exc:
+        if isinstance(exc.__context__, BrokenPipeError):  # rich's Console ends a closed pipe with SystemExit(1)
+            return _closed_pipe()
+        raise
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -86,3 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sailrl {args.command}: internal error (a bug in sailrl, not a problem in your files): "
               f"{type(exc).__name__}: {exc}. Please report it with the traceback above.", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``sailrl explain spec.yaml | head``): end quietly with exit 0, as ``git log |
+    head`` does. stdout is pointed at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0

@@ -53,6 +53,8 @@ _TABLE: tuple[Code, ...] = (
     Code("S023", "complex-key", "error", "A key is a list or a mapping instead of a name."),
     Code("S024", "invalid-tagged-value", "error", "A value with an explicit tag (!!int, !!float, ...) does not fit "
          "the tag."),
+    Code("S025", "lone-surrogate", "error", "A \\uD800-\\uDFFF escape: half of a UTF-16 surrogate pair, not a "
+         "character."),
     # -- schema ---------------------------------------------------------------------------------------------
     Code("S101", "unknown-key", "error", "A key the spec language does not have at this place."),
     Code("S102", "missing-key", "error", "A required section or key is missing."),

@@ -149,6 +149,10 @@ class ModelError(UserError, ValueError):
     """A model, tokenizer or checkpoint cannot be loaded."""
 
 
+class StorageError(UserError):
+    """A folder sailrl must write (the run directory, ``$SAILRL_HOME``) cannot be created or written."""
+
+
 class ServiceError(SailrlError, RuntimeError):
     """A remote service (Tinker, Sail) or a backend failed while the run was going."""
 

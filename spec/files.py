@@ -7,7 +7,9 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["special_kind"]
+from sailrl.spec.errors import StorageError
+
+__all__ = ["special_kind", "writable_folder"]
 
 _KINDS = (
     (stat.S_ISFIFO, "a named pipe (FIFO)"),
@@ -28,3 +30,29 @@ def special_kind(path: str | Path) -> str | None:
         if test(mode):
             return kind
     return None
+
+
+def writable_folder(path: str | Path, what: str, fix: str) -> Path:
+    """Create folder ``path`` (and its parents) when missing and check that files can be written in it.
+
+    what: what the folder is, for the message ("the run directory"); fix: what to do ("set output.run_dir to
+    a folder you can write"). Raises :class:`~sailrl.spec.errors.StorageError` in one line (a read-only file
+    system, no permission, a file where a folder belongs), before anything is written there.
+    """
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and os.fspath(exc.filename) != os.fspath(p) else ""
+        raise StorageError(f"cannot create {what} {p}{where}: {exc.strerror or exc}; {fix}") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        reason = "read-only file system" if _read_only_fs(p) else "no permission to write there"
+        raise StorageError(f"cannot write in {what} {p}: {reason}; {fix}")
+    return p
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False

@@ -57,11 +57,25 @@ _MAP = "tag:yaml.org,2002:map"
 _NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
 _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _INT10 = re.compile(r"^[-+]?[0-9]+$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _INT8 = re.compile(r"^0o[0-7]+$")
 _INT16 = re.compile(r"^0x[0-9a-fA-F]+$")
 _FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
 _INF = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
 _NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
+
+
+def _clip(text: str, n: int = 40) -> str:
+    return text if len(text) <= n else f"{text[:n]}... ({len(text):,} characters)"
+
+
+def _decimal_digits(text: str) -> int:
+    """Digits of an integer literal (decimal, ``0o`` octal or ``0x`` hex) written in decimal; for octal and hex
+    an estimate from the bit length, exact to one digit (``str()`` of a longer value would raise)."""
+    body = text.lstrip("+-")
+    if not body.startswith(("0o", "0x")):
+        return len(body)
+    return int(int(body, 0).bit_length() * 0.30102999566398120) + 1
 
 
 def resolve_plain(text: str) -> Any:
@@ -78,10 +92,9 @@ def resolve_plain(text: str) -> Any:
         if len(text.lstrip("+-")) > MAX_INT_DIGITS:
             return text  # more digits than int() converts; the loader reports it (S021)
         return int(text, 10)
-    if _INT8.match(text):
-        return int(text, 0)
-    if _INT16.match(text):
-        return int(text, 0)
+    if _INT8.match(text) or _INT16.match(text):
+        value = int(text, 0)  # base 8 / 16: no digit limit in int(), so the value is bounded here
+        return text if _decimal_digits(text) > MAX_INT_DIGITS else value
     if _FLOAT.match(text):
         return float(text)
     if _INF.match(text):
@@ -375,11 +388,19 @@ class _Builder:
 
     def _scalar(self, node: ScalarNode, path: KeyPath, record: bool = True) -> tuple[Any, Any]:
         text = node.value
+        half = _SURROGATE.search(text)
+        if half is not None:  # a "\ud800" escape: half of a UTF-16 pair, which no file or UTF-8 text can hold
+            self.fail(node, path, "S025", f"the escape \\u{ord(half.group()):04x} is half of a UTF-16 surrogate "
+                      f"pair, not a character", "Write the character itself, or one escape for the whole character "
+                      "(\\U0001F600, not \\ud83d\\ude00).")
+            text = _SURROGATE.sub("\ufffd", text)
         if node.tag == _STR:
             return text, text
-        if _INT10.match(text) and len(text.lstrip("+-")) > MAX_INT_DIGITS:
-            self.fail(node, path, "S021", f"this integer has {len(text.lstrip('+-')):,} digits; a number in a spec "
-                      f"has at most {MAX_INT_DIGITS:,}", "Write a smaller number (or quote it if it is text).")
+        if (_INT10.match(text) or _INT8.match(text) or _INT16.match(text)) and _decimal_digits(text) > MAX_INT_DIGITS:
+            digits = _decimal_digits(text)
+            size = f"{digits:,} digits" if _INT10.match(text) else f"about {digits:,} digits in decimal"
+            self.fail(node, path, "S021", f"this integer has {size}; a number in a spec has at most "
+                      f"{MAX_INT_DIGITS:,}", "Write a smaller number (or quote it if it is text).")
             return text, text
         if node.tag == _PLAIN_TAG:
             value = resolve_plain(text)
@@ -394,10 +415,15 @@ class _Builder:
                   "!!float": isinstance(value, (int, float)) and not isinstance(value, bool),
                   "!!bool": isinstance(value, bool), "!!null": value is None}[tag]
             if not ok:
-                self.fail(node, path, "S024", f"'{text}' is not a valid {tag[2:]}")
+                self.fail(node, path, "S024", f"'{_clip(text)}' is not a valid {tag[2:]}")
                 return text, text
             if tag == "!!float":
-                value = float(value)
+                try:
+                    value = float(value)
+                except OverflowError:
+                    self.fail(node, path, "S110", f"'{_clip(text)}' is too large for a floating-point number",
+                              "Write a number below about 1.8e308.")
+                    return text, text
             return Plain(value, text), value
         self.fail(node, path, "S016", f"unsupported YAML tag {tag}", "Remove the tag (a spec needs no YAML tags).")
         return text, text

@@ -286,3 +286,10 @@ def pydantic_errors(exc: ValidationError, loaded: LoadedSpec, root: type[BaseMod
             seen.add(message)
             out.append(loaded.error(path, message, hint, at=at, code=code))
     return out
+
+
+def number_text(value: int) -> str:
+    """``value`` as written in a message: itself, or "a number of N digits" when it has more than 24 digits."""
+    text = str(value)
+    digits = len(text.lstrip("-"))
+    return text if digits <= 24 else f"a number of {digits:,} digits"

@@ -2,19 +2,28 @@
 
 Each case mutates one shipped spec (a deleted, inserted or repeated character or line, a changed indentation, a
 value swapped for a hostile one: huge numbers, deep nesting, aliases, control characters, sandbox escapes,
-pathological regexes and templates) and runs the whole validation stage. The test fails on any other exception
+pathological regexes and templates, octal / hex integers past the digit limit, lone surrogates) and runs the whole
+validation stage, then renders the script of what validates. The test fails on any other exception
 (RecursionError, ReaderError, OSError, ValueError ...), on a problem without a known code or a report that does
 not format, and on a case slower than the 2 s every input must be answered in.
+
+The command line's inputs from the environment are fuzzed the same way (seeded): folders that cannot be written
+(the run directory, ``$SAILRL_HOME``), path arguments of hostile lengths, and a stdout whose reader has gone:
+each ends in one line with exit 1 or 2 (a closed pipe: quietly, exit 0), never exit 70 or a traceback.
 """
 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from sailrl.cli import main
+from sailrl.compiler.render import render_script
 from sailrl.compiler.validate import validate_text
 from sailrl.spec.codes import CODES
 from sailrl.spec.errors import SpecErrors
@@ -35,6 +44,10 @@ VALUES = [
     "{% endfor %}'", "'{{ 9**(9*10**8) }}'", "'{{ \"a\" * 10**8 }}'", "'{{ lipsum(n=100000) }}'",
     "'{{ x" + "|upper" * 200 + " }}'", "'{{ 1" + " + 1" * 700 + " }}'", "'" + "{% if x %}" * 150 + "'",
     "priority", "1e5", "'\\b\\d+'", '"\\bx"', "0x" + "f" * 3000, "'" + "x" * 300 + "/y'", "[1, 2, 3]",
+    # integers past the digit limit in octal / hex (int() converts those without a limit; str() then raises),
+    # a float tag on one, and lone UTF-16 surrogates (no UTF-8 text can hold them)
+    "0x" + "f" * 3600, "0o" + "7" * 5200, "!!float 0x" + "f" * 300, "!!int 0x" + "f" * 4000, '"\\ud800"',
+    '"ok \\udfff"', '"\\ud83d\\ude00"',
 ]
 
 
@@ -95,6 +108,9 @@ def test_no_mutation_escapes_as_anything_but_spec_errors():
         try:
             loaded = validate_text(text, f"{name}.yaml", path=where)
             found = loaded.warnings
+            # what validates must compile: every value reaches the script as a literal
+            render_script(loaded.spec, spec_path=str(where), spec_bytes=text.encode("utf-8", "surrogatepass"),
+                          output_path=str(ROOT / "generated" / f"{name}.py"))
         except SpecErrors as exc:
             found = exc.errors
             report = exc.format()
@@ -117,3 +133,83 @@ def test_the_unmutated_sources_are_valid(source):
     loaded = validate_text(source.read_text(encoding="utf-8"), source.name, path=where)
     assert loaded.spec is not None
     assert all(e.code in CODES for e in loaded.warnings)
+
+
+# ------------------------------------------------------------------------------ the command line's environment
+
+QUICKSTART = EXAMPLES / "quickstart.yaml"
+
+
+def _hostile_names(rng: random.Random, n: int = 6) -> list[str]:
+    names = ["a" * 300, "a" * 256, "x/" * 2100, "a" * 255 + "/b"]
+    names += ["".join(rng.choice("ab/.é ") for _ in range(rng.randint(256, 5000))) for _ in range(n)]
+    return names
+
+
+@pytest.mark.parametrize("name", _hostile_names(random.Random(SEED)), ids=lambda n: f"{len(n)}chars")
+def test_clean_runs_with_a_hostile_path_is_a_usage_error(name, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SAILRL_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["clean", "--runs", name]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sailrl clean: error: --runs ") and "Traceback" not in err and err.count("\n") == 1
+
+
+def _unwritable(tmp_path: Path, how: str) -> Path:
+    """A folder path that cannot be written: under a regular file, or (as root can write anywhere) reported
+    read-only by os.access, as on a read-only file system."""
+    if how == "under a file":
+        (tmp_path / "afile").write_text("")
+        return tmp_path / "afile" / "sub"
+    target = tmp_path / "readonly"
+    target.mkdir()
+    return target
+
+
+@pytest.mark.parametrize("how", ["under a file", "read-only"])
+@pytest.mark.parametrize("which", ["run_dir", "SAILRL_HOME"])
+def test_a_folder_that_cannot_be_written_is_one_line_and_nothing_is_written(which, how, tmp_path, monkeypatch,
+                                                                            capsys):
+    import os
+
+    bad = _unwritable(tmp_path, how)
+    if how == "read-only":
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) in (bad, bad / "checkpoints")
+                            else real(p, mode, **kw))
+    run_dir = bad / "run" if which == "run_dir" and how == "under a file" else (
+        bad if which == "run_dir" else tmp_path / "runs" / "q")
+    monkeypatch.setenv("SAILRL_HOME", str(bad if which == "SAILRL_HOME" else tmp_path / "home"))
+    rc = main(["run", str(QUICKSTART), "--set", f"output.run_dir={run_dir}", "--set", "training.steps=1"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    what = "the run directory" if which == "run_dir" else "the embedded backend's checkpoint folder"
+    line = next(x for x in err.splitlines() if x.startswith("error: "))
+    assert what in line and ("Not a directory" in line or "no permission" in line or "read-only" in line), err
+    assert "Traceback" not in err and "internal error" not in err
+    if which == "SAILRL_HOME":
+        assert not (tmp_path / "runs").exists()  # refused before the run directory was made
+
+
+def _closed_stdout(argv: list[str]) -> subprocess.CompletedProcess:
+    """Run ``python -m sailrl ARGV`` with stdout a pipe whose reader is already closed (``| head`` gone)."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "sailrl", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=120, cwd=ROOT)
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("argv", [
+    ["explain", str(QUICKSTART)],  # plain print()
+    ["rewards", str(QUICKSTART), "--completion", "7", "--field", "answer=7"],  # a rich Console
+    ["schema"],
+], ids=lambda a: a[0])
+def test_a_closed_pipe_ends_quietly_with_exit_0(argv):
+    out = _closed_stdout(argv)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""

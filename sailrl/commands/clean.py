@@ -14,6 +14,8 @@ Exit codes: 0 done (or nothing to do); 1 an unknown run id; 2 usage error.
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 from typing import Any
 
@@ -104,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
         print("sailrl clean: error: --all removes every store run; give it alone, without RUN_ID or --older-than",
               file=sys.stderr)
         return 2
+    for given in args.runs:
+        problem = _folder_problem(given)
+        if problem:
+            print(f"sailrl clean: error: --runs {_clip(given)}: {problem}", file=sys.stderr)
+            return 2
     runs = list_store(store, find_run_directories(args.runs, store))
     if not runs:
         console.print(f"the checkpoint store {store} is empty: nothing to clean")
@@ -143,3 +150,20 @@ def run(args: argparse.Namespace) -> int:
                           f"({_size(removal.freed_bytes)}); kept {keep}. --force removes it too")
     console.print(f"{'would free' if args.dry_run else 'freed'} {_size(freed)}")
     return 0
+
+
+def _folder_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a folder of run directories (missing, not a folder, a name too long), or None."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"{exc.strerror or exc}; give a run directory, or a folder of run directories"
+    except ValueError:  # a NUL byte
+        return "not a path"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder; give a run directory, or a folder of run directories"
+    return None
+
+
+def _clip(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else f"{text[:n]}... ({len(text):,} characters)"
