@@ -38,6 +38,7 @@ from tinker_cookbook.rl.types import TrajectoryGroup
 from sailrl import __version__
 from sailrl.runtime import report
 from sailrl.runtime.backends import Backend, check_keys, open_backend
+from sailrl.runtime.console import make_console
 from sailrl.runtime.rollout import RolloutBatch, RuleGroupBuilder, SamplingPolicy, rollout_groups
 from sailrl.runtime.rundir import RunDirectory
 from sailrl.spec.errors import ConfigError, SailrlError, ServiceError, UserError
@@ -771,15 +772,13 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     logs of steps to re-run dropped. Raises :class:`RunDirectoryError` (a run is there and neither ``resume`` nor
     ``overwrite`` is set; or it is complete), ``BackendError`` / ``ModelError`` / ``DataError`` (user errors).
     """
-    from rich.console import Console
-
     from sailrl.runtime.data import load_rows
     from sailrl.runtime.models import get_renderer, get_tokenizer
     from sailrl.runtime.prompts import PromptBuilder
     from sailrl.runtime.rewards import RewardFunction
     from sailrl.spec.renderers import default_renderer
 
-    console = Console(stderr=True, soft_wrap=True)
+    console = make_console(stderr=True, soft_wrap=True)
     run_dir = RunDirectory(run_dir_path(spec, options.spec_dir))
     resolved = spec.resolved()
     resume, t, m = options.resume, spec.training, spec.model

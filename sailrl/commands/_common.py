@@ -99,11 +99,12 @@ def _quoted(text: str) -> str:
 def print_score_tables(fn: Any, results: list[tuple]) -> None:
     """One table per ``(item, fields, reference problem, score, traces)``: rule | result | score | why, and the total;
     then the completion text and the reference answer (``sailrl rewards``, ``sailrl sample``)."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(highlight=False)
+    from sailrl.runtime.console import make_console  # lazy: rich only when printing
+
+    console = make_console(highlight=False)
     for i, (item, fields, problem, score, traces) in enumerate(results, 1):
         text = item["completion"]
         shown = text if len(text) <= 200 else text[:197] + "..."

@@ -94,12 +94,11 @@ def _list(runs: list[Any], store: Any, console: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from sailrl.runtime.checkpoint_store import find_run_directories, list_store, plan_removals, remove, store_dir
+    from sailrl.runtime.console import make_console
     from sailrl.spec.messages import did_you_mean
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = make_console(highlight=False, soft_wrap=True)
     store = store_dir()
     selecting = bool(args.run_ids) or args.older_than is not None or args.all
     if args.all and (args.run_ids or args.older_than is not None):

@@ -90,13 +90,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
-        from rich.console import Console
+        from sailrl.runtime.console import make_console  # lazy: rich only when printing a report
 
         data = report.get("data") or {}
         if data.get("error") and data.get("key") and not _overridden(data["key"], args.overrides):
             print(SpecErrors([loaded.error(data["key"], data["error"], code="S227")], loaded.text).format(color=color),
                   file=sys.stderr)
-        render_report(report, Console(highlight=False))
+        render_report(report, make_console(highlight=False))
     return 1 if report["blocking"] else 0
 
 
@@ -121,6 +121,8 @@ def render_report(report: dict[str, Any], console: Any) -> None:
     from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
+
+    from sailrl.runtime.console import panel_expand
 
     overrides = report.get("overrides") or []
     console.print(f"[bold]preflight[/bold] {escape(str(report.get('spec') or report['name']))}  "
@@ -147,7 +149,7 @@ def render_report(report: dict[str, Any], console: Any) -> None:
         tokens = f", {p['tokens']} tokens" if p.get("tokens") is not None else ""
         console.print(Panel(escape(p["text"]), title=f"prompt: row {p['index']}{tokens}",
                             subtitle=f"reference: {escape(repr(p['reference']))}", title_align="left",
-                            subtitle_align="left"))
+                            subtitle_align="left", expand=panel_expand(console)))
     if report.get("stop"):
         console.print(f"stop sequences: {escape(', '.join(map(str, report['stop'])))}")
     tok = report.get("tokens")

@@ -181,6 +181,8 @@ def _episode(console: Any, episode: dict[str, Any]) -> None:
     from rich.panel import Panel
     from rich.text import Text
 
+    from sailrl.runtime.console import panel_expand
+
     turns = [t for t in episode.get("turns") or [] if isinstance(t, dict)]
     for n, t in enumerate(turns, 1):
         role = str(t.get("role", ""))
@@ -197,7 +199,7 @@ def _episode(console: Any, episode: dict[str, Any]) -> None:
         else:
             title = f"turn {n} · feedback" if role == "user" else f"turn {n} · {visible(role)}"
             body = Text(text, style="yellow")
-        console.print(Panel(body, title=title, title_align="left", box=box.SQUARE))
+        console.print(Panel(body, title=title, title_align="left", box=box.SQUARE, expand=panel_expand(console)))
     console.print(Text(f"episode ended: {visible(str(episode.get('end', '')))} after {len(turns)} turns"))
 
 
@@ -209,6 +211,8 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
+
+    from sailrl.runtime.console import panel_expand
 
     rules = [rule] if rule else rule_names(records)
     for line in _summary(step, kind, records, rule_names(records) if rule is None else [rule]):
@@ -236,7 +240,7 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
         console.print(Text(f"── {head}", style="bold"))
         if show_prompt:
             console.print(Panel(Text(visible(str(r.get("prompt") or ""))), title="prompt", title_align="left",
-                                box=box.SQUARE, style="dim"))
+                                box=box.SQUARE, style="dim", expand=panel_expand(console)))
         if r.get("reference") is not None:
             console.print(Text(f"reference: {visible(str(r.get('reference')))}"))
         episode = r.get("episode")
@@ -245,7 +249,7 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
         completion = str(r.get("completion") or "")
         console.print(Panel(Text(visible(completion)) if completion else Text("(empty)", style="dim"),
                             title="scored text" if isinstance(episode, dict) else "completion", title_align="left",
-                            box=box.SQUARE))
+                            box=box.SQUARE, expand=panel_expand(console)))
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
         table.add_column("rule", min_width=name_width)
         table.add_column("score", justify="right", min_width=6)
@@ -270,12 +274,12 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
                                                       else ": no score read")
                 answer = str(v.get("judge") or "")
                 console.print(Panel(Text(visible(answer)) if answer else Text("(no answer)", style="dim"),
-                                    title=title, title_align="left", box=box.SQUARE))
+                                    title=title, title_align="left", box=box.SQUARE,
+                                    expand=panel_expand(console)))
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from sailrl.runtime.console import make_console  # lazy: rich only when printing
     from sailrl.spec.messages import did_you_mean
 
     try:
@@ -290,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
     except ShowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    console = Console(highlight=False, emoji=False, markup=False)
+    console = make_console(highlight=False, emoji=False, markup=False)
     render(console, step, kind, records, best=args.best, worst=args.worst, rule=args.rule, limit=args.limit,
            show_prompt=args.prompt)
     return 0
