@@ -204,7 +204,7 @@ def test_a_run_without_a_final_checkpoint_names_the_ones_it_has(trained, home, t
     run_dir = tmp_path / "stopped"
     shutil.copytree(trained[0], run_dir)
     lines = (run_dir / "checkpoints.jsonl").read_text().splitlines()
-    (run_dir / "checkpoints.jsonl").write_text("\n".join(l for l in lines if '"final"' not in l) + "\n")
+    (run_dir / "checkpoints.jsonl").write_text("\n".join(line for line in lines if '"final"' not in line) + "\n")
     assert main(["export", str(run_dir)]) == 1
     assert _one_line(capsys).endswith("has no final checkpoint (it did not finish); it has checkpoints at step 1, 2: "
                                       "pass --checkpoint STEP")
@@ -531,3 +531,49 @@ def test_merging_an_lm_head_adapter_of_a_tied_model_keeps_the_input_embedding(tr
         greedy = merged.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=False, eos_token_id=None,
                                  pad_token_id=0)[0, len(ids):].tolist()
     assert greedy[: len(embedded)] == list(embedded), (greedy, embedded)
+
+
+def test_sample_of_a_tinker_run_uses_a_tinker_sampling_client(trained, home, tmp_path, monkeypatch, capsys):
+    """The Tinker path of ``sailrl sample``: ``tinker.ServiceClient().create_sampling_client(model_path=...)`` with
+    the run's tinker:// sampler path; here a stand-in whose sampling client is the embedded backend's over the same
+    adapter, so the greedy completion must equal the local run's."""
+    from sailrl.runtime.local import LocalServiceClient
+
+    run_dir, base, _, _ = trained
+    records = [json.loads(line) for line in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
+    local_path = [r for r in records if r.get("final")][-1]["sampler_path"]
+    asked: list[str] = []
+    made: list[LocalServiceClient] = []
+
+    class FakeService:
+        def __init__(self, **kwargs):
+            self.local = LocalServiceClient(str(base), base_dir=home / "checkpoints", seed=0)
+            made.append(self.local)
+
+        def create_sampling_client(self, model_path: str):
+            asked.append(model_path)
+            return self.local.create_sampling_client(model_path=local_path).result()
+
+    monkeypatch.setattr(tinker, "ServiceClient", FakeService)
+    tinker_run = _tinker_run(trained, tmp_path, str(base))
+    assert main(["sample", str(tinker_run), "--prompt", "3+4=", "--field", "answer=7", "--n", "1",
+                 "--temperature", "0"]) == 0
+    out = capsys.readouterr().out
+    assert asked == ["tinker://run-7/sampler_weights/t-final"]
+    assert "tinker://run-7/sampler_weights/t-final (step 2), 1 completion(s) of:" in out
+    assert "reference answer: '7'" in out
+
+    from sailrl.export import RunInfo
+    from sailrl.export.sample import sample_run
+
+    info = RunInfo.read(tinker_run)
+    result = sample_run(info, info.checkpoint(), prompt="3+4=", n=1, temperature=0.0, max_tokens=8)
+    prompt, _ = _prompt(base)
+    assert result.completions[0].tokens == _greedy_embedded(home, base, run_dir, prompt, 8)
+
+    monkeypatch.delenv("TINKER_API_KEY")
+    monkeypatch.delenv("TINKER_CREDENTIAL_CMD", raising=False)
+    assert main(["sample", str(tinker_run), "--prompt", "3+4="]) == 1
+    assert "TINKER_API_KEY" in _one_line(capsys)
+    for svc in made:
+        svc.close("done")

@@ -34,8 +34,8 @@ def default_output(run: RunInfo, ckpt: Checkpoint, fmt: str) -> Path:
     return run.path / "export" / f"{fmt}-{ckpt.label}"
 
 
-def export_run(run_dir: str | Path, checkpoint: str | int = "final", fmt: str = "peft", output: str | Path | None = None,
-               overwrite: bool = False) -> Exported:
+def export_run(run_dir: str | Path, checkpoint: str | int = "final", fmt: str = "peft",
+               output: str | Path | None = None, overwrite: bool = False) -> Exported:
     """Export one checkpoint of the run in ``run_dir`` as ``fmt`` (``peft`` | ``merged``) with its model card.
 
     Raises :class:`ExportError` (one line) for a folder that is not a run directory, a checkpoint the run does not

@@ -141,7 +141,8 @@ def render_card(run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_n
         f"({'the embedded local backend' if ckpt.is_local else 'Tinker'}).", "",
         "## Model", "",
         f"- **Base model:** {built.base_model}",
-        f"- **Format:** {'LoRA adapter (PEFT)' if fmt == 'peft' else 'merged model (the LoRA added into the base weights)'}",
+        "- **Format:** " + ("LoRA adapter (PEFT)" if fmt == "peft" else "merged model (the LoRA added into the base "
+                            "weights)"),
         f"- **LoRA rank:** {built.lora_rank}" + (f" (alpha {built.lora_alpha:g})" if built.lora_alpha else ""),
     ]
     if built.target_modules:
