@@ -110,6 +110,8 @@ def test_both_formats_load_as_is_and_merged_greedy_equals_the_embedded_backend(t
     assert {"README.md", "spec.yaml", "metrics.jsonl", "adapter_model.safetensors"} <= {
         p.name for p in (tmp_path / "peft").iterdir()}
     assert not list(tmp_path.glob(".*partial*"))  # no staging folder left
+    for name in ("tokenizer_config.json", "tokenizer.json"):  # copied as they are, not re-serialised
+        assert (tmp_path / "merged" / name).read_bytes() == (base / name).read_bytes()
 
     prompt, ids = _prompt(base)
     n = 8

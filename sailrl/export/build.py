@@ -127,6 +127,24 @@ def _load_local_base(directory: str) -> tuple[Any, Any, Any]:
     return spec, model, tokenizer
 
 
+def _save_tokenizer(spec: Any, tokenizer: Any, out: Path) -> None:
+    """The base's tokenizer files into ``out``: copied from its folder or hub snapshot as they are (tinker_cookbook's
+    ``save_tokenizer_and_processor``: a ``save_pretrained`` under transformers 5 rewrites ``tokenizer_class``, which
+    vLLM and SGLang then cannot load); for a built-in model or a GGUF file, which have no such files,
+    ``tokenizer.save_pretrained``."""
+    if not is_builtin(spec.model_name):
+        from tinker_cookbook.weights._export import save_tokenizer_and_processor  # lazy: torch
+
+        from sailrl.runtime.local.sources import resolve_model
+
+        resolved = resolve_model(spec.model_name, revision=spec.revision)
+        if resolved.kind in ("local_dir", "hub"):
+            save_tokenizer_and_processor(str(resolved.path), out, multimodal=False)
+            if (out / "tokenizer_config.json").is_file():
+                return
+    tokenizer.save_pretrained(out)
+
+
 def _base_name(spec: Any) -> str:
     """The name a model card and ``adapter_config.json`` give the base: the hub id, the folder, the built-in name."""
     return spec.model_name
@@ -165,7 +183,7 @@ def build_local(ckpt: Checkpoint, fmt: str, out: Path, final_target: Path, have:
         config = {**adapter_config, "base_model_name_or_path": base_ref, "inference_mode": True}
         (out / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                                  encoding="utf-8")
-        tokenizer.save_pretrained(out)
+        _save_tokenizer(spec, tokenizer, out)
         if builtin:  # not on the hub: the adapter carries its base
             model.save_pretrained(out / BASE_SUBFOLDER)
             tokenizer.save_pretrained(out / BASE_SUBFOLDER)
@@ -175,7 +193,7 @@ def build_local(ckpt: Checkpoint, fmt: str, out: Path, final_target: Path, have:
         _untie_output_embedding(model, targets)
         merged = PeftModel.from_pretrained(model, directory).merge_and_unload()
         merged.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        _save_tokenizer(spec, tokenizer, out)
         base_ref = base
     return Built(base, base_ref, adapter_config.get("r"), adapter_config.get("lora_alpha"), targets)
 
