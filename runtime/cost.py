@@ -10,7 +10,12 @@ Token kinds (the loop logs ``tokens/<kind>`` per step and ``tokens_cum/<kind>`` 
 ``eval_sampled``   tokens sampled in the step's eval rollouts
 ``reference``      tokens whose reference logprobs the KL penalty computes on the base model (prefill)
 ``warmup_trained`` tokens of the supervised warm-up examples sent to ``forward_backward``
+``judge_prompt``   tokens the judge models of ``kind: judge`` rules read (rubric + completion), train and eval
+``judge_output``   tokens the judge models wrote (their answers)
 =================  ==========================================================================================
+
+Judge tokens are billed at ``pricing.judge`` (``input`` / ``output``), whatever the policy's sampler (see
+:func:`sailrl.spec.pricing.resolve_judge_price`).
 
 Who bills which kind (:func:`billing`): with ``sampler: tinker`` Tinker bills everything (``prefill`` for
 prompt, eval_prompt and reference; ``sample`` for sampled and eval_sampled; ``train`` for trained and
@@ -30,10 +35,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sailrl.spec.pricing import SAIL_WINDOWS, PriceKey, ResolvedPrice, resolve_price
+from sailrl.runtime.judge import judge_messages
+from sailrl.spec.pricing import SAIL_WINDOWS, PriceKey, ResolvedPrice, resolve_judge_price, resolve_price
 
-KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained")
-STEP_KINDS = ("prompt", "sampled", "trained", "reference")
+KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained",
+         "judge_prompt", "judge_output")
+STEP_KINDS = ("prompt", "sampled", "trained", "reference", "judge_prompt", "judge_output")
+JUDGE_KINDS = ("judge_prompt", "judge_output")
+#: Characters per token assumed for the judge prompt's fixed text (the judge's tokenizer is not loaded).
+JUDGE_CHARS_PER_TOKEN = 4
 EVAL_KINDS = ("eval_prompt", "eval_sampled")
 RECENT_STEPS = 5  # next_step_estimate looks at this many of the latest steps
 WARMUP_SEED_OFFSET = 7919  # the supervised warm-up draws its rows with shuffle_seed + 7919 (sailrl.runtime.run)
@@ -45,8 +55,9 @@ def billing(sampler: str, completion_window: str) -> dict[str, PriceKey]:
     sampler: ``sail``, ``tinker`` or ``local``. completion_window: Sail's window (``balanced``/``flex``); only read
     for ``sail``. Raises ``ValueError`` for an unknown sampler.
     """
+    judge = {"judge_prompt": ("judge", "input"), "judge_output": ("judge", "output")}
     if sampler == "local":
-        return {k: ("local",) for k in KINDS}
+        return {**{k: ("local",) for k in KINDS}, **judge}
     train, prefill = ("tinker", "train"), ("tinker", "prefill")
     out = {"trained": train, "warmup_trained": train, "reference": prefill}
     if sampler == "tinker":
@@ -55,8 +66,21 @@ def billing(sampler: str, completion_window: str) -> dict[str, PriceKey]:
         prompt, sample = ("sail", completion_window, "input"), ("sail", completion_window, "output")
     else:
         raise ValueError(f"unknown sampler {sampler!r}: use sail, tinker or local")
-    out.update(prompt=prompt, eval_prompt=prompt, sampled=sample, eval_sampled=sample)
+    out.update(prompt=prompt, eval_prompt=prompt, sampled=sample, eval_sampled=sample, **judge)
     return out
+
+
+def judge_rules(spec: Any) -> list[Any]:
+    """The spec's ``kind: judge`` rules."""
+    rules = getattr(getattr(spec, "reward", None), "rules", None) or []  # a budget check's view has no reward
+    return [r for r in rules if getattr(r, "kind", None) == "judge"]
+
+
+def judge_overhead_tokens(rule: Any) -> int:
+    """Tokens of one judge prompt without the completion (the instructions and the rubric as written), at
+    :data:`JUDGE_CHARS_PER_TOKEN` characters a token."""
+    text = judge_messages(rule.rubric, "", rule.scale)[0]["content"]
+    return math.ceil(len(text) / JUDGE_CHARS_PER_TOKEN)
 
 
 def _usd(tokens: float, price: float | None) -> float | None:
@@ -124,8 +148,11 @@ class CostModel:
         sampler = sampler or spec.sampling.sampler
         window = spec.sampling.completion_window
         prices: dict[str, ResolvedPrice] = {}
+        judges = [(r.judge.sampler, r.judge.model) for r in judge_rules(spec)]
         for kind, key in billing(sampler, window).items():
-            if key[0] == "sail" and key[1] not in SAIL_WINDOWS:
+            if key[0] == "judge":
+                prices[kind] = resolve_judge_price(spec.pricing, judges, key)
+            elif key[0] == "sail" and key[1] not in SAIL_WINDOWS:
                 prices[kind] = ResolvedPrice(key, None, "unknown")  # an invalid window has no price
             else:
                 prices[kind] = resolve_price(spec.pricing, spec.model.name, key)
@@ -147,6 +174,8 @@ class CostModel:
             kinds.append("reference")
         if t.warmup is not None and t.warmup.steps > 0:
             kinds.append("warmup_trained")
+        if judge_rules(self.spec):
+            kinds += list(JUDGE_KINDS)
         return kinds
 
     def missing_prices(self, kinds: Sequence[str] | None = None) -> list[ResolvedPrice]:
@@ -213,9 +242,15 @@ class CostModel:
         if t.kl_penalty_coef > 0:
             out["reference"] = float(prompts + rollouts * s.max_tokens)
         due = self.eval_due(step) if step is not None else (self.spec.dataset.eval is not None and t.eval_every == 1)
+        judged = rollouts  # every rollout judged by every judge rule (the cache only lowers this)
         if due and self.eval_prompt_token_lengths is not None:
             out["eval_prompt"] = float(sum(self.eval_prompt_token_lengths))
             out["eval_sampled"] = float(len(self.eval_prompt_token_lengths) * s.max_tokens)
+            judged += len(self.eval_prompt_token_lengths)
+        rules = judge_rules(self.spec)
+        if rules:
+            out["judge_prompt"] = float(sum(judged * (judge_overhead_tokens(r) + s.max_tokens) for r in rules))
+            out["judge_output"] = float(sum(judged * r.judge.max_tokens for r in rules))
         return out
 
     @property
@@ -479,6 +514,26 @@ def estimate_run(spec: Any, prompt_token_lengths: Sequence[int] | None,
             notes.append(f"the supervised warm-up ({warmup_steps} steps x {t.warmup.batch_size} examples) is not "
                          "counted (its example lengths were not measured)")
 
+    rules = judge_rules(spec)
+    if rules:
+        judged = rollouts + eval_steps * eval_rows
+        groups = steps * g + eval_steps * eval_rows  # at least one judgement per group (the others may be cached)
+        prompt_r = output_r = Range(0.0, 0.0, 0.0)
+        for r in rules:
+            overhead = float(judge_overhead_tokens(r))
+            per = Range(overhead + comp.low, overhead + comp.high,
+                        None if comp.expected is None else overhead + comp.expected)
+            prompt_r = prompt_r + Range(groups * per.low, judged * per.high,
+                                        None if per.expected is None else judged * per.expected)
+            output_r = output_r + Range(float(groups), float(judged * r.judge.max_tokens),
+                                        judged * r.judge.max_tokens / 2)
+        tokens["judge_prompt"] = prompt_r
+        tokens["judge_output"] = output_r
+        notes.append(f"judge rules ({', '.join(str(r.name) for r in rules)}): each of the {judged} rollouts is judged "
+                     "once per rule (identical completions of a group once: the low end); judge prompt tokens are "
+                     f"the prompt's fixed text at about {JUDGE_CHARS_PER_TOKEN} characters a token plus the "
+                     "completion (counted in the policy's tokens); judge answers from 1 token to judge.max_tokens, "
+                     "expected half of it")
     if t.max_steps_off_policy > 0:
         notes.append(f"with max_steps_off_policy {t.max_steps_off_policy}, groups sampled too long before the step "
                      "that trains them are dropped: their sampling is paid but not counted here")

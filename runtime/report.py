@@ -8,7 +8,8 @@ Metric keys (one ``metrics.jsonl`` line per step; steps numbered from 1):
 - token accounting (:func:`token_counts`): ``tokens/prompt`` (prompt tokens sent for sampling, counted once per
   rollout request), ``tokens/sampled``, ``tokens/trained`` (tokens in the datums sent to forward_backward),
   ``tokens/eval_prompt``, ``tokens/eval_sampled``, ``tokens/reference`` (tokens scored by the KL reference model),
-  ``tokens/warmup_trained`` (the supervised warm-up's, on the first step's line) and ``tokens_cum/<kind>`` (the run
+  ``tokens/warmup_trained`` (the supervised warm-up's, on the first step's line), ``tokens/judge_prompt`` /
+  ``tokens/judge_output`` (what ``kind: judge`` rules' judge models read and wrote, train and eval) and ``tokens_cum/<kind>`` (the run
   so far). With prices: ``cost/<kind>``, ``cost/step``, ``cost/total`` (USD, ``sailrl.runtime.cost``).
 """
 
@@ -20,9 +21,19 @@ from typing import Any
 
 import tinker
 
-__all__ = ["TOKEN_KINDS", "rollout_metrics", "step_line", "summary_lines", "token_counts"]
+__all__ = ["JUDGE_TOKEN_KEYS", "TOKEN_KINDS", "add_judge_tokens", "rollout_metrics", "step_line", "summary_lines", "token_counts"]
 
-TOKEN_KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained")
+TOKEN_KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained",
+               "judge_prompt", "judge_output")
+#: Judge tokens of a step (train and eval rollouts together; ``kind: judge`` rules only).
+JUDGE_TOKEN_KEYS = ("tokens/judge_prompt", "tokens/judge_output")
+
+
+def add_judge_tokens(metrics: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Add the judge tokens in ``extra`` (a StepScorer's metrics) to ``metrics`` (a step's line)."""
+    for key in JUDGE_TOKEN_KEYS:
+        if key in extra:
+            metrics[key] = float(metrics.get(key, 0.0)) + float(extra[key])
 
 
 def rollout_metrics(groups: Sequence[Any], failed: int, rule_names: Sequence[str],

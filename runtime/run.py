@@ -348,7 +348,8 @@ class Run:
         rec = self._record(step)
         kept = {id(g): a for g, a in zip(groups, advantages, strict=True)}
         rec.metrics.update(report.rollout_metrics(batch.groups, len(batch.failed), self.reward_fn.rule_names))
-        rec.metrics.update(batch.extra_metrics)
+        rec.metrics.update({k: v for k, v in batch.extra_metrics.items() if k not in report.JUDGE_TOKEN_KEYS})
+        report.add_judge_tokens(rec.metrics, batch.extra_metrics)  # eval's judge tokens may be there already
         n = len(batch.groups)
         rec.metrics["degenerate_frac"] = (n - len(groups) - stale) / n if n else float("nan")
         prompt, sampled = report.sampled_tokens(batch.groups)
@@ -385,6 +386,10 @@ class Run:
         prompt, sampled = report.sampled_tokens(batch.groups)
         rec.metrics["tokens/eval_prompt"] = float(prompt)
         rec.metrics["tokens/eval_sampled"] = float(sampled)
+        report.add_judge_tokens(rec.metrics, batch.extra_metrics)  # judge rules judged the eval rollouts too
+        for key in ("judge/failed", "judge/unparsed"):
+            if key in batch.extra_metrics:
+                rec.metrics[f"eval/{key}"] = batch.extra_metrics[key]
         rec.rollouts.append(("eval", batch, None, None))
 
     def record(self, step: int, metrics: dict[str, float]) -> None:

@@ -9,6 +9,9 @@ Who bills what (``sailrl.runtime.cost`` applies it):
 - **Sail** samples the rollouts of ``sampling.sampler: sail``: ``input`` per prompt token and ``output`` per
   sampled token, at the price of the run's completion window (``balanced`` or ``flex``).
 - The **local** backend bills nothing (0).
+- **Judge models** (``kind: judge`` rules) are billed per token they read (``judge.input``) and write
+  (``judge.output``): at ``pricing.judge`` when written; else 0 when every judge runs locally; else, when every
+  judge runs on Tinker, the listed Tinker estimate of the judge model (``prefill`` / ``sample``); else unknown.
 
 Prices depend on the model. :data:`TINKER_PRICES` lists Tinker prices that were public when they were read,
 keyed by model name, each with its source address and the date it was read; they are estimates (the provider
@@ -131,6 +134,13 @@ def _defaults_text() -> str:
     return " | ".join(p.describe(m) for m, p in TINKER_PRICES.items())
 
 
+class JudgePricing(SpecModel):
+    """What the judge models of ``kind: judge`` rules cost, USD per million tokens (one price for every judge)."""
+
+    input: Price | None = Field(None, description="USD per million tokens of judge prompts (rubric + completion).")
+    output: Price | None = Field(None, description="USD per million tokens the judge writes (its answers).")
+
+
 class PricingSpec(SpecModel):
     """USD per million tokens each service charges; used for cost/... metrics, estimates and the budget."""
 
@@ -146,6 +156,13 @@ class PricingSpec(SpecModel):
         description=(
             "Sail's prices for model.name per completion window (balanced, flex: input, output). No estimate is "
             "listed; without them a Sail run's sampling cost is shown as tokens only."
+        ),
+    )
+    judge: JudgePricing = Field(
+        default_factory=JudgePricing,
+        description=(
+            "Prices of the judge models of kind: judge rules (input, output). Default: 0 for local judges, the "
+            "listed Tinker estimate of the judge model for tinker judges, else unknown (Sail's are not listed)."
         ),
     )
 
@@ -175,6 +192,26 @@ class ResolvedPrice:
 
 
 LOCAL_PRICE = ResolvedPrice(("local",), 0.0, "local", "the local backend bills nothing")
+
+
+def resolve_judge_price(pricing: PricingSpec, judges: list[tuple[str, str]], key: PriceKey) -> ResolvedPrice:
+    """The price at ``("judge", "input" | "output")`` for judges ``[(sampler, model), ...]``: the spec's value,
+    else 0 when every judge is local, else the listed Tinker estimate when every judge is one Tinker model, else
+    unknown."""
+    written = getattr(pricing.judge, key[1])
+    if written is not None:
+        return ResolvedPrice(key, written, "spec")
+    samplers = {s for s, _ in judges}
+    if samplers == {"local"}:
+        return ResolvedPrice(key, 0.0, "local", "local judges bill nothing")
+    models = {m for _, m in judges}
+    if samplers == {"tinker"} and len(models) == 1:
+        model = next(iter(models))
+        listed = TINKER_PRICES.get(model)
+        value = getattr(listed, "prefill" if key[1] == "input" else "sample") if listed is not None else None
+        if value is not None:
+            return ResolvedPrice(key, value, "estimate", listed.describe(model))
+    return ResolvedPrice(key, None, "unknown")
 
 
 def resolve_price(pricing: PricingSpec, model: str, key: PriceKey) -> ResolvedPrice:

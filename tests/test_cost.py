@@ -106,12 +106,13 @@ def test_who_bills_which_kind():
     assert billing("tinker", "flex") == {
         "trained": ("tinker", "train"), "warmup_trained": ("tinker", "train"), "reference": ("tinker", "prefill"),
         "prompt": ("tinker", "prefill"), "eval_prompt": ("tinker", "prefill"),
-        "sampled": ("tinker", "sample"), "eval_sampled": ("tinker", "sample")}
+        "sampled": ("tinker", "sample"), "eval_sampled": ("tinker", "sample"),
+        "judge_prompt": ("judge", "input"), "judge_output": ("judge", "output")}  # judges: at pricing.judge
     sail = billing("sail", "flex")
     assert sail["prompt"] == sail["eval_prompt"] == ("sail", "flex", "input")
     assert sail["sampled"] == sail["eval_sampled"] == ("sail", "flex", "output")
     assert sail["trained"] == ("tinker", "train") and sail["reference"] == ("tinker", "prefill")
-    assert set(billing("local", "balanced").values()) == {("local",)}
+    assert set(billing("local", "balanced").values()) == {("local",), ("judge", "input"), ("judge", "output")}
     with pytest.raises(ValueError, match="unknown sampler 'modal'"):
         billing("modal", "flex")
 

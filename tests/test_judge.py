@@ -435,3 +435,81 @@ def test_explain_says_the_rule_in_words() -> None:
     assert line.startswith("polite: a judge model (judge-m on sail, temperature 0, at most 512 tokens")
     assert 'against: "The reply answers {{ question }} politely."' in line
     assert "maps onto -0.5 .. 1" in line
+
+
+# ------------------------------------------------------------------------------------------------- pricing
+
+PRICED = SPEC.replace("sampling: {sampler: local}", "sampling: {sampler: local, max_tokens: 100}") + """\
+training: {steps: 10, groups_per_step: 2, group_size: 4}
+pricing: {judge: {input: 2.0, output: 8.0}}
+"""
+
+
+def test_judge_tokens_are_priced_under_pricing_judge_and_counted_by_the_budget() -> None:
+    from sailrl.runtime.cost import CostModel, estimate_run, judge_overhead_tokens
+
+    spec = validate_text(PRICED, "spec.yaml").spec
+    model = CostModel.from_spec(spec)
+    assert model.prices["judge_prompt"].usd_per_mtok == 2.0 and model.prices["judge_output"].usd_per_mtok == 8.0
+    assert model.prices["sampled"].usd_per_mtok == 0.0  # the local policy is free; its judge is not
+    assert "judge_prompt" in model.used_kinds() and "judge_output" in model.used_kinds()
+    cost = model.step_cost({"tokens/judge_prompt": 1e6, "tokens/judge_output": 1e5, "tokens/sampled": 10})
+    assert cost["cost/judge_prompt"] == pytest.approx(2.0) and cost["cost/judge_output"] == pytest.approx(0.8)
+    assert cost["cost/step"] == pytest.approx(2.8)
+    # The budget's next-step estimate is the costliest recent step, judge tokens included.
+    history = [{"tokens/prompt": 10, "tokens/sampled": 10, "tokens/trained": 10, "tokens/judge_prompt": 5e5,
+                "tokens/judge_output": 1e4}]
+    assert model.next_step_estimate(history) == pytest.approx(0.5e6 * 2 / 1e6 + 1e4 * 8 / 1e6)
+    overhead = judge_overhead_tokens(spec.reward.rules[0])
+    bound = model.step_token_bound(0)
+    assert bound["judge_prompt"] == 8 * (overhead + 100) and bound["judge_output"] == 8 * 512
+    est = estimate_run(spec, None)
+    assert est.tokens["judge_output"].high == 10 * 8 * 512 and est.tokens["judge_output"].low == 10 * 2
+    assert est.cost["judge_output"].high == pytest.approx(10 * 8 * 512 * 8 / 1e6)
+    assert any("judge rules (polite)" in n for n in est.notes)
+
+
+def test_judge_prices_default_to_free_locally_and_unknown_on_sail() -> None:
+    from sailrl.spec.pricing import PricingSpec, resolve_judge_price
+
+    p = PricingSpec()
+    assert resolve_judge_price(p, [("local", "m")], ("judge", "input")).usd_per_mtok == 0.0
+    assert resolve_judge_price(p, [("sail", "m")], ("judge", "output")).origin == "unknown"
+    listed = resolve_judge_price(p, [("tinker", "Qwen/Qwen3-8B")], ("judge", "output"))
+    assert (listed.usd_per_mtok, listed.origin) == (0.60, "estimate")
+    with pytest.raises(SpecErrors) as info:  # a budget with a judge price unknown is refused at validate
+        validate_text(PRICED.replace("pricing: {judge: {input: 2.0, output: 8.0}}",
+                                     "pricing: {}").replace("group_size: 4}", "group_size: 4, max_cost_usd: 5}"),
+                      "spec.yaml")
+    assert any(e.code == "S241" and "pricing.judge" in e.message for e in info.value.errors)
+
+
+# ------------------------------------------------------------------------------ the local example, end to end
+
+
+@pytest.mark.slow
+def test_the_local_judge_example_runs_offline_and_logs_the_judges_answers(tmp_path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    run_dir = tmp_path / "run"
+    args = [sys.executable, "-m", "sailrl", "run", "spec/examples/judge_local.yaml", "--set",
+            f"output.run_dir={run_dir}", "--set", "training.steps=2"]
+    r = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2
+    for m in lines:
+        assert m["judge/calls"] + m["judge/cached"] == 16  # every rollout judged, repeats from the cache
+        assert m["judge/failed"] == 0  # each judgement unparsed (no <score>) or a yes / no
+        assert m["judge/unparsed"] <= 16
+        assert m["tokens/judge_prompt"] > 0 and m["cost/judge_prompt"] == 0.0
+    rollouts = [json.loads(x) for x in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    judged = rollouts[0]["rules"]["judged"]
+    assert "judge" in judged and "judge_score" in judged and "why" in judged
+    assert "tokens: prompt" in r.stderr and "judge_prompt" in r.stderr
