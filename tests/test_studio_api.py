@@ -330,6 +330,7 @@ def _studio(*args: str, cwd: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_the_command_prints_a_tokened_url_and_ctrl_c_exits_130(project):
     proc = _studio(str(project), cwd=project.parent)
     try:
@@ -365,6 +366,7 @@ def test_the_command_says_one_line_for_bad_input(project, tmp_path, capsys):
                    "for a free one")
 
 
+@pytest.mark.slow
 def test_another_host_only_when_given_and_with_a_warning(project):
     proc = _studio(str(project), "--host", "0.0.0.0", cwd=project.parent)
     try:

@@ -30,7 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say so, and without it a response's
+    # body waits ~40 ms behind its headers (Nagle + delayed ACK) on every request
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.bind((host, port))
         sock.listen(128)

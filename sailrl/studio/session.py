@@ -387,7 +387,11 @@ class Studio:
                                       spec_warnings=[e for e in checked.problems if e.is_warning])
             except PreflightError as exc:
                 return {"problems": [{"severity": "error", "message": str(exc), "fix": None}], "verdict": str(exc)}
-            return json.loads(json.dumps(report, default=str))
+            out = json.loads(json.dumps(report, default=str))
+            source = (out.get("data") or {}).get("source")
+            if isinstance(source, str) and source.startswith(str(self.spec_dir) + os.sep):
+                out["data"]["source"] = source[len(str(self.spec_dir)) + 1:]  # as the spec names it
+            return out
 
         with self._lock:
             return self._preflight.get_or(checked.sha, make)

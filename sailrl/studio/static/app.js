@@ -393,6 +393,7 @@ function updateDirty() {
   $("#save").title = !S.check || !S.check.valid ? "the spec has errors: it is saved only when it validates" :
     dirty ? "write the spec file" : "no unsaved changes";
   if (dirty) status("unsaved changes");
+  else if ($("#status").textContent === "unsaved changes") status("no unsaved changes");
 }
 
 // ------------------------------------------------------------------------------------------ try
@@ -566,7 +567,7 @@ function drawCurves() {
   const keys = new Set();
   m.forEach((x) => Object.keys(x).forEach((k) => keys.add(k)));
   const ruleKeys = [...keys].filter((k) => k.startsWith("reward/") && k !== "reward/total" && typeof m.find((x) => k in x)[k] === "number");
-  const top = [["reward/total", "total"], ...ruleKeys.map((k) => [k, k.slice(7)]), ["correct", "correct"]].filter(([k]) => keys.has(k));
+  const top = [["reward/total", "total"], ...ruleKeys.map((k) => [k, `rule ${k.slice(7)}`]), ["correct", "correct (pass rate)"]].filter(([k]) => keys.has(k));
   const bottom = [["degenerate_frac", "degenerate groups"], ["frac_truncated", "truncated"]].filter(([k]) => keys.has(k));
   const evalKey = keys.has("eval/reward/total") ? "eval/reward/total" : null;
   const W = 1000, H1 = 260, H2 = 120, L = 50, R = 10, GAP = 30;

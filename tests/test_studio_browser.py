@@ -1,0 +1,296 @@
+"""``sailrl studio`` in a real browser: Debian's Chromium driven by Playwright against a live uvicorn server.
+
+One server and one browser, one test (about 20 s on 2 cores) walking through the page: The tests load the page, edit a rule and see the
+verdict change, see a problem at its field, add an example, save and read the file back, open a run's rollouts and
+follow new steps, and check that a request without the token or from a foreign origin is refused.
+
+Without a browser (``/usr/bin/chromium`` or ``SAILRL_CHROMIUM``) the tests skip with the reason; with ``CI=true``
+a missing browser fails them. Screenshots go to ``SAILRL_STUDIO_SCREENSHOTS`` (the README's ``docs/studio-*.png``
+are made with ``SAILRL_STUDIO_SCREENSHOTS=docs``), else to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sailrl.runtime.rollout_log import read_rollouts
+from sailrl.studio.app import build_app
+from sailrl.studio.session import Studio
+from tests.fakes.studio_project import make_project, write_steps
+
+CHROMIUM = os.environ.get("SAILRL_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+TOKEN = "browser-test-token"
+TIMEOUT_MS = 15_000
+
+
+def _no_browser(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and the studio's browser tests cannot run: {reason}")
+    pytest.skip(reason)
+
+
+class Recorder:
+    """ASGI wrapper outside the guard: every request's path, Origin and answered status."""
+
+    def __init__(self, app):
+        self.app = app
+        self.seen: list[tuple[str, str, str | None, int]] = []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        origin = dict(scope["headers"]).get(b"origin")
+
+        async def spy(message):
+            if message["type"] == "http.response.start":
+                self.seen.append((scope["method"], scope["path"], origin.decode() if origin else None,
+                                  message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, spy)
+
+
+@pytest.fixture
+def studio(tmp_path):
+    """(base URL, spec path, recorder): a live server on a free loopback port, in a thread."""
+    import uvicorn
+
+    folder = tmp_path / "studio"
+    spec = make_project(folder)
+    write_steps(spec, folder / "runs" / "quickstart", range(1, 13))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # as the command binds it
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    port = sock.getsockname()[1]
+    recorder = Recorder(build_app(Studio(spec), token=TOKEN, host="127.0.0.1", port=port))
+    server = uvicorn.Server(uvicorn.Config(recorder, log_level="warning", lifespan="off", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}", spec, recorder
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+
+
+@pytest.fixture
+def browser():
+    if not Path(CHROMIUM).exists():
+        _no_browser(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set SAILRL_CHROMIUM)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _no_browser("the playwright package is not installed (pip install -e '.[dev]')")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def shots(tmp_path):
+    out = os.environ.get("SAILRL_STUDIO_SCREENSHOTS")
+    path = Path(out) if out else tmp_path / "shots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def page(browser, studio):
+    base, _, _ = studio
+    # bypass_csp: Playwright evaluates its wait conditions as strings, which the page's CSP (no eval) refuses
+    context = browser.new_context(viewport={"width": 1500, "height": 1000}, bypass_csp=True)
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(f"{base}/?token={TOKEN}")
+    pg.wait_for_selector("#verdicts tbody tr")
+    yield pg
+    assert errors == [], f"the page raised: {errors}"
+    context.close()
+
+
+def verdict(pg, rule: str) -> str:
+    return pg.locator(f'#verdicts tbody tr[data-rule="{rule}"] td').nth(1).inner_text()
+
+
+def edit_a_rule_see_the_verdict_change_add_an_example_and_save(page, studio, shots):
+    _, spec, _ = studio
+    original = spec.read_text()
+    pg = page
+    assert pg.input_value('#row-fields input[data-field="answer"]') == "5"  # row 0 of addition.jsonl: 2+3
+    pg.fill("#completion", " 5")
+    pg.wait_for_function("document.querySelector('#total').textContent === '1'")
+    pg.fill("#completion", "5!")
+    pg.wait_for_function("document.querySelector('#total').textContent === '0'")
+    assert verdict(pg, "format") == "fail" and verdict(pg, "correct") == "fail"
+    pattern = pg.locator('#rules input[data-path="reward.rules.1.checks.0.pattern"]')
+    assert pattern.input_value() == r"^\s*-?\d+\s*$"
+    pattern.fill(r"^\s*-?\d+\s*[.!]?\s*$")  # a trailing full stop or ! is fine now
+    pg.wait_for_function("document.querySelector('#total').textContent === '0.5'")
+    assert verdict(pg, "format") == "pass"
+    pg.wait_for_function(r"""document.querySelector('#yaml').value.includes("pattern: '^\\s*-?\\d+\\s*[.!]?\\s*$'\n")""")
+    pg.click("#add-example")
+    pg.wait_for_function("document.querySelectorAll('#examples tbody tr').length === 5")
+    last = pg.locator("#examples tbody tr").nth(4)
+    assert '"5!"' in last.inner_text() and last.locator("td.pass").count() == 1
+    assert pg.locator("#validity").inner_text() == "valid"
+    pg.screenshot(path=str(shots / "studio-rules.png"))
+    pg.click("#save")
+    pg.wait_for_function("document.querySelector('#status').textContent.startsWith('saved')")
+    saved = spec.read_text()
+    assert "          pattern: '^\\s*-?\\d+\\s*[.!]?\\s*$'\n" in saved
+    assert "  - completion: 5!\n" in saved or "  - completion: '5!'\n" in saved
+    assert "    expect_total: 0.5\n    expect:\n      correct: 0\n      format: 0.5\n" in saved
+    assert [ln for ln in original.splitlines() if "#" in ln] == [ln for ln in saved.splitlines() if "#" in ln]
+    assert saved.split("reward:")[0] == original.split("reward:")[0]
+    assert (spec.parent / "quickstart.yaml.bak").read_text() == original
+    from sailrl.compiler.validate import validate_file
+
+    assert validate_file(spec).spec.examples[-1].completion == "5!"
+
+
+def problems_show_at_their_field_with_the_clis_code(page):
+    pg = page
+    yaml = pg.locator("#yaml")
+    text = yaml.input_value()
+    yaml.fill(text.replace("pattern: '^\\s*-?\\d+\\s*[.!]?\\s*$'", "pattern: '^(\\d+'"))
+    problem = pg.locator('#rules .field[data-path="reward.rules.1.checks.0.pattern"] .problem[data-code="S201"]')
+    problem.wait_for()
+    assert "reward.rules.1.checks.0.pattern" in problem.inner_text()
+    assert pg.locator("#validity").inner_text() == "1 error"
+    assert pg.locator("#save").is_disabled()
+    yaml.fill(text)  # back to the saved text
+    pg.wait_for_function("document.querySelector('#validity').textContent === 'valid'")
+    pg.locator('#rules select[data-path="reward.rules.0.extract.from"]').select_option("last_number")
+    gamed = pg.locator('#rules .group[data-path="reward.rules.0.extract"] .problem[data-code="W110"]')
+    gamed.wait_for()
+    assert "can be gamed" in gamed.inner_text()
+    pg.locator('#rules select[data-path="reward.rules.0.extract.from"]').select_option("whole")
+    pg.wait_for_function("document.querySelector('#validity').textContent === 'valid'")
+    pg.wait_for_function("(t) => document.querySelector('#yaml').value === t", arg=text)
+
+
+def data_tab_shows_rows_the_rendered_prompt_and_preflight(page, shots):
+    pg = page
+    pg.click('nav .tab[data-tab="data"]')
+    pg.wait_for_function("document.querySelector('#preflight-verdict').textContent.length > 0")
+    assert pg.locator("#preflight-verdict").inner_text() == "ready: no problems found"
+    pg.wait_for_function("document.querySelectorAll('#data-rows tbody tr').length === 20")
+    pg.locator('#data-rows tbody tr[data-index="3"]').click()
+    pg.wait_for_function("document.querySelector('#prompt-index').textContent === '3'")
+    assert pg.locator("#prompt-text").inner_text() == "User: 0+7=\n\nAssistant:"
+    assert pg.locator("#prompt-meta").inner_text().startswith("22 tokens")
+    pg.screenshot(path=str(shots / "studio-data.png"))
+    pg.click('nav .tab[data-tab="rules"]')
+    assert pg.input_value('#row-fields input[data-field="answer"]') == "7"
+
+
+def runs_tab_draws_curves_filters_rollouts_and_follows_the_run(page, studio, shots):
+    _, spec, _ = studio
+    run = spec.parent / "runs" / "quickstart"
+    pg = page
+    pg.click('nav .tab[data-tab="runs"]')
+    pg.locator('#curves polyline[data-key="reward/total"]').wait_for()
+    assert pg.locator('#curves polyline[data-key="reward/correct"]').count() == 1
+    assert pg.locator("#curves path.point").count() == 2  # eval points at steps 5 and 10
+    pg.wait_for_function("document.querySelectorAll('#rollouts .rollout').length === 16")
+    assert pg.input_value("#step-select") == "12"
+    records = read_rollouts(run, step=12, kind="train")
+    failed = [r for r in records if not r["rules"]["correct"]["passed"]]
+    pg.select_option("#rule-filter", "correct")
+    pg.select_option("#verdict-filter", "fail")
+    pg.select_option("#order-select", "worst")
+    assert pg.locator("#rollouts .rollout").count() == len(failed) > 0
+    first = pg.locator("#rollouts .rollout").first
+    text = first.inner_text()
+    assert "sampler checkpoint local://studio-test/sampler_weights/000011" in text and "advantage" in text
+    assert first.locator("pre.completion").inner_text() in {r["completion"] for r in failed}
+    pg.screenshot(path=str(shots / "studio-runs.png"), full_page=True)
+    pg.select_option("#verdict-filter", "")
+    write_steps(spec, run, range(13, 15))  # the run goes on: the page follows without a reload
+    pg.wait_for_function("document.querySelector('#step-select').value === '14'")
+    pg.wait_for_function("document.querySelector('#run-follow').textContent.startsWith("
+                         "'following: 14 steps in metrics.jsonl, last step 14')")
+    first = pg.locator("#rollouts .rollout").first
+    completion = first.locator("pre.completion").inner_text()
+    first.get_by_role("button", name="Try it").click()
+    pg.wait_for_function("(t) => document.querySelector('#completion').value === t", arg=completion)
+    assert pg.locator("#tab-rules").is_visible()
+
+
+def requests_without_the_token_or_from_another_site_are_refused(browser, studio, page):
+    base, spec, recorder = studio
+    before = spec.read_bytes()
+    stranger = browser.new_context()
+    try:
+        pg = stranger.new_page()
+        answer = pg.goto(base + "/")
+        assert answer.status == 401 and "no session token" in pg.inner_text("body")
+        assert pg.goto(base + "/?token=guess").status == 401
+    finally:
+        stranger.close()
+    # A page of another site on this machine (another loopback port: Chrome lets loopback pages reach loopback
+    # servers), in the browser that holds the session cookie, tries to read the spec and to save over it.
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Evil(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 -- http.server's name
+            body = b"<html><body>another site</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    evil_server = ThreadingHTTPServer(("127.0.0.1", 0), Evil)
+    threading.Thread(target=evil_server.serve_forever, daemon=True).start()
+    evil = f"http://127.0.0.1:{evil_server.server_address[1]}"
+    ctx = page.context
+    other = ctx.new_page()
+    try:
+        other.goto(evil + "/")
+        result = other.evaluate("""async (base) => {
+            const out = [];
+            try { await fetch(base + '/api/spec', {credentials: 'include'}); out.push('read'); }
+            catch (e) { out.push('blocked'); }
+            try { await fetch(base + '/api/save', {method: 'POST', mode: 'no-cors', credentials: 'include',
+                                                   headers: {'Content-Type': 'text/plain'}, body: '{}'}); }
+            catch (e) { }
+            return out; }""", base)
+    finally:
+        other.close()
+        evil_server.shutdown()
+    assert result == ["blocked"]
+    refused = [(m, p, s) for m, p, o, s in recorder.seen if o == evil]
+    assert ("GET", "/api/spec", 403) in refused and ("POST", "/api/save", 403) in refused, recorder.seen[-5:]
+    assert spec.read_bytes() == before
+    api = ctx.request.get(base + "/api/spec", headers={"Origin": "http://evil.example"})
+    assert api.status == 403
+    assert ctx.request.get(base + "/api/spec").status == 200  # the same browser, from the studio itself
+
+
+@pytest.mark.slow
+def test_the_studio_in_a_browser(browser, studio, page, shots):
+    """One walk through the page (one server, one browser: xdist keeps a test on one worker, and the steps build
+    on each other: the example added and saved in the first is in the file the others read)."""
+    edit_a_rule_see_the_verdict_change_add_an_example_and_save(page, studio, shots)
+    problems_show_at_their_field_with_the_clis_code(page)
+    data_tab_shows_rows_the_rendered_prompt_and_preflight(page, shots)
+    runs_tab_draws_curves_filters_rollouts_and_follows_the_run(page, studio, shots)
+    requests_without_the_token_or_from_another_site_are_refused(browser, studio, page)
+    assert {p.name for p in shots.glob("studio-*.png")} >= {"studio-rules.png", "studio-data.png", "studio-runs.png"}
