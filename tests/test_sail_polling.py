@@ -50,7 +50,7 @@ def test_default_schedule_values() -> None:
     p = PollPolicy()
     assert (p.adaptive, p.scouts, p.min_interval_s, p.dense_fraction, p.due_interval_s) == (True, 2, 0.025, 0.05,
                                                                                            1.0)
-    assert (p.tail_fraction, p.tail_min) == (0.1, 2)
+    assert (p.tail_fraction, p.tail_min, p.overdue_fraction) == (0.1, 2, 0.1)
     assert p.response_deadline_s == 1200.0 and p.max_polls is None and p.max_attempts == 3
     # scouts together, and rollouts in the step's tail: every 25 ms, then 5% of the elapsed time
     assert [p.dense_interval(e) for e in (0.0, 0.5, 2.0, 30.0)] == [0.025, 0.025, 0.1, 1.5]
@@ -150,6 +150,19 @@ def test_a_rollout_slower_than_the_estimate_is_seen_within_dense_polls(fake_sail
     assert 0.55 <= second_end < 0.55 + 0.45, second_end
     # a scout until the first finished (every ~40 ms, taking turns), then (alone: the step's tail) every 20-25 ms
     assert fake_sail_server.polls["resp_000002"] <= 40
+
+
+def test_rollouts_that_just_miss_the_estimate_poll_again_densely(fake_sail_server: FakeSailServer) -> None:
+    """The first response sets a ~0.30 s estimate; the other nine take 0.32 s, so their polls at the estimate miss
+    while all nine are unfinished (not the step's tail). Being within 10% of the estimate past it, they poll again
+    every dense interval and are seen at ~0.33 s, not a 0.75-1 s due interval later (>= 1.05 s)."""
+    policy = completer(PollPolicy(min_interval_s=0.01, first_poll_s=60.0, max_interval_s=60.0))
+    fake_sail_server.service_times = [0.3] + [0.32] * 9  # by creation order
+    _, ends = asyncio.run(step(policy, 10))
+    assert 0.25 <= policy.stats.service_estimate_s < 0.4  # client-side stamps: can be a little off 0.3
+    assert all(0.32 <= e < 0.75 for e in ends[1:]), ends
+    late = [n for rid, n in fake_sail_server.polls.items() if rid != "resp_000001"]
+    assert max(late) <= 40 and sorted(late)[len(late) // 2] <= 4, late  # a scout's share; the rest 1 + about 2
 
 
 def test_a_fixed_poller_polls_every_interval(fake_sail_server: FakeSailServer) -> None:

@@ -108,6 +108,12 @@ class PollPolicy:
       ``max(tail_min, tail_fraction * peak)`` rollouts unfinished, ``peak`` being the most that were in flight at
       once. Entering the tail wakes the waiting rollouts, so the last ones are seen within about
       ``dense_fraction`` of their elapsed time.
+    - A rollout whose poll at the estimate missed by a little (it is still within ``overdue_fraction`` of the
+      estimate past it) polls again every ``dense_interval`` until then: the estimate is the shortest time seen
+      from a response's creation *as this client stamped it*, so the jitter of when the concurrent create answers
+      arrive can put it a little below another response's service time, and a whole step's rollouts would
+      otherwise miss together and wait ``due_interval_s``. That costs at most about ``overdue_fraction /
+      dense_fraction`` polls per late rollout (2 with the defaults).
 
     Without ``adaptive`` every rollout follows the sparse schedule alone (``PollPolicy.fixed(1.0)`` is a plain 1 s
     poller). A response not final ``response_deadline_s`` after its creation (or after ``max_polls`` polls, when
@@ -126,6 +132,7 @@ class PollPolicy:
     due_interval_s: float = 1.0
     tail_fraction: float = 0.1
     tail_min: int = 2
+    overdue_fraction: float = 0.1
     first_poll_s: float = 2.0
     sparse_fraction: float = 0.5
     max_interval_s: float = 60.0
@@ -144,7 +151,7 @@ class PollPolicy:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ValueError(f"PollPolicy.{name} must be a finite number > 0, got {value!r}")
-        for name in ("dense_fraction", "sparse_fraction"):
+        for name in ("dense_fraction", "sparse_fraction", "overdue_fraction"):
             if not 0 <= getattr(self, name) <= 10:
                 raise ValueError(f"PollPolicy.{name} must be in [0, 10], got {getattr(self, name)!r}")
         if not 0 <= self.jitter < 1:
@@ -574,7 +581,8 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
 
     def _next_poll(self, elapsed: float, slot: int | None, polls: int, last_poll: float | None
                    ) -> tuple[float, bool, str]:
-        """(seconds to the next poll, wakeable by a new estimate or the tail, its kind: scout/sparse/predicted/due).
+        """(seconds to the next poll, wakeable by a new estimate or the tail, its kind: scout/sparse/predicted/overdue/
+        due).
 
         ``last_poll``: the elapsed time of this rollout's last poll (None before the first)."""
         poll = self.poll
@@ -584,6 +592,8 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
         if state.estimate_s is not None:
             if last_poll is None or last_poll < state.estimate_s:  # not yet polled at the estimate: do it then
                 return state.estimate_s - elapsed, True, "predicted"
+            if elapsed < state.estimate_s * (1.0 + poll.overdue_fraction):  # just missed the estimate
+                return poll.dense_interval(elapsed), False, "overdue"
             tail = state.in_tail()
             return poll.due_interval(elapsed, tail, self.rng.random()), not tail, "due"
         if slot is not None:  # the scouts share one schedule: the next poll comes dense_interval after the last
