@@ -692,7 +692,11 @@ function renderRollouts() {
     const verdicts = h("table", { class: "verdicts" }, h("thead", {}, h("tr", {}, h("th", {}, "rule"), h("th", {}, "result"), h("th", {}, "score"), h("th", {}, "why"))),
       h("tbody", {}, Object.entries(x.rules || {}).map(([n, v]) => h("tr", {}, h("td", {}, n),
         h("td", { class: v.passed === true ? "pass" : v.passed === false ? "fail" : "" }, v.passed === true ? "pass" : v.passed === false ? "fail" : "-"),
-        h("td", {}, fmt(v.score)), h("td", {}, v.why ?? "")))));
+        h("td", {}, fmt(v.score)), h("td", {}, v.why ?? "",
+          // a judge rule: the judge's own answer and the <score> taken from it (rollouts.jsonl rules.<name>.judge)
+          v.judge != null ? h("details", { class: "judge" }, h("summary", {},
+            v.judge_score ? `judge: score taken <score>${v.judge_score}</score>` : "judge: no score read"),
+            h("pre", {}, v.judge)) : null)))));
     box.append(h("div", { class: "rollout", dataset: { group: x.group, sample: x.sample } },
       h("div", { class: "rollout-head" },
         h("span", { class: "total" }, `total ${fmt(x.total)}`),
