@@ -167,7 +167,7 @@ def check_reward_examples(loaded: LoadedSpec, *, fn: Any = None,
                 "Check that the judge's service is reachable (keys, network) and serves the model; or validate "
                 "without --judge, which lists such examples as not checked.", at="key", code="S306"))
             continue
-        err = _disagreement(loaded, i, ex, score, traces, fn.rule_names)
+        err = _disagreement(loaded, i, ex, score, traces, fn.rule_names, _field_names(fn, ex))
         if err is not None:
             errors.append(err)
     if unchecked:
@@ -182,8 +182,15 @@ def check_reward_examples(loaded: LoadedSpec, *, fn: Any = None,
     return errors
 
 
+def _field_names(fn: Any, ex: RewardExample) -> list[str]:
+    """The fields a `sailrl rewards --field` command for this example should name: the reference fields the
+    answer rules read, else the example's own fields."""
+    refs = [c.field for c in fn._checks if isinstance(getattr(c, "field", None), str)]
+    return list(dict.fromkeys(refs)) or list(ex.fields)
+
+
 def _disagreement(loaded: LoadedSpec, i: int, ex: RewardExample, score: Any, traces: list[Any],
-                  names: list[str]) -> SpecError | None:
+                  names: list[str], fields: list[str]) -> SpecError | None:
     first_bad: tuple[Any, ...] | None = None
     rows = []
     for t in traces:
@@ -209,8 +216,9 @@ def _disagreement(loaded: LoadedSpec, i: int, ex: RewardExample, score: Any, tra
     message = f"example {i + 1} does not score as expected:\n{table}"
     if extra:
         message += "\n" + "\n".join("  " + e for e in extra)
+    flags = "".join(f" --field {name}=..." for name in fields[:3])
     hint = ("Either the rules do not say what you mean (see `sailrl explain`), or the expectation is off. "
-            "Score other texts with `sailrl rewards SPEC --completion TEXT --field answer=...`.")
+            f"Score other texts with `sailrl rewards SPEC --completion TEXT{flags}`.")
     return loaded.error(first_bad, message, hint, at="key", code="S301")
 
 

@@ -208,8 +208,9 @@ def after_marker(text: str, marker: str, occurrence: str = "last") -> str | None
     return None
 
 
-def describe_extractor(ex: Extractor, *, subject: str = "completion") -> str:
-    """Plain words for what an extractor takes, e.g. ``the last \\boxed{...} answer``."""
+def describe_extractor(ex: Extractor, *, subject: str = "completion", located: bool = False) -> str:
+    """Plain words for what an extractor takes, e.g. ``the last \\boxed{...} answer``; with ``located``, where
+    from too (``the last \\boxed{...} answer in the completion``; ``the whole completion`` says it once)."""
     which = ex.occurrence
     if ex.from_ == "boxed":
         s = ("every \\boxed{...} answer, read as one set" if which == "all"
@@ -223,6 +224,8 @@ def describe_extractor(ex: Extractor, *, subject: str = "completion") -> str:
         s = f"the text after the {which} '{ex.marker}'"
     else:
         return f"the whole {subject}"
+    if located:
+        s += f" in the {subject}"
     if ex.fallback == "whole":
         s += f" (or the whole {subject} if there is none)"
     return s
@@ -287,8 +290,8 @@ class CompiledExtractor:
             value = text.strip() or None
         return value
 
-    def describe(self, subject: str = "completion") -> str:
-        return describe_extractor(self.spec, subject=subject)
+    def describe(self, subject: str = "completion", *, located: bool = False) -> str:
+        return describe_extractor(self.spec, subject=subject, located=located)
 
 
 #: Tries a regex gets when its wall-clock time limit passed while its thread had used less CPU than the limit.
@@ -788,6 +791,6 @@ class Comparator:
                 tol.append(f"within {self.abs_tol:g}")
             if self.rel_tol:
                 tol.append(f"within {self.rel_tol:g} relative")
-            extra = f" ({' or '.join(tol)})" if tol else ""
-            return f"{pred} equals {ref} as a number{extra}"
+            tol.append("a unit word after the number is ignored: '7 apples' counts as 7")
+            return f"{pred} equals {ref} as a number ({'; '.join(tol)})"
         return f"{pred} is mathematically equivalent to {ref} (math-verify)"

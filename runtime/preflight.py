@@ -102,6 +102,17 @@ def _skipped_section(skipped: Sequence[Any]) -> dict[str, Any]:
     }
 
 
+def _warning_short(w: Any) -> str:
+    """A spec warning's few words for the verdict: what it is (``rule 'correct' can be gamed``), not a generic
+    "looks unusual" (kept for W101, a value outside its usual range)."""
+    if w.code == "W101" or not w.message:
+        return f"{w.key_path or 'the spec'} looks unusual"
+    first = w.message.split("\n", 1)[0]
+    for sep in (" -- ", ": ", "; ", " ("):
+        first = first.split(sep, 1)[0]
+    return first if len(first) <= 80 else first[:77] + "..."
+
+
 def _hub_unreachable(model_name: str) -> str | None:
     """Why the hub cannot serve ``model_name``'s tokenizer right now (None: try loading it).
 
@@ -443,7 +454,7 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
     for w in spec_warnings:
         where = f"{w.file}:{w.line}:{w.column}" if w.line else w.file
         problems.append(_problem("warning", f"{where}: {w.key_path}: {w.message}" if w.key_path else
-                                 f"{where}: {w.message}", w.hint, f"{w.key_path or 'the spec'} looks unusual"))
+                                 f"{where}: {w.message}", w.hint, _warning_short(w)))
 
     reward_fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir=spec_dir)
     const = constant_reward(spec)

@@ -434,7 +434,7 @@ class _Answer(_Check):
             ref_words = f"the reference answer (field '{self.field}')"
         else:
             ref_words = f"the reference answer ({ref.describe('field')} in field '{self.field}')"
-        return self.comparator.sentence(f"{self.extractor.describe()} in the completion", ref_words)
+        return self.comparator.sentence(self.extractor.describe(located=True), ref_words)
 
 
 class _Python(_Check):
@@ -784,10 +784,7 @@ class RewardFunction:
                 lines.append(self._explain_judge(name, check, on_pass, on_fail))
                 continue
             cond = check.describe()
-            if on_pass == 0 and on_fail != 0:
-                lines.append(f"{name}: {_signed(on_fail)} unless {cond}; otherwise 0.")
-            else:
-                lines.append(f"{name}: {_signed(on_pass)} if {cond}; otherwise {_signed(on_fail)}.")
+            lines.append(f"{name}: {_signed(on_pass)} if {cond}; otherwise {_signed(on_fail)}.")
         total = "total = " + " + ".join(self.rule_names)
         if self._clip is not None:
             total += f", clipped to [{_num(self._clip[0])}, {_num(self._clip[1])}]"
@@ -820,6 +817,4 @@ class RewardFunction:
             return (f"{name}: {times}the number returned by {call} (a dict of named numbers counts as their sum); "
                     f"0 if it {limit}.")
         cond = f"{call} returns a number above 0 (True counts as 1)"
-        if on_pass == 0 and on_fail != 0:
-            return f"{name}: {_signed(on_fail)} unless {cond}; otherwise 0 (also {_signed(on_fail)} if it {limit})."
         return (f"{name}: {_signed(on_pass)} if {cond}; otherwise {_signed(on_fail)} (also if it {limit}).")

@@ -109,9 +109,10 @@ def test_explain_prints_the_formula(spec: Path, capsys: pytest.CaptureFixture) -
     assert out.splitlines()[:4] == [
         "Reward of 'cli-test', per completion:",
         ("  correct: +1 if the last \\boxed{...} answer in the completion equals the reference answer (the text "
-        "after the last '####' in field 'answer') as a number; otherwise 0."),
-        ("  format: -0.1 unless all of: the completion has an answer (the last \\boxed{...} answer); the "
-        "completion ended cleanly (stop sequence or end of turn, not cut off at max_tokens); otherwise 0."),
+        "after the last '####' in field 'answer') as a number (a unit word after the number is ignored: '7 apples' "
+        "counts as 7); otherwise 0."),
+        ("  format: 0 if all of: the completion has an answer (the last \\boxed{...} answer); the "
+        "completion ended cleanly (stop sequence or end of turn, not cut off at max_tokens); otherwise -0.1."),
         "  total = correct + format (from -0.1 to 1).",
     ]
 

@@ -298,9 +298,10 @@ def test_score_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_explain_the_guide_formula() -> None:
     assert guide("numeric", GSM8K_REF).explain() == [
         ("correct: +1 if the last \\boxed{...} answer in the completion equals the reference answer (the text "
-        "after the last '####' in field 'answer') as a number; otherwise 0."),
-        ("format: -0.1 unless all of: the completion has an answer (the last \\boxed{...} answer); the completion "
-        "ended cleanly (stop sequence or end of turn, not cut off at max_tokens); otherwise 0."),
+        "after the last '####' in field 'answer') as a number (a unit word after the number is ignored: '7 apples' "
+        "counts as 7); otherwise 0."),
+        ("format: 0 if all of: the completion has an answer (the last \\boxed{...} answer); the completion "
+        "ended cleanly (stop sequence or end of turn, not cut off at max_tokens); otherwise -0.1."),
         "total = correct + format (from -0.1 to 1).",
         "'correct' (logged each step) is the fraction of completions that pass 'correct'.",
     ]
@@ -313,7 +314,7 @@ def test_explain_other_rules_and_clip() -> None:
                 clip=[-1, 1])
     assert fn.explain() == [
         "think: +0.5 if the completion contains a match of '<think>.*</think>' (flags DOTALL); otherwise 0.",
-        "short: -1 unless the completion is at most 200 chars long; otherwise 0.",
+        "short: 0 if the completion is at most 200 chars long; otherwise -1.",
         "total = think + short, clipped to [-1, 1] (from -1 to 0.5).",
     ]
 

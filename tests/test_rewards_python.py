@@ -311,8 +311,8 @@ def test_explain_names_the_function(spec_dir: Path) -> None:
     assert fn.explain() == [
         "score: 0.5 x the number returned by python: myrules.py:score(completion, fields) (a dict of named numbers "
         "counts as their sum); 0 if it raises or runs past 1 s.",
-        "flag: -1 unless python: myrules.py:flag(completion, fields) returns a number above 0 (True counts as 1); "
-        "otherwise 0 (also -1 if it raises or runs past 0.25 s).",
+        "flag: 0 if python: myrules.py:flag(completion, fields) returns a number above 0 (True counts as 1); "
+        "otherwise -1 (also if it raises or runs past 0.25 s).",
         "total = score + flag (unbounded: the python rule(s) score can return any number).",
     ]
     assert reward(spec_dir, py("score"), clip=[-1, 1]).bounds() == (-1, 1)
