@@ -227,6 +227,7 @@ def test_examples_are_scored_with_pass_or_fail(client, project):
     assert got[1]["misses"] == ["correct: expected 0.5, got 0 (answer '8' does not match reference '7')"]
 
 
+@pytest.mark.slow  # loads the tokenizer and renderer (seconds)
 def test_rows_prompts_and_preflight(client, project):
     text = project.read_text()
     rows = client.post("/api/rows", json={"text": text, "limit": 3}).json()
@@ -312,6 +313,42 @@ def test_save_writes_only_a_valid_spec_over_the_file_it_loaded(client, project):
     assert client.get("/api/disk").json()["disk_sha"] == hashlib.sha256(new.encode()).hexdigest()
 
 
+def test_a_save_interrupted_before_the_replace_leaves_the_file_as_it_was(client, project, monkeypatch):
+    loaded = client.get("/api/spec").json()
+    old = project.read_bytes()
+    real = os.replace
+
+    def interrupted(src, dst):
+        if Path(dst) == project:
+            raise KeyboardInterrupt  # Ctrl-C between writing the new file and putting it in place
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    studio = client.app.app.state.studio
+    with pytest.raises(KeyboardInterrupt):
+        studio.save(old.decode().replace("  steps: 100\n", "  steps: 90\n"), loaded["disk_sha"])
+    assert project.read_bytes() == old
+    assert [p.name for p in project.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.parametrize("hostile", [
+    "a: &a [" + ",".join(["x"] * 50) + "]\n" + "".join(f"b{i}: &b{i} [*{'a' if i == 0 else f'b{i - 1}'}, "
+                                                       f"*{'a' if i == 0 else f'b{i - 1}'}]\n" for i in range(30)),
+    "name: x\n" + "k: " + "[" * 5000 + "\n",
+    "name: " + "x" * 300_000 + "\n",
+    "\x00\x1b[2J name: x\n",
+])
+def test_a_hostile_spec_text_gets_validates_bounded_errors(client, project, hostile):
+    check = client.post("/api/check", json={"text": hostile}).json()
+    try:
+        validate_text(hostile, project.name, path=project)
+        want = []
+    except SpecErrors as exc:
+        want = [(e.code, e.line, e.message) for e in exc.errors]
+    assert [(p["code"], p["line"], p["message"]) for p in check["problems"] if p["severity"] == "error"] == want
+    assert want and check["valid"] is False
+
+
 def test_a_spec_that_does_not_parse_opens_with_its_errors(tmp_path):
     spec = tmp_path / "broken.yaml"
     spec.write_text("name: x\nreward:\n  rules: [\n")
@@ -367,8 +404,9 @@ def test_the_command_says_one_line_for_bad_input(project, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_another_host_only_when_given_and_with_a_warning(project):
-    proc = _studio(str(project), "--host", "0.0.0.0", cwd=project.parent)
+def test_another_host_only_when_given_and_with_a_warning(project, monkeypatch):
+    monkeypatch.setenv("BROWSER", "false")  # --open with a browser that cannot be opened: one line, serving on
+    proc = _studio(str(project), "--host", "0.0.0.0", "--open", cwd=project.parent)
     try:
         line = proc.stdout.readline()
         assert line.startswith("sailrl studio: ") and "http://0.0.0.0:" in line
@@ -377,3 +415,5 @@ def test_another_host_only_when_given_and_with_a_warning(project):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
     assert err.startswith("warning: serving on 0.0.0.0, not only this machine")
+    assert "note: could not open a browser here: open the URL above yourself" in err
+    assert proc.returncode == 130 and "Traceback" not in err

@@ -1,8 +1,9 @@
 """``sailrl studio`` in a real browser: Debian's Chromium driven by Playwright against a live uvicorn server.
 
-One server and one browser, one test (about 20 s on 2 cores) walking through the page: The tests load the page, edit a rule and see the
-verdict change, see a problem at its field, add an example, save and read the file back, open a run's rollouts and
-follow new steps, and check that a request without the token or from a foreign origin is refused.
+One server and one browser, one test (20-40 s on 2 cores) walking through the page: load it, edit a rule and see
+the verdict change, see a problem at its field, add an example, save and read the file back, follow the file on
+disk (reload, or refuse to overwrite it), read the data tab, open a run's rollouts and follow new steps, and check
+that a request without the token or from a foreign origin is refused.
 
 Without a browser (``/usr/bin/chromium`` or ``SAILRL_CHROMIUM``) the tests skip with the reason; with ``CI=true``
 a missing browser fails them. Screenshots go to ``SAILRL_STUDIO_SCREENSHOTS`` (the README's ``docs/studio-*.png``
@@ -182,6 +183,27 @@ def problems_show_at_their_field_with_the_clis_code(page):
     pg.wait_for_function("(t) => document.querySelector('#yaml').value === t", arg=text)
 
 
+def follows_the_file_on_disk_and_never_overwrites_a_change(page, studio):
+    _, spec, _ = studio
+    pg = page
+    on_disk = spec.read_text().replace("  steps: 100\n", "  steps: 80\n")
+    spec.write_text(on_disk)  # another editor saves the file; the page has no unsaved edits: it reloads
+    pg.wait_for_function("(t) => document.querySelector('#yaml').value === t", arg=on_disk)
+    assert pg.locator("#banner").inner_text() == "reloaded: the file changed on disk"
+    yaml = pg.locator("#yaml")
+    yaml.fill(on_disk.replace("  steps: 80\n", "  steps: 70\n"))  # an unsaved edit here ...
+    pg.wait_for_function("!document.querySelector('#save').disabled")
+    changed = on_disk.replace("  group_size: 8\n", "  group_size: 4\n")
+    spec.write_text(changed)  # ... and another change on disk: the page says so and keeps the edit
+    pg.wait_for_function("document.querySelector('#banner').textContent.startsWith('The file changed on disk.')")
+    assert "steps: 70" in yaml.input_value()
+    pg.click("#save")
+    pg.wait_for_function("document.querySelector('#banner').textContent.includes('nothing was written')")
+    assert spec.read_text() == changed
+    pg.locator("#banner button").click()  # reload from disk
+    pg.wait_for_function("(t) => document.querySelector('#yaml').value === t", arg=changed)
+
+
 def data_tab_shows_rows_the_rendered_prompt_and_preflight(page, shots):
     pg = page
     pg.click('nav .tab[data-tab="data"]')
@@ -290,6 +312,7 @@ def test_the_studio_in_a_browser(browser, studio, page, shots):
     on each other: the example added and saved in the first is in the file the others read)."""
     edit_a_rule_see_the_verdict_change_add_an_example_and_save(page, studio, shots)
     problems_show_at_their_field_with_the_clis_code(page)
+    follows_the_file_on_disk_and_never_overwrites_a_change(page, studio)
     data_tab_shows_rows_the_rendered_prompt_and_preflight(page, shots)
     runs_tab_draws_curves_filters_rollouts_and_follows_the_run(page, studio, shots)
     requests_without_the_token_or_from_another_site_are_refused(browser, studio, page)

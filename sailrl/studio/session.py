@@ -89,7 +89,9 @@ class Checked:
         self.sha = _sha(text)
         loaded, found = spec_problems(text, spec_path.name, path=spec_path, sha256=self.sha)
         self.loaded = loaded
-        self.problems = found
+        reported = SpecErrors(found, text)  # validate's order (by line) and its cap on how many are listed
+        self.problems = reported.errors
+        self.omitted = reported.omitted
         self.errors = [e for e in found if not e.is_warning]
         self.spec = loaded.spec if not self.errors else None
         data = loaded.data if isinstance(loaded.data, dict) else {}
@@ -125,6 +127,7 @@ class Checked:
 
     def as_json(self) -> dict[str, Any]:
         return {"sha": self.sha, "valid": not self.errors, "problems": [problem_json(e) for e in self.problems],
+                "omitted": self.omitted,
                 "rules": self.rules, "examples": self.examples, "reward_problem": self.reward_problem,
                 "rule_names": self.reward_fn.rule_names if self.reward_fn else [],
                 "complete": bool(self.loaded.complete)}

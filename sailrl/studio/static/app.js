@@ -336,6 +336,7 @@ function renderProblems() {
       h("span", { class: "mono" }, p.headline), ` [${p.code}${p.code_name ? " " + p.code_name : ""}]`,
       p.hint ? h("span", { class: "hint" }, "hint: " + p.hint) : null));
   }
+  if (S.check && S.check.omitted) list.append(h("li", {}, `… and ${S.check.omitted} more (fix these first)`));
   const v = $("#validity");
   if (!S.check) { v.textContent = ""; return; }
   const errors = problems.filter((p) => p.severity === "error").length;
