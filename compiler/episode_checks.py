@@ -8,6 +8,7 @@ Each problem is located at its key and coded (:mod:`sailrl.spec.codes`):
   field nor ``why`` / ``rule``;
 - ``S252`` tools with a renderer that cannot write or read tool calls (``role_colon``, ``llama3``,
   ``chat_template``): for the built-in models the hint names ``role_colon_tools``;
+- ``W130`` (warning) a feedback message that shows ``why`` of an answer rule (its reason names the reference);
 - ``S254`` a ``function:`` tool whose file or function does not exist, whose file raises on import, or whose
   parameters cannot be described to the model (loaded in a worker process, bounded in time, as python rules are).
 """
@@ -51,6 +52,13 @@ def _rule_names(data: dict[str, Any]) -> list[str] | None:
             if isinstance(name, str):
                 names.append(name)
     return names
+
+
+def _answer_rules(data: dict[str, Any]) -> set[str]:
+    reward = data.get("reward")
+    rules = reward.get("rules") if isinstance(reward, dict) else None
+    return {str(r.get("name") or r.get("kind")) for r in rules or [] if isinstance(r, dict) and r.get("kind") ==
+            "answer"}
 
 
 def _declared(data: dict[str, Any]) -> list[str] | None:
@@ -146,6 +154,13 @@ def check_environment(loaded: LoadedSpec) -> list[SpecError]:
                                            "Write {{ why }} for the rule's reason, {{ field }} for a dataset field.",
                                            code="S203"))
                 continue
+            if "why" in names and isinstance(rule, str) and rule in _answer_rules(data):
+                errors.append(loaded.error(("environment", "feedback", i, "message"),
+                                           f"the feedback shows {{{{ why }}}} of the answer rule '{rule}', whose "
+                                           "reason names the reference answer (\"answer '8' != reference 7\"): "
+                                           "the model would be told the answer it is scored on",
+                                           "Leave {{ why }} out (e.g. 'Not quite. Try again.'), or use a format "
+                                           "rule's reason.", code="W130", severity="warning"))
             if declared is not None:
                 unknown = sorted(n for n in names if n not in declared and n not in _FEEDBACK_NAMES)
                 if unknown:

@@ -14,6 +14,8 @@ tokens, the context-window budget), with what sailrl adds:
 - a reply cut at ``sampling.max_tokens``, or one the renderer cannot parse, ends the episode and is scored as
   the final message (``truncated``), as a single-turn completion is -- not given the cookbook's flat penalty;
   running out of the episode's token budget ends it and scores the last answer too;
+- the rules see the row's fields plus ``episode_turns``, ``episode_tool_calls`` and ``episode_tool_errors``,
+  so a python rule can be a per-turn (or per-call) penalty;
 - tools: the built-in calculator (in process, bounded) and ``function:`` tools in worker processes
   (:mod:`sailrl.runtime.tools`); a tool error is a tool message to the model and a counted metric;
 - per-episode metrics on the final transition: ``episode/turns``, ``episode/tool_calls``, ``episode/tool_errors``,
@@ -60,7 +62,7 @@ from sailrl.runtime.scoring import StepScorer
 from sailrl.runtime.tools import ToolFunction
 
 __all__ = ["END_REASONS", "CalculatorTool", "EpisodeEnv", "EpisodeGroupBuilder", "EpisodeMessageEnv",
-           "WorkerTool", "build_tools"]
+           "WorkerTool", "build_tools", "episode_group_builder"]
 
 #: Why an episode ended (``episode/end/<reason>``).
 END_REASONS = ("answered", "max_turns", "max_tool_calls", "max_tokens", "max_episode_tokens", "parse_error")
@@ -180,7 +182,9 @@ class EpisodeMessageEnv(AgentToolMessageEnv):
 
     async def _grade_messages(self, messages: list[Message]) -> tuple[float, dict[str, float]]:
         text = self.scored_text()
-        score = await self.scorer.score(text, self.row, truncated=self._truncated, num_tokens=self.last_num_tokens)
+        fields = {**self.row, "episode_turns": self._turn_count, "episode_tool_calls": self.tool_calls_made,
+                  "episode_tool_errors": self.tool_errors}  # a python rule can penalise turns or tool calls
+        score = await self.scorer.score(text, fields, truncated=self._truncated, num_tokens=self.last_num_tokens)
         self._score = score
         self._score_metrics, self._score_logs = score_record(score, text, length_stopped=self._truncated)
         self.graded = True
@@ -350,3 +354,16 @@ class EpisodeGroupBuilder(EnvGroupBuilder):
 
     def logging_tags(self):
         return list(self.tags)
+
+
+def episode_group_builder(spec: Any, row: dict[str, Any], *, prompts: Any, renderer: Any, reward_fn: Any,
+                          tools: list[Any], group_size: int, scorer: Any = None,
+                          context_window: int | None = None) -> EpisodeGroupBuilder:
+    """The :class:`EpisodeGroupBuilder` of ``row`` for a spec with ``environment:``. ``prompts``: the run's
+    :class:`~sailrl.runtime.prompts.PromptBuilder`; ``tools``: :func:`build_tools` of the spec (built once per
+    run); the episode's token budget is ``environment.max_episode_tokens``, else ``context_window``."""
+    env = spec.environment
+    return EpisodeGroupBuilder(row=row, messages=prompts.messages(row), renderer=renderer, reward_fn=reward_fn,
+                               environment=env, tools=tools, group_size=group_size,
+                               max_tokens=spec.sampling.max_tokens,
+                               max_episode_tokens=env.max_episode_tokens or context_window, scorer=scorer)

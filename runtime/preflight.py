@@ -276,9 +276,25 @@ async def _base_policy(spec: Any, sampler: str, workdir: Path, spec_path: str | 
     return SamplingPolicy(client, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p), tokenizer
 
 
-async def _sample(spec: Any, rows: list[dict], policy: Any, builder: Any, renderer: Any, reward_fn: Any) -> Any:
+async def _sample(spec: Any, rows: list[dict], policy: Any, builder: Any, renderer: Any, reward_fn: Any,
+                  spec_dir: Path | str | None = None) -> Any:
     from sailrl.runtime.rollout import RuleGroupBuilder, rollout_groups
 
+    if spec.environment is not None:  # episodes: the same builder the run uses, tools loaded as the run loads them
+        from sailrl.runtime.episode import build_tools, episode_group_builder
+        from sailrl.runtime.prompts import PromptBuilder
+
+        tools = build_tools(spec.environment, spec_dir or ".")
+        context = context_window(spec.model.name, spec_dir)[0]
+        if tools and type(renderer).__name__ == "RoleColonRenderer":  # the stand-in model: role_colon + tool calls
+            from sailrl.runtime.role_colon_tools import RoleColonToolsRenderer
+
+            renderer = RoleColonToolsRenderer(renderer.tokenizer)
+            builder = PromptBuilder(spec.prompt, renderer)
+        builders: list[Any] = [
+            episode_group_builder(spec, row, prompts=builder, renderer=renderer, reward_fn=reward_fn, tools=tools,
+                                  group_size=spec.training.group_size, context_window=context) for row in rows]
+        return await rollout_groups(policy, builders)
     stop = spec.sampling.stop or builder.stop_sequences()
     builders = [RuleGroupBuilder(row=row, model_input=builder.model_input(row), stop=stop, renderer=renderer,
                                  reward_fn=reward_fn, group_size=spec.training.group_size) for row in rows]
@@ -300,8 +316,8 @@ def _sample_section(spec: Any, batch: Any, reward_fn: Any, tokenizer: Any, show:
             degenerate += 1
         for traj, total in zip(group.trajectories_G, group_totals, strict=True):
             totals.append(total)
-            tr = traj.transitions[0]
-            lengths.append(len(tr.ac.tokens))
+            tr = traj.transitions[-1]  # an episode's verdicts are on its last turn; its length is every turn's
+            lengths.append(sum(len(t.ac.tokens) for t in traj.transitions))
             truncated.append(bool(tr.metrics.get("truncated", 0.0)))
             for n in rule_names:
                 value = float(tr.metrics.get(f"reward/{n}", 0.0))
@@ -589,7 +605,8 @@ async def _run_sampling(spec: Any, rows: list[dict], sampler: str, spec_path: st
     with tempfile.TemporaryDirectory(prefix="sailrl-preflight-") as tmp:
         if policy is None:
             policy, tokenizer = await _base_policy(spec, sampler, Path(tmp), spec_path)
-        batch = await _sample(spec, rows, policy, builder, renderer, reward_fn)
+        batch = await _sample(spec, rows, policy, builder, renderer, reward_fn,
+                              Path(spec_path).parent if spec_path else None)
     return batch, tokenizer
 
 

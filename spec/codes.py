@@ -145,6 +145,8 @@ _TABLE: tuple[Code, ...] = (
          "model's context window."),
     Code("W104", "examples-skipped", "warning", "Worked examples were not scored because rules they depend on "
          "have problems."),
+    Code("W130", "feedback-reveals-reference", "warning", "A feedback message shows `why` of an answer rule, whose "
+         "reason names the reference answer: the model is told the answer it is scored on."),
     Code("W110", "answer-rule-gameable", "warning", "An answer rule scores an adversarial completion as correct "
          "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
     Code("W120", "learning-rate-far-from-recommended", "warning", "training.learning_rate is more than 10x above "

@@ -112,10 +112,11 @@ class FeedbackEntry(SpecModel):
 
     rule: Text = Field(description="The name of a reward rule; when it fails on an answer, this feedback is given.")
     message: Text = Field(
-        "Not quite: {{ why }}. Try again.",
+        "Not quite. Try again.",
         description=(
             "The user turn, a Jinja2 template over the dataset fields plus `why` (the rule's reason) and `rule` "
-            "(its name)."
+            "(its name). An answer rule's reason names the reference answer, so `why` of one tells the model the "
+            "answer (validate warns, W130)."
         ),
     )
 

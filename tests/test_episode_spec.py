@@ -82,3 +82,11 @@ def test_a_spec_without_environment_resolves_as_before(tmp_path):
     (tmp_path / "spec.yaml").write_text(BASE)
     spec = load_spec(tmp_path / "spec.yaml").spec
     assert spec.environment is None and "environment" not in spec.resolved()
+
+
+def test_feedback_that_shows_an_answer_rules_reason_is_warned(tmp_path):
+    found = _problems(tmp_path, "  feedback:\n    - rule: correct\n      message: 'Not quite: {{ why }}'\n")
+    warned = [e for e in found if e.code == "W130"]
+    assert len(warned) == 1 and warned[0].key_path == "environment.feedback.0.message"
+    assert "reference answer" in warned[0].message
+    assert not [e for e in _problems(tmp_path, "  feedback:\n    - rule: correct\n") if e.code == "W130"]

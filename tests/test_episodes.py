@@ -331,3 +331,20 @@ def test_single_turn_records_have_no_episode_key(tmp_path):
     rec = RolloutLog(tmp_path).records(1, "train", [group], [{}], None, sampler_paths=None, sampler_steps=0,
                                        tokenizer=TOK)[0]
     assert "episode" not in rec and list(rec)[-1] == "prompt"
+
+
+def test_a_python_rule_can_charge_each_turn(tmp_path):
+    (tmp_path / "rewards.py").write_text("def turn_penalty(completion, fields):\n"
+                                         "    return -0.1 * (fields['episode_turns'] - 1)\n")
+    reward = RewardSpec.model_validate({"rules": [
+        *[r.model_dump(by_alias=True, exclude_unset=True) for r in REWARD.rules],
+        {"name": "turns", "kind": "python", "function": "rewards:turn_penalty"}]})
+    environment = EnvironmentSpec.model_validate({"max_turns": 3, "feedback": [{"rule": "correct"}]})
+    fn = RewardFunction.from_spec(reward, "answer", spec_dir=tmp_path)
+    builder = EpisodeGroupBuilder(row={"question": "3+4", "answer": "7"}, messages=[{"role": "user", "content": "3+4="}],
+                                  renderer=RENDERER, reward_fn=fn, environment=environment, tools=[], group_size=1,
+                                  max_tokens=64)
+    sampler = ScriptedSampler([(" 8" + STOP, "stop"), (" 9" + STOP, "stop"), (" 7" + STOP, "stop")])
+    traj = asyncio.run(do_group_rollout(builder, SamplingPolicy(sampler, max_tokens=64))).trajectories_G[0]
+    last = traj.transitions[-1]
+    assert last.metrics["reward/turns"] == pytest.approx(-0.2) and last.reward == pytest.approx(0.8)
