@@ -152,6 +152,11 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
         sections.append((name, name.upper()))
     sampler = spec.sampling.sampler
     keys = {"sail": "TINKER_API_KEY and SAIL_API_KEY", "tinker": "TINKER_API_KEY", "local": ""}[sampler]
+    judge_keys = [k for k, where in (("TINKER_API_KEY", "tinker"), ("SAIL_API_KEY", "sail"))
+                  if k not in keys and any(getattr(r, "kind", None) == "judge" and r.judge.sampler == where
+                                           for r in spec.reward.rules)]
+    if judge_keys:  # kind: judge rules on a service the policy does not use
+        keys = " and ".join([*([keys] if keys else []), *judge_keys]) + " (for the judge rules)"
     backend_doc = {
         "sail": "Tinker trains, Sail samples every rollout",
         "tinker": "Tinker trains and samples",

@@ -337,10 +337,13 @@ class Spec(SpecModel):
 
     def resolved(self) -> dict[str, Any]:
         """The spec with defaults filled in, as plain JSON-able data (aliases used). ``environment`` appears only
-        when the spec has one (a single-turn spec resolves as it did before the section existed)."""
+        when the spec has one (a single-turn spec resolves as it did before the section existed), ``pricing.judge``
+        only when a judge price is written."""
         data = self.model_dump(mode="json", by_alias=True)
         if data.get("environment") is None:
             data.pop("environment", None)
+        if data.get("pricing", {}).get("judge") == {"input": None, "output": None}:
+            data["pricing"].pop("judge")  # judge prices appear only when written (a spec without compiles as before)
         return data
 
 

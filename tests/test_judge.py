@@ -513,3 +513,27 @@ def test_the_local_judge_example_runs_offline_and_logs_the_judges_answers(tmp_pa
     judged = rollouts[0]["rules"]["judged"]
     assert "judge" in judged and "judge_score" in judged and "why" in judged
     assert "tokens: prompt" in r.stderr and "judge_prompt" in r.stderr
+
+
+def test_the_compiled_script_shows_the_judge_only_for_a_spec_with_one() -> None:
+    from pathlib import Path
+
+    from sailrl.compiler.render import render_script
+    from sailrl.spec.loader import load_spec
+
+    root = Path(__file__).resolve().parent.parent
+
+    def compiled(name: str) -> str:
+        path = root / "spec/examples" / name
+        spec = load_spec(path)
+        return render_script(spec.spec, spec_path=f"spec/examples/{name}", spec_bytes=path.read_bytes(),
+                             output_path="generated/x.py")
+
+    judged = compiled("judge_sail.yaml")
+    assert judged == compiled("judge_sail.yaml")  # same spec, same bytes
+    assert '"kind": "judge"' in judged and '"model": "moonshotai/Kimi-K2.6"' in judged
+    assert '"judge": {"input": 1.0, "output": 4.0},  # pricing.judge' in judged
+    assert "TINKER_API_KEY and SAIL_API_KEY (for the judge rules)" in judged
+    plain = compiled("quickstart.yaml")
+    assert "judge" not in plain  # a spec without a judge rule compiles as before
+    assert plain == (root / "generated/quickstart.py").read_text().replace("generated/quickstart.py", "generated/x.py")
