@@ -162,7 +162,7 @@ def edit_a_rule_see_the_verdict_change_add_an_example_and_save(page, studio, sho
     assert validate_file(spec).spec.examples[-1].completion == "5!"
 
 
-def problems_show_at_their_field_with_the_clis_code(page):
+def problems_show_at_their_field_with_the_clis_code(page, shots):
     pg = page
     yaml = pg.locator("#yaml")
     text = yaml.input_value()
@@ -178,6 +178,7 @@ def problems_show_at_their_field_with_the_clis_code(page):
     gamed = pg.locator('#rules .group[data-path="reward.rules.0.extract"] .problem[data-code="W110"]')
     gamed.wait_for()
     assert "can be gamed" in gamed.inner_text()
+    pg.locator("#rules .rule").first.screenshot(path=str(shots / "studio-problem.png"))
     pg.locator('#rules select[data-path="reward.rules.0.extract.from"]').select_option("whole")
     pg.wait_for_function("document.querySelector('#validity').textContent === 'valid'")
     pg.wait_for_function("(t) => document.querySelector('#yaml').value === t", arg=text)
@@ -311,9 +312,10 @@ def test_the_studio_in_a_browser(browser, studio, page, shots):
     """One walk through the page (one server, one browser: xdist keeps a test on one worker, and the steps build
     on each other: the example added and saved in the first is in the file the others read)."""
     edit_a_rule_see_the_verdict_change_add_an_example_and_save(page, studio, shots)
-    problems_show_at_their_field_with_the_clis_code(page)
+    problems_show_at_their_field_with_the_clis_code(page, shots)
     follows_the_file_on_disk_and_never_overwrites_a_change(page, studio)
     data_tab_shows_rows_the_rendered_prompt_and_preflight(page, shots)
     runs_tab_draws_curves_filters_rollouts_and_follows_the_run(page, studio, shots)
     requests_without_the_token_or_from_another_site_are_refused(browser, studio, page)
-    assert {p.name for p in shots.glob("studio-*.png")} >= {"studio-rules.png", "studio-data.png", "studio-runs.png"}
+    assert {p.name for p in shots.glob("studio-*.png")} >= {"studio-rules.png", "studio-problem.png", "studio-data.png",
+                                                         "studio-runs.png"}
