@@ -16,6 +16,13 @@ The contract (checked by ``sailrl validate``, enforced while scoring):
 * time: each call may take ``timeout_s`` seconds (the rule's key, default 1). The worker interrupts the
   function at the limit (SIGALRM); a function that does not stop is killed :data:`GRACE_S` seconds later and its
   worker replaced. Loading the file may take :data:`IMPORT_TIMEOUT_S` seconds.
+* memory: a worker may allocate ``memory_mb`` MiB (the rule's key, default :data:`DEFAULT_MEMORY_MB`) beyond
+  what importing the file took (``RLIMIT_AS``, Linux); past it the allocation raises ``MemoryError`` and the
+  call fails the rule with that reason.
+* output: what a call prints is captured in its worker (never written to the run's terminal directly): the first
+  :data:`~sailrl.runtime.workers.MAX_OUTPUT_BYTES` come back with the result (``PythonResult.output``) and the
+  rest is counted; a run shows the first lines of each step, prefixed with the rule's name, and a count of the
+  rest (:class:`sailrl.runtime.scoring.StepScorer`).
 * an exception, a timeout or a bad result fails the rule (its fail score), is counted and gives the reason
   with the file and line; it is never raised into the training loop.
 
@@ -42,6 +49,7 @@ from typing import Any
 from sailrl.runtime.workers import GRACE_S, WorkerPool, WorkerStartError, _Alarm, _TimeLimit
 
 __all__ = [
+    "DEFAULT_MEMORY_MB",
     "GRACE_S",
     "IMPORT_TIMEOUT_S",
     "MAX_SUBSCORES",
@@ -59,6 +67,8 @@ IMPORT_TIMEOUT_S = 30.0
 MAX_SUBSCORES = 32
 #: Longest sub-score name.
 SUBSCORE_NAME_CHARS = 64
+#: MiB a rule's worker may allocate beyond what importing its file took (the rule's ``memory_mb`` default).
+DEFAULT_MEMORY_MB = 1024
 #: Worker processes per python function.
 POOL_SIZE = min(4, os.cpu_count() or 1)
 
@@ -188,6 +198,8 @@ class PythonJob:
                 value = fn(req["completion"], req["fields"])
         except _Alarm:
             return {"result": "timeout"}
+        except MemoryError as exc:
+            return {"result": "memory", "message": _user_frame(exc, self.root)}
         except BaseException as exc:  # noqa: BLE001 - the user's exception fails the rule, with its line
             if limit.fired:
                 return {"result": "timeout"}
@@ -240,12 +252,17 @@ def _check_result(value: Any) -> dict[str, Any]:
 @dataclass
 class PythonResult:
     """One call's outcome. value: the number (sum of ``subscores`` when a dict came back), None on failure.
-    problem: why it failed (plain words). timed_out: the failure was the time limit."""
+    problem: why it failed (plain words). timed_out: the failure was the time limit. output: what the call
+    printed (its first :data:`~sailrl.runtime.workers.MAX_OUTPUT_BYTES`), output_bytes / output_lines: how much it
+    printed."""
 
     value: float | None
     subscores: dict[str, float] | None = None
     problem: str | None = None
     timed_out: bool = False
+    output: str = ""
+    output_bytes: int = 0
+    output_lines: int = 0
 
 
 _POOLS: dict[tuple[Any, ...], WorkerPool] = {}
@@ -260,11 +277,13 @@ class PythonFunction:
     ``spec_dir`` None (a caller that does not know the spec's folder) makes every call fail with that reason.
     """
 
-    def __init__(self, spec_dir: Path | str | None, ref: str, timeout_s: float) -> None:
+    def __init__(self, spec_dir: Path | str | None, ref: str, timeout_s: float,
+                 memory_mb: float | None = DEFAULT_MEMORY_MB) -> None:
         self.spec_dir = Path(spec_dir).resolve() if spec_dir is not None else None
         self.ref = ref
         self.module, self.function = split_ref(ref)
         self.timeout_s = float(timeout_s)
+        self.memory_mb = None if memory_mb is None else float(memory_mb)
         self.label = describe(ref)
 
     def _pool(self) -> WorkerPool:
@@ -274,14 +293,15 @@ class PythonFunction:
             st = path.stat() if path is not None else None
         except OSError:
             st = None
-        key = (str(self.spec_dir), self.module, str(path), st.st_size if st else None,
+        key = (str(self.spec_dir), self.module, self.memory_mb, str(path), st.st_size if st else None,
                st.st_mtime_ns if st else None)
         with _POOLS_LOCK:
             pool = _POOLS.get(key)
             if pool is None:
-                for old in [k for k in _POOLS if k[:2] == key[:2]]:  # an older version of the same file
+                for old in [k for k in _POOLS if k[:3] == key[:3]]:  # an older version of the same file
                     _POOLS.pop(old).close()
-                pool = WorkerPool({"kind": "python", "spec_dir": str(self.spec_dir), "module": self.module},
+                pool = WorkerPool({"kind": "python", "spec_dir": str(self.spec_dir), "module": self.module,
+                                   "memory_mb": self.memory_mb},
                                   size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 10, cwd=str(self.spec_dir))
                 _POOLS[key] = pool
             return pool
@@ -326,11 +346,17 @@ class PythonFunction:
             return PythonResult(None, problem=str(exc))
         except Exception as exc:  # noqa: BLE001 - e.g. fields that cannot be pickled
             return PythonResult(None, problem=f"{self.label} could not be called: {_exc_text(exc)}")
+        out = {"output": str(reply.get("output") or ""), "output_bytes": int(reply.get("output_bytes") or 0),
+               "output_lines": int(reply.get("output_lines") or 0)}
         result = reply.get("result")
         if result == "ok":
-            return PythonResult(float(reply["value"]), reply.get("subscores"))
+            return PythonResult(float(reply["value"]), reply.get("subscores"), **out)
         if result == "timeout":
-            return PythonResult(None, problem=f"{self.label} timed out after {limit:g} s", timed_out=True)
+            return PythonResult(None, problem=f"{self.label} timed out after {limit:g} s", timed_out=True, **out)
+        if result == "memory":
+            return PythonResult(None, problem=f"{self.label} ran out of memory{reply.get('message') or ''}: it may "
+                                f"use {self.memory_mb:g} MiB beyond what loading its file took (the rule's "
+                                f"memory_mb)", **out)
         if result == "error":
-            return PythonResult(None, problem=f"{self.label} {reply.get('message', 'failed')}")
-        return PythonResult(None, problem=str(reply.get("message") or f"{self.label}: {result}"))
+            return PythonResult(None, problem=f"{self.label} {reply.get('message', 'failed')}", **out)
+        return PythonResult(None, problem=str(reply.get("message") or f"{self.label}: {result}"), **out)

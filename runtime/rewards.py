@@ -85,6 +85,8 @@ class Score:
     budget_exceeded: int = 0
     #: judge rule name -> its :class:`sailrl.runtime.judge.Verdict` (the judge's answer and the score read from it).
     judge: dict[str, Any] = field(default_factory=dict)
+    #: python rule name -> what its call printed: (the first MAX_OUTPUT_BYTES as text, bytes printed, lines printed).
+    output: dict[str, tuple[str, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -101,7 +103,7 @@ class _Ctx:
     """What a rule sees: the completion, the row's fields, how it ended, the step's budget, and counters."""
 
     __slots__ = ("answers", "budget", "budget_exceeded", "completion", "error", "fields", "judge_stats", "judged",
-                 "num_tokens", "python_failures", "quoted", "subscores", "timeouts", "too_long", "truncated",
+                 "num_tokens", "output", "python_failures", "quoted", "subscores", "timeouts", "too_long", "truncated",
                  "value", "verdicts", "why")
 
     def __init__(self, completion: str, fields: dict[str, Any], truncated: bool, num_tokens: int | None,
@@ -118,6 +120,7 @@ class _Ctx:
         self.error: str | None = None
         self.value: float | None = None  # a contribution set by the rule itself (weighted python rules)
         self.subscores: dict[str, float] | None = None
+        self.output: tuple[str, int, int] | None = None  # a python rule's call printed: (text kept, bytes, lines)
         self.quoted: tuple[str, str] | None = None  # (answer, its quoted form) for reasons
         self.too_long = len(completion) > MAX_COMPLETION_CHARS
         self.answers: dict[tuple, str | None] = {}  # extractor key -> answer found in the completion
@@ -443,7 +446,7 @@ class _Python(_Check):
     def __init__(self, rule: PythonRule, spec_dir: Path | str | None) -> None:
         from sailrl.runtime.python_rules import PythonFunction
 
-        self.fn = PythonFunction(spec_dir, rule.function, rule.timeout_s)
+        self.fn = PythonFunction(spec_dir, rule.function, rule.timeout_s, rule.memory_mb)
         self.weighted = rule.weighted
         self.weight = 1.0 if rule.weight is None else float(rule.weight)
         self.label = f"python: {self.fn.label}"
@@ -457,6 +460,8 @@ class _Python(_Check):
             return False
         fields = {k: v for k, v in ctx.fields.items() if k != "_index"}
         result = self.fn.call(ctx.completion, fields, timeout_s=limit)
+        if result.output_bytes:
+            ctx.output = (result.output, result.output_bytes, result.output_lines)
         if result.value is None:
             if result.timed_out and limit < self.fn.timeout_s:
                 ctx.over_budget(f"{self.fn.label} was stopped: ")
@@ -597,6 +602,7 @@ class RewardFunction:
         errors: dict[str, str] = {}
         reasons: dict[str, str] = {}
         subscores: dict[str, dict[str, float]] = {}
+        output: dict[str, tuple[str, int, int]] = {}
         budget = ctx.budget
         for name, check, on_pass, on_fail, is_python in self._plan:
             ctx.error = None
@@ -628,6 +634,9 @@ class RewardFunction:
             if is_python and ctx.subscores:
                 subscores[name] = ctx.subscores
                 ctx.subscores = None
+            if is_python and ctx.output is not None:
+                output[name] = ctx.output
+                ctx.output = None
             reason = why[0] if len(why) == 1 else "; ".join(why)
             reasons[name] = reason if len(reason) <= REASON_CHARS else _cap(reason)
         total = math.fsum(contributions.values()) if len(contributions) > 2 else sum(contributions.values())
@@ -635,7 +644,7 @@ class RewardFunction:
             total = min(max(total, self._clip[0]), self._clip[1])
         correct = passed[self.correct_rule] if self.correct_rule is not None else None
         return Score(total, contributions, passed, ctx.timeouts, correct, errors, reasons, subscores,
-                     ctx.python_failures, ctx.budget_exceeded, dict(ctx.verdicts))
+                     ctx.python_failures, ctx.budget_exceeded, dict(ctx.verdicts), output)
 
     def with_verdicts(self, score: Score, verdicts: dict[str, Any]) -> Score:
         """``score`` (computed with the judge rules deferred: ``score(..., judged={})``) completed with the judge

@@ -19,6 +19,7 @@ One StepScorer per step: the budget starts afresh with each.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,10 @@ from sailrl.runtime.judge import JudgeStats
 
 __all__ = ["SCORING_THREADS", "ScoringBudget", "StepScorer"]
 
+#: Lines of a python rule's printed output a step shows (each prefixed with the rule's name); the rest is counted.
+SHOWN_LINES = 10
+#: Characters of one such line shown.
+SHOWN_LINE_CHARS = 300
 #: Threads that score completions (shared by every StepScorer of the process).
 SCORING_THREADS = 4
 
@@ -97,6 +102,8 @@ class StepScorer:
         self.judges: dict[str, Any] = dict(getattr(reward_fn, "judges", None) or {})
         self.judge_stats = JudgeStats()
         self._lock = threading.Lock()
+        #: python rule name -> {"calls", "bytes", "lines", "shown"}: what its calls printed this step
+        self.output: dict[str, dict[str, int]] = {}
 
     def score_sync(self, text: str, fields: dict[str, Any], *, truncated: bool = False,
                    num_tokens: int | None = None, judged: dict[str, Any] | None = None) -> Any:
@@ -116,7 +123,30 @@ class StepScorer:
             self.scored += 1
             if judged is None:
                 self.budget_exceeded += int(getattr(result, "budget_exceeded", 0))
+        for rule, (text, printed, lines) in (getattr(result, "output", None) or {}).items():
+            self._printed(rule, text, printed, lines)
         return result
+
+    def _printed(self, rule: str, text: str, printed: int, printed_lines: int) -> None:
+        """Show what one call of python rule ``rule`` printed: whole lines prefixed with the rule's name, at most
+        :data:`SHOWN_LINES` a step (the rest is counted for :meth:`warnings`), in one write so lines of calls
+        scored at the same time never mix."""
+        lines = text.splitlines() or [""]
+        with self._lock:
+            seen = self.output.setdefault(rule, {"calls": 0, "bytes": 0, "lines": 0, "shown": 0})
+            seen["calls"] += 1
+            seen["bytes"] += printed
+            seen["lines"] += printed_lines
+            room = SHOWN_LINES - seen["shown"]
+            shown = lines[:max(room, 0)]
+            seen["shown"] += len(shown)
+            if shown:
+                out = "".join(f"  [{rule}] {line[:SHOWN_LINE_CHARS]}\n" for line in shown)
+                try:
+                    sys.stderr.write(out)
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    pass
 
     async def score(self, text: str, fields: dict[str, Any], *, truncated: bool = False,
                     num_tokens: int | None = None) -> Any:
@@ -155,5 +185,22 @@ class StepScorer:
         return out
 
     def warnings(self) -> list[str]:
-        """One line per judge rule whose judgements failed this step (a service that is down, a timeout)."""
-        return self.judge_stats.warnings({n: j.label for n, j in self.judges.items()})
+        """One line per judge rule whose judgements failed this step (a service that is down, a timeout), and one
+        per python rule that printed, e.g. "python rule 'style' printed 1,204 lines (52.1 kB) in 64 of 128 calls
+        (the first 10 lines are shown above)"."""
+        out = self.judge_stats.warnings({n: j.label for n, j in self.judges.items()})
+        with self._lock:
+            for rule, seen in self.output.items():
+                out.append(f"python rule '{rule}' printed {_lines(seen['lines'])} ({_size(seen['bytes'])}) in "
+                           f"{seen['calls']:,} of {self.scored:,} calls (the first {_lines(seen['shown'])} "
+                           f"{'is' if seen['shown'] == 1 else 'are'} shown above); print less, or return the "
+                           f"details as named sub-scores")
+        return out
+
+
+def _lines(n: int) -> str:
+    return f"{n:,} line{'' if n == 1 else 's'}"
+
+
+def _size(n: int) -> str:
+    return f"{n:,} bytes" if n < 10_000 else f"{n / 1e3:,.1f} kB" if n < 10_000_000 else f"{n / 1e6:,.1f} MB"

@@ -16,7 +16,11 @@ answers one request at a time over pipes: every message is a 4-byte big-endian l
 
 So a call never takes longer than its limit plus ``GRACE_S``, plus the child's start (at most
 ``start_timeout_s``) when it is the first call of that child. The child reads requests on stdin and answers
-on a private copy of its stdout; ``print`` in user code goes to stderr and cannot corrupt the protocol. The
+on a private copy of its stdout; what user code prints (fd 1 and 2) is captured per call (:class:`_Capture`: the
+first :data:`MAX_OUTPUT_BYTES` and a byte count, sent back with the answer as ``output`` / ``output_bytes`` / ``output_lines``), so
+it can neither corrupt the protocol nor flood the parent's terminal. An ``init`` with ``memory_mb`` caps the
+child's address space at its size after loading plus that much (:func:`limit_memory`); a ``MemoryError`` that
+escapes the job answers ``{"result": "memory"}``. The
 child ignores SIGINT (Ctrl-C stops the parent, which then closes the pipes) and exits when its stdin closes,
 also when the parent was killed.
 
@@ -39,12 +43,15 @@ from typing import Any
 
 from sailrl.spec.errors import ServiceError
 
-__all__ = ["GRACE_S", "MAX_FRAME_BYTES", "WorkerError", "WorkerPool", "WorkerStartError", "close_all"]
+__all__ = ["GRACE_S", "MAX_FRAME_BYTES", "MAX_OUTPUT_BYTES", "WorkerError", "WorkerPool", "WorkerStartError",
+           "close_all", "limit_memory"]
 
 #: Seconds a child may overrun a request's time limit before it is killed.
 GRACE_S = 0.5
 #: Largest message either side accepts (a completion is capped far below this by the reward rules).
 MAX_FRAME_BYTES = 16 * 1024 * 1024
+#: Bytes of one call's printed output a child sends back (the rest is counted, not kept).
+MAX_OUTPUT_BYTES = 4096
 _HEADER = struct.Struct(">I")
 
 
@@ -388,11 +395,108 @@ def _short_exc(exc: BaseException, where: str = "") -> str:
     return f"{where}{text}"
 
 
+class _Capture:
+    """What the child's code prints (fd 1 and 2, Python's ``print`` and C code alike), call by call.
+
+    Both descriptors point into a pipe that a thread drains, keeping the first :data:`MAX_OUTPUT_BYTES` of each
+    call's output and counting the rest, so a rule that prints without end costs neither memory nor the parent's
+    terminal. :meth:`take` ends a call's output (a marker written after Python's buffers are flushed, read back
+    by the thread) and returns ``(text, bytes printed)``.
+    """
+
+    END = b"\x00sailrl-call-output-end\x00"
+
+    def __init__(self) -> None:
+        read, write = os.pipe()
+        os.dup2(write, 1)
+        os.dup2(write, 2)
+        os.close(write)
+        self._read = read
+        self._kept = bytearray()
+        self._total = 0
+        self._lines = 0
+        self._last_newline = True
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
+        threading.Thread(target=self._drain, name="sailrl-output", daemon=True).start()
+
+    def _add(self, data: bytes) -> None:
+        with self._lock:
+            self._total += len(data)
+            self._lines += data.count(b"\n")
+            if data:
+                self._last_newline = data.endswith(b"\n")
+            room = MAX_OUTPUT_BYTES - len(self._kept)
+            if room > 0:
+                self._kept += data[:room]
+
+    def _drain(self) -> None:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self._read, 1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            data = pending + chunk
+            while True:
+                i = data.find(self.END)
+                if i < 0:
+                    break
+                self._add(data[:i])
+                data = data[i + len(self.END):]
+                self._ended.set()
+            keep = len(self.END) - 1  # a marker may be split between two reads
+            self._add(data[:-keep] if len(data) > keep else b"")
+            pending = data[-keep:] if len(data) > keep else data
+
+    def take(self, wait_s: float = 2.0) -> tuple[str, int, int]:
+        """The output since the last call: ``(text of at most MAX_OUTPUT_BYTES, bytes printed, lines printed)``
+        (a last line without a newline counts as a line)."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        self._ended.clear()
+        try:
+            os.write(1, self.END)
+        except OSError:
+            pass
+        self._ended.wait(wait_s)
+        with self._lock:
+            text, total = bytes(self._kept).decode("utf-8", "replace"), self._total
+            lines = self._lines + (1 if total and not self._last_newline else 0)
+            self._kept.clear()
+            self._total = self._lines = 0
+        return text, total, lines
+
+
+def limit_memory(extra_mb: float) -> int | None:
+    """Cap this process's address space (``RLIMIT_AS``) at its current size plus ``extra_mb`` MiB, so an
+    allocation past it raises ``MemoryError`` instead of growing until the machine swaps. The new limit in bytes,
+    or None where the current size cannot be read (no ``/proc``: not Linux)."""
+    import resource  # lazy: POSIX only, and only in a child that limits its memory
+
+    try:
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+    limit = size + int(extra_mb * 2**20)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return limit
+
+
 def _child_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto_out = os.dup(1)
-    os.dup2(2, 1)  # print() in loaded code goes to stderr, never into the protocol
-    for stream in (sys.stdout, sys.stderr):  # and shows when printed, not when the worker exits (fd 1 was a pipe)
+    capture = _Capture()  # print() in loaded code is captured per call, never written into the protocol
+    for stream in (sys.stdout, sys.stderr):  # flushed at each line, so a call's output is whole when it returns
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(line_buffering=True)
     inp = sys.stdin.buffer.fileno()
@@ -425,7 +529,12 @@ def _child_main() -> None:
         code = getattr(exc, "code", "error")
         send({"ok": False, "error": code, "message": str(exc) if code != "error" else _short_exc(exc)})
         return
-    send({"ok": True, **job.info})
+    if init.get("memory_mb") is not None:
+        limit = limit_memory(float(init["memory_mb"]))
+        job.info = {**job.info, "memory_limit": limit}
+    output, printed, lines = capture.take()
+    send({"ok": True, **job.info, **({"output": output, "output_bytes": printed, "output_lines": lines}
+                                     if printed else {})})
     while True:
         req = _read_frame(inp)
         if req is None:
@@ -434,6 +543,11 @@ def _child_main() -> None:
             reply = job.handle(req)
         except _Alarm:
             reply = {"result": "timeout"}
+        except MemoryError:
+            reply = {"result": "memory"}
+        output, printed, lines = capture.take()
+        if printed:
+            reply = {**reply, "output": output, "output_bytes": printed, "output_lines": lines}
         send(reply)
 
 

@@ -321,6 +321,11 @@ class PythonRule(_RuleBase):
         1.0, gt=0, le=60,
         description="Seconds one call may take; a slower call is stopped and the rule fails (counted).",
     )
+    memory_mb: int = Field(
+        1024, ge=64, le=1_048_576,
+        description="MiB of memory the function's worker may allocate beyond what importing its file takes; an "
+        "allocation past it raises MemoryError and the call fails the rule (counted). Linux only.",
+    )
 
     @field_validator("function")
     @classmethod
