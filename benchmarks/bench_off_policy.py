@@ -23,6 +23,10 @@ reward and ``correct`` of the runs (what off-policy sampling does to learning).
 
     .venv/bin/python benchmarks/bench_off_policy.py                 # all settings, 3 repetitions, 12 steps
     .venv/bin/python benchmarks/bench_off_policy.py --settings local --reps 4 --steps 30
+    .venv/bin/python benchmarks/bench_off_policy.py --settings local --busy 1   # beside a competing busy process
+
+``--busy N`` starts N busy processes (a pure-Python loop each, one core's worth of work) before the first run and
+stops them after the last, so every arm of every repetition competes with them alike.
 """
 
 from __future__ import annotations
@@ -195,11 +199,24 @@ def main() -> int:
                    choices=["sail", "local", "contention"])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--busy", type=int, default=0, help="competing busy processes during the runs (CPU contention)")
     p.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         setting, k, steps, run_dir, service_time = args.child
         return _child(setting, int(k), int(steps), run_dir, float(service_time))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        return _settings(args)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
+def _settings(args: argparse.Namespace) -> int:
+    if args.busy:
+        print(f"beside {args.busy} competing busy process(es); load average at start {os.getloadavg()[0]:.2f}")
     for setting in args.settings:
         if setting == "contention":
             _contention(args.reps)

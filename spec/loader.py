@@ -13,7 +13,9 @@ Python data itself, so that:
   (counted as the composer resolves each alias, so an alias bomb stops at once), integer digits; a
   non-printable character is a located error and the rest of the file is still read;
 * after a YAML syntax error, the part of the file before it is still parsed and checked, so one pass reports
-  the syntax error and every other problem found before it (``LoadedSpec.complete`` is False then).
+  the syntax error and every other problem found before it (``LoadedSpec.complete`` is False then). An invalid
+  escape in a double-quoted value (``pattern: "\\d+"``) stops nothing: it is reported, and the file is checked
+  on as if that value were single-quoted (same length, so every location stays put).
 
 This module does YAML and the schema only. The semantic checks and the worked reward examples are the
 validation stage's (``sailrl.compiler.validate.validate_file``). Problems are raised together as
