@@ -628,12 +628,47 @@ def _recover_prefix(text: str, stop_line: int, filename: str) -> _Parsed | None:
 _RECOVER_CHARS = 64 * 1024
 
 
+#: Invalid escapes one pass repairs (each costs a parse) before the rest of the file is left unchecked.
+_MAX_ESCAPE_REPAIRS = 20
+
+
+def _single_quoted(text: str, exc: Exception) -> str | None:
+    """``text`` with the double-quoted scalar that holds an invalid escape (``pattern: "\\d+ please"``) written in
+    single quotes instead, where a backslash stays as typed (what such a value almost always means). Same
+    length, so every location stays put. None when it cannot be done that way (a ``'`` inside, no scalar start)."""
+    mark = getattr(exc, "context_mark", None)
+    if mark is None or not 0 <= mark.index < len(text) or text[mark.index] != '"':
+        return None
+    i = mark.index + 1
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "'":
+            return None
+        if c == '"':
+            return text[:mark.index] + "'" + text[mark.index + 1:i] + "'" + text[i + 1:]
+        i += 1
+    return None
+
+
 def _parse(text: str, filename: str) -> _Parsed:
     text, errors = _non_printable(text, filename)
+    return _parse_printable(text, filename, errors)
+
+
+def _parse_printable(text: str, filename: str, errors: list[SpecError], repairs: int = 0) -> _Parsed:
     root, exc, mark = _compose(text)
     if exc is not None:
         stop = _stop_error(exc, mark, filename, text)
         errors.append(stop)
+        repaired = (_single_quoted(text, exc) if stop.code == "S012" and repairs < _MAX_ESCAPE_REPAIRS
+                    and len(text) <= _RECOVER_CHARS else None)
+        if repaired is not None:
+            # One bad escape need not hide the rest of the file: check it as if the value were single-quoted
+            # (the error above still says what to fix).
+            return _parse_printable(repaired, filename, errors, repairs + 1)
         stop_line = stop.line
         if isinstance(exc, yaml.MarkedYAMLError) and exc.context_mark is not None:
             stop_line = min(stop_line or 10**9, exc.context_mark.line + 1)

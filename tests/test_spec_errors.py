@@ -209,6 +209,40 @@ def test_double_quoted_backslash_d_is_a_located_escape_error(write_spec):
     assert "single quotes" in err.hint
 
 
+def test_an_escape_error_does_not_hide_the_other_problems(tmp_path):
+    """Issue 18.13: after `pattern: "\\d+ please"` nothing below it was checked (group_size: 1 went unsaid)."""
+    (tmp_path / "data.jsonl").write_text('{"question": "q", "answer": "1"}\n')
+    text = """\
+name: t
+model: {name: sailrl/tiny}
+dataset: {source: data.jsonl, fields: [question, answer]}
+prompt: {user: '{{ questoin }}'}
+reward:
+  rules:
+    - name: polite
+      kind: match
+      pattern: "\\d+ please"
+    - name: other
+      kind: match
+      pattern: "\\w+ \\s"
+training:
+  group_size: 1
+"""
+    with pytest.raises(SpecErrors) as info:
+        validate_text(text, str(tmp_path / "spec.yaml"), path=tmp_path / "spec.yaml")
+    found = [(e.code, e.line, e.column) for e in info.value.errors]
+    assert found == [("S206", 4, 20), ("S012", 9, 17), ("S012", 12, 17), ("S214", 14, 15)], found
+    assert "'\\w' is not a valid escape" in info.value.errors[2].message
+
+
+def test_an_escape_error_in_a_value_with_a_single_quote_still_reports_what_came_before(tmp_path):
+    text = "name: t\ntraining:\n  group_size: 1\nprompt: {user: \"it's \\d\"}\n"
+    with pytest.raises(SpecErrors) as info:
+        validate_text(text, str(tmp_path / "spec.yaml"), path=tmp_path / "spec.yaml")
+    codes = [e.code for e in info.value.errors]
+    assert "S012" in codes and "S214" in codes, codes
+
+
 def test_double_quoted_backslash_b_became_a_backspace(write_spec):
     _, errors, _ = problems(write_spec, with_rule('"\\bcat\\b"'))
     err = only(errors, "reward.rules.1.pattern")
