@@ -23,8 +23,8 @@ left), failed tries are retried up to ``judge.retries`` times with a short backo
 loop. Identical judge prompts (same rendered rubric, same cleaned completion, same scale) are judged once per
 run: a bounded cache of answers, shared by concurrent identical requests. Per-step counts live in
 :class:`JudgeStats` (``judge/calls``, ``judge/cached``, ``judge/failed``, ``judge/unparsed``,
-``tokens/judge_prompt``, ``tokens/judge_output``) and its :meth:`JudgeStats.warnings` are one line per judge rule
-that failed in the step.
+``tokens/judge_prompt``, ``tokens/judge_output``); why a judgement failed is the rule's reason (``Score.errors``),
+which the run prints in one line per rule and step.
 
 Clients answer ``await client.complete(messages, max_tokens=, temperature=, timeout_s=) -> JudgeReply``:
 :class:`SailChatClient` (Sail's chat completions through ``sail.inference``), :class:`SamplingJudgeClient` (a
@@ -218,7 +218,8 @@ def read_score(answer: str, scale: Any) -> tuple[float | None, str, str]:
 @dataclass
 class JudgeStats:
     """One step's judge counts (thread-safe): calls made, answers served from the cache, judgements that failed
-    or were unparsed, tokens billed, and per rule the first failure (for :meth:`warnings`)."""
+    or were unparsed, tokens billed. (Why a judgement failed is its rule's reason, ``Score.errors``: the run prints
+    one line per rule and step for rules that could not be scored.)"""
 
     calls: int = 0
     cached: int = 0
@@ -227,7 +228,6 @@ class JudgeStats:
     judged: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
-    failures: dict[str, tuple[int, str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, rule: str, v: Verdict) -> None:
@@ -239,8 +239,6 @@ class JudgeStats:
             self.output_tokens += v.output_tokens
             if v.kind == "failed":
                 self.failed += 1
-                n, first = self.failures.get(rule, (0, v.problem))
-                self.failures[rule] = (n + 1, first)
             elif v.kind == "unparsed":
                 self.unparsed += 1
 
@@ -250,16 +248,6 @@ class JudgeStats:
                     "judge/failed": float(self.failed), "judge/unparsed": float(self.unparsed),
                     "tokens/judge_prompt": float(self.prompt_tokens),
                     "tokens/judge_output": float(self.output_tokens)}
-
-    def warnings(self, labels: dict[str, str] | None = None) -> list[str]:
-        """One line per judge rule with failed judgements this step."""
-        with self._lock:
-            out = []
-            for rule, (n, first) in self.failures.items():
-                where = f" ({labels[rule]})" if labels and rule in labels else ""
-                out.append(f"warning: judge rule '{rule}'{where}: {n} judgement(s) failed this step and scored the "
-                           f"rule's fail score; first: {first}")
-            return out
 
 
 class _Cache:
@@ -404,12 +392,12 @@ class Judge:
                                              timeout_s=limit), timeout=limit)
                     return reply, tries, ""
                 except TimeoutError:
-                    problem = f"the judge ({self.label}) did not answer within {limit:g} s"
+                    problem = f"did not answer within {limit:g} s"
                     retry = True
                 except JudgeCallError as exc:
-                    problem, retry = f"the judge ({self.label}) failed: {exc}", exc.retry
+                    problem, retry = f"failed: {exc}", exc.retry
                 except Exception as exc:  # noqa: BLE001 - a client fault fails the rule, never the loop
-                    problem, retry = f"the judge ({self.label}) raised {type(exc).__name__}: {exc}", True
+                    problem, retry = f"raised {type(exc).__name__}: {exc}", True
                 finally:
                     if budget is not None:
                         budget.end()
@@ -419,8 +407,8 @@ class Judge:
                 if budget is not None:
                     pause = min(pause, max(budget.remaining(), 0.0))
                 await asyncio.sleep(pause)
-        tail = f" ({tries} tries)" if tries > 1 else ""
-        return None, tries, (problem + tail)[:300]
+        tries_text = f" ({tries} tries)" if tries > 1 else ""  # before the detail, which may be cut
+        return None, tries, f"the judge ({self.label}){tries_text} {problem}"[:300]
 
     def judge_blocking(self, completion: str, fields: dict[str, Any], *, budget: Any = None,
                        stats: JudgeStats | None = None) -> Verdict:

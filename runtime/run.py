@@ -322,7 +322,7 @@ class Run:
         batch.sampler_steps = [policy.sampler_step] * len(batch.groups)
         stats = getattr(policy.completer, "stats", None)  # the Sail completer counts polls, retries and failures
         batch.extra_metrics = {**(stats.as_metrics() if stats is not None else {}), **scorer.metrics()}
-        for line in scorer.warnings():  # judge rules whose service failed this step: one line each
+        for line in scorer.warnings():  # python rules that printed this step: one line each
             self.console.print(f"[yellow]step {step}: {line}[/yellow]")
         if batch.failed:
             first = batch.failed[0]

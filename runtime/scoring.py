@@ -185,10 +185,10 @@ class StepScorer:
         return out
 
     def warnings(self) -> list[str]:
-        """One line per judge rule whose judgements failed this step (a service that is down, a timeout), and one
-        per python rule that printed, e.g. "python rule 'style' printed 1,204 lines (52.1 kB) in 64 of 128 calls
-        (the first 10 lines are shown above)"."""
-        out = self.judge_stats.warnings({n: j.label for n, j in self.judges.items()})
+        """One line per python rule that printed, e.g. "python rule 'style' printed 1,204 lines (52.1 kB) in 64 of
+        128 calls (the first 10 lines are shown above)". (A judge rule that failed is reported by the run's line for
+        rules that could not be scored.)"""
+        out: list[str] = []
         with self._lock:
             for rule, seen in self.output.items():
                 out.append(f"python rule '{rule}' printed {_lines(seen['lines'])} ({_size(seen['bytes'])}) in "

@@ -167,7 +167,7 @@ def test_judge_calls_run_concurrently_with_the_other_rules() -> None:
     assert asyncio.run(step()) < 0.3 * 4  # 16 calls of 0.3 s: concurrent, not one after another (4.8 s)
 
 
-def test_failed_and_unparsed_judgements_fail_the_rule_are_counted_and_warned_once() -> None:
+def test_failed_and_unparsed_judgements_fail_the_rule_and_are_counted() -> None:
     fn = reward(judge_rule(judge={"retries": 2}, pass_score=1.0, fail_score=-0.5))
     down = Scripted(fail=JudgeCallError("connection refused"))
     fn.judges["polite"].connect(down)
@@ -181,8 +181,6 @@ def test_failed_and_unparsed_judgements_fail_the_rule_are_counted_and_warned_onc
     assert all("connection refused" in s.errors["polite"] for s in scores)
     m = scorer.metrics()
     assert m["judge/failed"] == 3 and m["judge/calls"] == 9  # 1 try + 2 retries each
-    lines = scorer.warnings()
-    assert len(lines) == 1 and "3 judgement(s) failed" in lines[0] and "connection refused" in lines[0]
     fn2 = reward(judge_rule())
     fn2.judges["polite"].connect(Scripted("I like it a lot"))
     scores, scorer = asyncio.run(step(fn2))
@@ -203,7 +201,7 @@ def test_a_hanging_judge_is_given_up_after_its_timeout_and_retries_never_hanging
     s, scorer, seconds = asyncio.run(step())
     assert seconds < 2.0
     assert s.judge["polite"].kind == "failed" and s.judge["polite"].tries == 2
-    assert "did not answer within 0.2 s (2 tries)" in s.errors["polite"]
+    assert s.errors["polite"] == "the judge (sail: judge-m) (2 tries) did not answer within 0.2 s"
     assert scorer.metrics()["judge/failed"] == 1
 
 
@@ -338,16 +336,17 @@ def test_a_sail_service_that_is_down_fails_the_rule_with_a_clear_line(monkeypatc
     fn = reward(judge_rule(judge={"timeout_s": 2, "retries": 1}))
     fn.judges["polite"].connect(SailChatClient("judge-m"))
 
-    async def step() -> tuple[Any, list[str], float]:
+    async def step() -> tuple[Any, float]:
         scorer = StepScorer(fn)
         t0 = time.perf_counter()
         s = await scorer.score("hello", {"question": "q"})
-        return s, scorer.warnings(), time.perf_counter() - t0
+        return s, time.perf_counter() - t0
 
-    s, lines, seconds = asyncio.run(step())
+    s, seconds = asyncio.run(step())
     assert seconds < 10 and not s.passed["polite"] and s.judge["polite"].kind == "failed"
-    assert len(lines) == 1 and lines[0].startswith("warning: judge rule 'polite' (sail: judge-m): 1 judgement(s)")
-    assert "\n" not in lines[0]
+    why = s.errors["polite"]  # the run prints it in its one line per rule and step
+    assert why.startswith("the judge (sail: judge-m) (2 tries) failed: HTTP 503")
+    assert "\n" not in why and len(why) <= 200
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -537,3 +536,28 @@ def test_the_compiled_script_shows_the_judge_only_for_a_spec_with_one() -> None:
     plain = compiled("quickstart.yaml")
     assert "judge" not in plain  # a spec without a judge rule compiles as before
     assert plain == (root / "generated/quickstart.py").read_text().replace("generated/quickstart.py", "generated/x.py")
+
+
+def test_connect_judges_opens_a_tinker_judge_on_the_runs_service_client_once() -> None:
+    from sailrl.runtime.judge_clients import connect_judges
+
+    tok = get_tokenizer("sailrl/tiny")
+    sampling = FakeSamplingClient(tok, "<score>yes</score>")
+
+    class Service:  # the part of tinker.ServiceClient a tinker judge uses
+        opened: list[str] = []
+
+        async def create_sampling_client_async(self, base_model: str) -> FakeSamplingClient:
+            self.opened.append(base_model)
+            return sampling
+
+    service = Service()
+    fn = reward(judge_rule(judge={"model": "sailrl/tiny", "sampler": "tinker", "renderer": "role_colon"}))
+    assert connect_judges(fn, service_client=service) == {}
+    s = [fn.score(f"r{i}", {"question": "q"}) for i in range(2)]
+    assert [x.total for x in s] == [1.0, 1.0] and service.opened == ["sailrl/tiny"]
+    bad = reward(judge_rule(judge={"model": "no/such-model-anywhere", "sampler": "tinker"}))
+    problems = connect_judges(bad, service_client=service)
+    assert set(problems) == {"polite"} and problems["polite"].startswith("the judge (tinker: no/such-model-anywhere) "
+                                                                          "cannot be opened")
+    assert bad.score("x", {"question": "q"}).errors["polite"] == "the judge (tinker: no/such-model-anywhere) is not connected"
