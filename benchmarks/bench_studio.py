@@ -1,6 +1,6 @@
 """Keystroke-to-verdict latency of ``sailrl studio``'s try API, for the built-in rules.
 
-Run:  python benchmarks/bench_studio.py [--keystrokes 300] [--warmup 30] [--cli 6]
+Run:  python benchmarks/bench_studio.py [--keystrokes 300] [--warmup 30] [--cli 6] [--browser]
 
 For each example spec (quickstart: answer whole/numeric + all_of match/termination; gsm8k and sail_guide:
 boxed answers against ``####`` references, has_answer + termination, normalized and numeric compares), a
@@ -15,6 +15,9 @@ Arms, interleaved keystroke by keystroke with the same warm-up (``--warmup`` key
   for before it redraws the table; the browser's redraw of a 3-row table is not included);
 * ``in-process``: ``RewardFunction.trace`` on the same completion in this process (the floor: what scoring
   alone costs, without HTTP, JSON or the spec-text cache lookup);
+* ``browser`` (with ``--browser``, quickstart only): the page itself in Debian's Chromium: the time from setting
+  the completion box and firing its ``input`` event to the verdict table showing that text's verdicts
+  (``#verdicts[data-chars]``), i.e. the request, the JSON and the redraw; keystrokes sent one after another;
 * ``cli``: what a user does without the studio, ``sailrl rewards SPEC --completion TEXT --field ... --json``
   (a new process per try), on every ``keystrokes / --cli``-th keystroke.
 
@@ -105,11 +108,46 @@ def bench(spec: str, keystrokes: int, warmup: int, cli: int) -> dict[str, list[f
     return times
 
 
+BROWSER_LOOP = """async ([text, n, warm]) => {
+    const box = document.querySelector('#completion'), table = document.querySelector('#verdicts');
+    const out = [];
+    for (let i = 0; i < warm + n; i++) {
+        const typed = text.slice(0, (i % text.length) + 1);
+        const t0 = performance.now();
+        box.value = typed;
+        box.dispatchEvent(new Event('input'));
+        while (table.dataset.chars !== String(typed.length)) await new Promise((r) => requestAnimationFrame(r));
+        if (i >= warm) out.push(performance.now() - t0);
+    }
+    return out; }"""
+
+
+def bench_browser(spec: str, keystrokes: int, warmup: int) -> list[float]:
+    from playwright.sync_api import sync_playwright
+
+    proc, base, token = start(spec)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+                "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run"])
+            page = browser.new_context(bypass_csp=True).new_page()
+            page.goto(f"{base}/?token={token}")
+            page.wait_for_selector("#verdicts tbody tr")
+            times = page.evaluate(BROWSER_LOOP, [COMPLETION, keystrokes, warmup])
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keystrokes", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--cli", type=int, default=6, help="how many keystrokes also run `sailrl rewards` (0: none)")
+    ap.add_argument("--browser", action="store_true", help="also time the page in Chromium (quickstart)")
     args = ap.parse_args()
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     print(f"cores: {os.cpu_count()}; {args.keystrokes} keystrokes per spec after {args.warmup} of warm-up")
@@ -126,6 +164,10 @@ def main() -> None:
             ratio = statistics.median(times["cli"]) / statistics.median(times["studio"])
             line += f"; cli median / studio median = {ratio:.0f}x"
         print(f"{'':<32} {line}")
+    if args.browser:
+        values = bench_browser(SPECS[0], args.keystrokes, args.warmup)
+        print(f"{SPECS[0]:<32} {'browser':<11} {statistics.median(values):8.2f} {pct(values, 0.95):8.2f} "
+              f"{max(values):8.2f}")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
 

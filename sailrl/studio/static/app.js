@@ -431,6 +431,7 @@ const tryNow = latest(async () => {
       h("td", { class: "score" }, fmt(v.score)), h("td", {}, v.why)));
   }
   $("#total").textContent = fmt(r.total);
+  $("#verdicts").dataset.chars = String(body.completion.length);  // which text the table shows the verdicts of
   $("#reference").textContent = r.reference != null ? `reference answer: '${r.reference}'` : "";
   S.lastTry = { ...body, result: r };
 });
