@@ -81,6 +81,8 @@ _TABLE: tuple[Code, ...] = (
          "(__class__, an unsafe attribute)."),
     Code("S208", "template-limit", "error", "A template runs past a rendering limit (time, output size, "
          "nesting) on an example row."),
+    Code("S209", "template-fails-on-data", "error", "A prompt template fails on every one of the first dataset rows "
+         "validate renders it on (an error in the template, whatever the row)."),
     Code("S211", "unknown-renderer", "error", "model.renderer is not a renderer name sailrl knows."),
     Code("S212", "unknown-model", "error", "No default renderer is known for model.name; set model.renderer."),
     Code("S213", "lora-rank", "error", "The LoRA rank is not a positive power of two."),

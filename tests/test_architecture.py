@@ -32,6 +32,7 @@ SKIP = ("spec/examples",)  # example specs and the script that makes their data:
 SELF_CONTAINED = frozenset({"sailrl.runtime.prompts", "sailrl.runtime.rewards", "sailrl.runtime.answers",
                             "sailrl.runtime.python_rules", "sailrl.runtime.workers", "sailrl.runtime.cost",
                             "sailrl.runtime.judge", "sailrl.runtime.data.order", "sailrl.runtime.data.base",
+                            "sailrl.runtime.data.readers", "sailrl.runtime.data.sources",
                             "sailrl.runtime.tools", "sailrl.runtime.calculator"})
 RENDERING = frozenset({"sailrl.compiler.render", "sailrl.compiler.docgen"})
 VALIDATION = frozenset({"sailrl.compiler", "sailrl.compiler.validate", "sailrl.compiler.checks",

@@ -212,7 +212,7 @@ def test_the_cheap_length_bound_never_lets_a_long_prompt_through(text, window):
     limit = PromptLimit(renderer=renderer, context_window=window, max_tokens=8)
     exact = renderer.build_generation_prompt(messages).length
     measured = limit.tokens(messages)
-    assert measured is None or measured == exact
+    assert measured is None or measured == exact or limit.max_prompt_tokens < measured <= exact
     assert (measured is not None and measured > limit.max_prompt_tokens) == (exact > limit.max_prompt_tokens)
 
 
@@ -245,3 +245,43 @@ def test_the_cheap_length_bound_holds_for_bpe_tokenizers(kind, text, window):
     exact = renderer.build_generation_prompt(messages).length
     measured = limit.tokens(messages)
     assert (measured is not None and measured > limit.max_prompt_tokens) == (exact > limit.max_prompt_tokens)
+
+
+@settings(max_examples=40, deadline=None)
+@given(kind=st.sampled_from(["byte_level", "metaspace"]),
+       text=st.text(alphabet="the quick brown fox 3+4=7 ünï テ🙂\nxxxxxxxx", min_size=200, max_size=3000),
+       window=st.integers(min_value=10, max_value=200))
+def test_the_prefix_bound_on_long_prompts_decides_as_the_full_count_does(kind, text, window):
+    from sailrl.runtime.data.rows import PromptLimit
+
+    renderer = get_renderer("role_colon", trained_bpe(kind))
+    messages = [{"role": "user", "content": text}]
+    limit = PromptLimit(renderer=renderer, context_window=window, max_tokens=4)
+    exact = renderer.build_generation_prompt(messages).length
+    measured = limit.measure(messages)
+    assert (measured is not None and measured[0] > limit.max_prompt_tokens) == (exact > limit.max_prompt_tokens)
+    if measured is not None and not measured[1]:
+        assert limit.max_prompt_tokens < measured[0] <= exact
+
+
+class _CountingRenderer:
+    """The tiny renderer, recording the longest message it was asked to tokenise."""
+
+    def __init__(self, renderer):
+        self.renderer, self.longest = renderer, 0
+
+    def build_generation_prompt(self, messages):
+        self.longest = max(self.longest, *(len(m["content"]) for m in messages))
+        return self.renderer.build_generation_prompt(messages)
+
+
+def test_a_huge_rendered_prompt_is_skipped_without_tokenising_it_whole(tmp_path):
+    (tmp_path / "rows.jsonl").write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2", "answer": "4"}\n')
+    spec = Spec.model_validate({**make_spec("rows.jsonl").model_dump(mode="json", by_alias=True, exclude_unset=True),
+                                "prompt": {"user": "{{ question|replace('', 'x' * 100000) }}"}})
+    counting = _CountingRenderer(tiny_renderer())
+    with pytest.raises(DatasetError) as err:
+        load_rows(spec, tmp_path, renderer=counting, context_window=512)
+    assert "2 x prompt too long for the model's context (e.g. row 0: prompt is more than " in str(err.value)
+    assert "tokens (its beginning alone); the model's context is 512" in str(err.value)
+    assert counting.longest <= 4 * 4 * (512 - 8 + 64)  # two prefixes at most, never the 400,000 characters

@@ -128,7 +128,21 @@ class PromptLimit:
         return self.context_window - self.max_tokens
 
     def tokens(self, messages: list[dict[str, str]]) -> int | None:
-        """The prompt's length in tokens when it might exceed :attr:`max_prompt_tokens`; None when it surely fits."""
+        """The prompt's length in tokens when it might exceed :attr:`max_prompt_tokens`; None when it surely fits.
+
+        A prompt far longer than the context is not tokenised whole (:meth:`measure`): the number is then a
+        lower bound, already over the limit."""
+        measured = self.measure(messages)
+        return None if measured is None else measured[0]
+
+    def measure(self, messages: list[dict[str, str]]) -> tuple[int, bool] | None:
+        """``(tokens, exact)`` when the prompt might exceed :attr:`max_prompt_tokens`, None when it surely fits.
+
+        When the messages' text is long, prefixes of it are tokenised first (``PREFIX_CHARS_PER_TOKEN`` x the
+        limit characters, then 4 times more each round): once a prefix alone is :attr:`MARGIN` tokens over the
+        limit the whole prompt is too long (``exact`` False, ``tokens`` a lower bound), so the work is bounded by
+        the context's size, not the prompt's (a template that renders 400 kB a row costs one short tokenisation).
+        """
         roles = tuple(m["role"] for m in messages)
         if roles not in self._overhead:
             empty = [{"role": r, "content": ""} for r in roles]
@@ -136,14 +150,26 @@ class PromptLimit:
         content_bytes = sum(len(m["content"].encode("utf-8")) for m in messages)
         if self._overhead[roles] + 2 * content_bytes <= self.max_prompt_tokens:
             return None
-        return int(self.renderer.build_generation_prompt(messages).length)
+        longest = max(len(m["content"]) for m in messages)
+        cut = self.PREFIX_CHARS_PER_TOKEN * (max(self.max_prompt_tokens, 0) + self.MARGIN)
+        while cut < longest:
+            prefix = [{**m, "content": m["content"][:cut]} for m in messages]
+            n = int(self.renderer.build_generation_prompt(prefix).length)
+            if n > self.max_prompt_tokens + self.MARGIN:
+                return n - self.MARGIN, False
+            cut *= 4
+        return int(self.renderer.build_generation_prompt(messages).length), True
 
-    def reason(self, n: int) -> str:
+    MARGIN = 64  # tokens a prefix must be over the limit by (a cut inside a word may split a token or two)
+    PREFIX_CHARS_PER_TOKEN = 4
+
+    def reason(self, n: int, exact: bool = True) -> str:
         """E.g. "prompt is 5,000 tokens; the model's context is 4,096 and sampling.max_tokens is 1,024"."""
         fit = self.max_prompt_tokens
         room = (f"so a prompt may have at most {fit:,}" if fit > 0 else
                 "so no prompt fits; lower sampling.max_tokens")
-        return (f"prompt is {n:,} tokens; the model's context is {self.context_window:,} and sampling.max_tokens "
+        size = f"{n:,} tokens" if exact else f"more than {n:,} tokens (its beginning alone)"
+        return (f"prompt is {size}; the model's context is {self.context_window:,} and sampling.max_tokens "
                 f"is {self.max_tokens:,}, {room}")
 
 
@@ -183,9 +209,9 @@ class RowChecker:
             if problem:
                 return "reference", f"reference rejected by the reward rules: {problem}"
         if self.limit is not None:
-            n = self.limit.tokens(messages)
-            if n is not None and n > self.limit.max_prompt_tokens:
-                return "too_long", self.limit.reason(n)
+            measured = self.limit.measure(messages)
+            if measured is not None and measured[0] > self.limit.max_prompt_tokens:
+                return "too_long", self.limit.reason(*measured)
         if self.renderer_check is not None:
             problem = self.renderer_check(row)
             if problem:

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sailrl.runtime.data import readers
+import sailrl.runtime.data.readers as readers
 from sailrl.runtime.data.base import DatasetError
 from sailrl.runtime.data.readers import (
     LOCAL_SUFFIXES,
