@@ -86,6 +86,7 @@ FEATURES: dict[str, str] = {
     "kl": "training.kl_penalty_coef > 0 (KL penalty to the base model)",
     "schedule": "training.lr_schedule other than constant, or training.lr_warmup_steps > 0",
     "eval": "dataset.eval (a held-out split)",
+    "budget": "training.max_cost_usd (the budget stop)",
 }
 
 
@@ -99,6 +100,7 @@ def features(spec: Spec) -> dict[str, bool]:
         "kl": t.kl_penalty_coef > 0,
         "schedule": t.lr_schedule != "constant" or t.lr_warmup_steps > 0,
         "eval": spec.dataset.eval is not None,
+        "budget": t.max_cost_usd is not None,
     }
 
 
@@ -182,7 +184,6 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
         spec_dir_literal=string_literal(rel),
         blocks=blocks,
         sections=sections,
-        budget=spec.training.max_cost_usd is not None,
         **features(spec),
     )
     return text

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sailrl.runtime.data.order import WARMUP_SEED_OFFSET, rows_for_step, shuffle_seed
 from sailrl.runtime.judge import judge_messages
 from sailrl.spec.pricing import SAIL_WINDOWS, PriceKey, ResolvedPrice, resolve_judge_price, resolve_price
 
@@ -46,7 +47,6 @@ JUDGE_KINDS = ("judge_prompt", "judge_output")
 JUDGE_CHARS_PER_TOKEN = 4
 EVAL_KINDS = ("eval_prompt", "eval_sampled")
 RECENT_STEPS = 5  # next_step_estimate looks at this many of the latest steps
-WARMUP_SEED_OFFSET = 7919  # the supervised warm-up draws its rows with shuffle_seed + 7919 (sailrl.runtime.run)
 
 
 def billing(sampler: str, completion_window: str) -> dict[str, PriceKey]:
@@ -411,8 +411,6 @@ def drawn_length_sum(lengths: Sequence[int], positions: int, seed: int, *, reshu
         sd = statistics.stdev(lengths) if n > 1 else 0.0
         se = sd / math.sqrt(n) * math.sqrt((total_rows - n) / max(total_rows - 1, 1))
         return Range(positions * max(mean - 2 * se, 0.0), positions * (mean + 2 * se), positions * mean)
-    from sailrl.runtime.data.order import rows_for_step
-
     epochs, rest = divmod(positions, n)
     total = epochs * sum(lengths)
     if rest:
@@ -451,8 +449,6 @@ def estimate_run(spec: Any, prompt_token_lengths: Sequence[int] | None,
     are ``steps // eval_every`` (one rollout per held-out row each), and the warm-up trains
     ``warmup.steps x batch_size`` examples drawn as the loop draws them. Costs use :class:`CostModel` prices.
     """
-    from sailrl.runtime.data.order import shuffle_seed
-
     model = CostModel.from_spec(spec, sampler=sampler, prompt_token_lengths=prompt_token_lengths,
                                 eval_prompt_token_lengths=eval_prompt_token_lengths)
     t, s = spec.training, spec.sampling

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.spec.files import writable_folder
+from sailrl.spec.schema import Spec
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -69,6 +70,13 @@ def spec_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if a.get(key, "<unset>") != b.get(key, "<unset>"):
             changes.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
     return changes
+
+
+def run_dir_path(spec: Spec, spec_dir: Path | str) -> Path:
+    """``output.run_dir`` with ``{name}`` filled in; a relative path is relative to the spec's folder, like every
+    other path in a spec (``dataset.source``, a local ``model.name``)."""
+    p = Path(spec.output.run_dir.replace("{name}", spec.name)).expanduser()
+    return p if p.is_absolute() else Path(spec_dir) / p
 
 
 class RunDirectory:
@@ -133,6 +141,11 @@ class RunDirectory:
         """The last checkpoint record with a ``state_path`` (resumable), or None."""
         records = [r for r in _read_jsonl_tolerant(self.checkpoints_path) if r.get("state_path")]
         return records[-1] if records else None
+
+    def final_saved(self, completed: int) -> bool:
+        """True when a final checkpoint (state and sampler weights) after ``completed`` steps is recorded."""
+        return any(r.get("final") and r.get("sampler_path") and r.get("batch", -1) >= completed
+                   for r in _read_jsonl_tolerant(self.checkpoints_path))
 
     def last_sampler_path(self) -> str | None:
         records = [r for r in _read_jsonl_tolerant(self.checkpoints_path) if r.get("sampler_path")]

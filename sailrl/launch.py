@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from sailrl.spec.errors import SailrlError, SpecErrors, UserError
+from sailrl.spec.schema import Spec
 
 __all__ = ["EXIT_BUDGET", "apply_overrides", "build_spec", "execute", "main", "parse_args"]
 
@@ -137,8 +138,6 @@ def build_spec(config: dict[str, Any], overrides: list[str], spec_dir: Path | st
     Overrides go through every check ``sailrl validate`` makes (located in a YAML rendering of the overridden
     spec). Raises ``ValueError`` for a malformed override and ``SpecErrors`` for a value the spec refuses.
     """
-    from sailrl.spec.schema import Spec
-
     if not overrides:
         return Spec.model_validate(config)
     # Checked as the user would have written it: the values that differ from the defaults, plus the overrides (a
@@ -150,9 +149,24 @@ def build_spec(config: dict[str, Any], overrides: list[str], spec_dir: Path | st
     return _validate_text(text, "<spec with --set overrides>", where).spec
 
 
+def write_into_config(config: dict[str, Any], spec: Any) -> None:
+    """Write ``spec``'s values (overrides applied) into the script's ``CONFIG`` sections in place, so the names
+    the script's ``main()`` reads (``TRAINING[...]``) hold the values this run uses. A reward rule keeps the keys
+    the script shows when the overrides left it as it was."""
+    resolved = spec.resolved()
+    same_reward = Spec.model_validate(config).reward == spec.reward
+    for name, section in config.items():
+        if isinstance(section, dict) and isinstance(resolved.get(name), dict) and not (name == "reward" and
+                                                                                    same_reward):
+            section.clear()
+            section.update(resolved[name])
+
+
 async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, options: Any) -> int:
     """Open the run, await ``script_main(run)`` and turn its end into an exit status (see the module docstring)."""
-    from sailrl.runtime.run import BudgetReached, open_run
+    # lazy: `sailrl preflight` imports this module for build_spec; the run's modules load torch
+    from sailrl.runtime.errors import BudgetReached
+    from sailrl.runtime.run import open_run
 
     run = None
     _stop_state["saved"] = False
@@ -163,7 +177,7 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, opti
         return EXIT_OK
     except (KeyboardInterrupt, asyncio.CancelledError):
         if run is not None:
-            await asyncio.shield(run.save_after_stop("interrupted"))
+            await asyncio.shield(run.checkpoints.save_after_stop("interrupted"))
             _stop_state["saved"] = True
         else:
             print("interrupted while the run was opening; nothing was written", file=sys.stderr)
@@ -171,11 +185,11 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, opti
     except BudgetReached as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         if run is not None:
-            await run.save_after_stop("budget")
+            await run.checkpoints.save_after_stop("budget")
         return EXIT_BUDGET
     except SailrlError as exc:
         if run is not None and not isinstance(exc, UserError):
-            await run.save_after_failure(exc)
+            await run.checkpoints.save_after_failure(exc)
         if isinstance(exc, SpecErrors):
             print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
         else:
@@ -183,7 +197,7 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, opti
         return EXIT_FAILED
     except Exception as exc:
         if run is not None:
-            await run.save_after_failure(exc)
+            await run.checkpoints.save_after_failure(exc)
         raise
     finally:
         _cancel_other_tasks()
@@ -237,7 +251,6 @@ def main(script_main: Callable[[Any], Awaitable[None]], config: dict[str, Any], 
     """A generated script's ``__main__``: parse flags, build the spec, run. Returns the exit status."""
     from sailrl.compiler.render import feature_changes
     from sailrl.runtime.run import RunOptions
-    from sailrl.spec.schema import Spec
 
     args = parse_args(argv, doc)
     try:
@@ -255,6 +268,7 @@ def main(script_main: Callable[[Any], Awaitable[None]], config: dict[str, Any], 
               f"put it in the spec and recompile (sailrl compile {spec_path}), or run `sailrl run {spec_path} --set "
               "...`, which recompiles", file=sys.stderr)
         return EXIT_USAGE
+    write_into_config(config, spec)
     script = Path(sys.argv[0]) if argv is None else None
     options = RunOptions(spec_path=spec_path, spec_dir=Path(spec_dir), spec_sha256=spec_sha256, resume=args.resume,
                          overwrite=args.overwrite, overrides=list(args.overrides),
@@ -266,4 +280,5 @@ def run_compiled(script_text: str, spec: Any, options: Any) -> int:
     """Run a compiled script's text in this process (``sailrl run``): its ``main`` with ``spec`` and ``options``."""
     namespace: dict[str, Any] = {"__name__": "sailrl_compiled_script", "__file__": str(options.spec_dir / "train.py")}
     exec(compile(script_text, "train.py", "exec"), namespace)  # the script sailrl just rendered from the spec
+    write_into_config(namespace["CONFIG"], spec)
     return _run_async(execute(namespace["main"], spec, options))

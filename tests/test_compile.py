@@ -67,7 +67,8 @@ def test_script_header_imports_and_syntax(spec_path, monkeypatch):
     main_src = ast.get_source_segment(text, next(n for n in tree.body if getattr(n, "name", "") == "main"))
     positions = [main_src.index(f"# {i}. ") for i in range(1, 6)]
     assert positions == sorted(positions)
-    for call in ("run.save_sampler_checkpoint(", "run.policy_for(", "run.rollout(", "rl.split_degenerate(",
+    for call in ("run.sampler.save_checkpoint(", "run.sampler.policy_for(", "run.sampler.rollout(",
+                 "rl.split_degenerate(",
                  "compute_advantages(", "assemble_training_data(", "train_step(", "tinker.AdamParams("):
         assert call in main_src, call
     train_src = ast.get_source_segment(text, next(n for n in tree.body if getattr(n, "name", "") == "train_step"))

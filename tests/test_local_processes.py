@@ -214,7 +214,7 @@ def off_policy_script(tmp_path_factory) -> Path:
     spec.write_text(text)
     script = tmp_path / "off_policy.py"
     assert main(["compile", str(spec), "-o", str(script)]) == 0
-    assert "asyncio.create_task(run.policy_for(sampler_path, step))" in script.read_text()
+    assert "asyncio.create_task(run.sampler.policy_for(sampler_path, step))" in script.read_text()
     return script
 
 

@@ -14,8 +14,9 @@ import torch
 from sailrl.cli import main
 from sailrl.launch import apply_overrides
 from sailrl.runtime import rl
+from sailrl.runtime.errors import RunError
 from sailrl.runtime.rollout import rollout_groups
-from sailrl.runtime.run import Run, RunError, RunOptions, open_run
+from sailrl.runtime.run import Run, RunOptions, open_run
 from sailrl.spec.loader import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +47,7 @@ async def _train(run: Run, step: int, data: list):
         opt = await run.training_client.optim_step_async(adam)
         return [(await fb.result_async(), await opt.result_async())]
 
-    return await run.apply_update(step, data, update())
+    return await run.checkpoints.apply_update(step, data, update())
 
 
 def test_eval_every_logs_eval_metrics_from_the_held_out_rows(tmp_path, monkeypatch):
@@ -82,9 +83,9 @@ def test_a_failed_group_is_dropped_and_counted_and_the_step_goes_on(tmp_path):
 
     async def go():
         run = await _start(tmp_path, "training.steps=1")
-        path = await run.save_sampler_checkpoint(1)
-        good = (await run.policy_for(path, 1)).completer
-        rows = run.rows(1)
+        path = await run.sampler.save_checkpoint(1)
+        good = (await run.sampler.policy_for(path, 1)).completer
+        rows = run.sampler.rows(1)
         bad_prompt = tuple(run.prompts.model_input(rows[0]).to_ints())
 
         class FlakyPolicy(SamplingPolicy):
@@ -95,14 +96,14 @@ def test_a_failed_group_is_dropped_and_counted_and_the_step_goes_on(tmp_path):
                 return await super().__call__(model_input, stop, max_tokens=max_tokens)
 
         policy = FlakyPolicy(good.sampling_client, max_tokens=12)
-        batch = await rollout_groups(policy, [run._builder(r, 4, None) for r in rows])
+        batch = await rollout_groups(policy, [run.sampler.group_builder(r, 4, None) for r in rows])
         assert len(batch.groups) == 1 and [i for i, _ in batch.failed] == [rows[0]["_index"]]
         assert "SailRolloutError: expired after 3 attempts" in batch.failed[0][1]
         batch.sampler_steps = [1] * len(batch.groups)
         batch.sampler_paths = [path] * len(batch.groups)
-        run.record_rollouts(1, batch, [], [])
-        run.end_step(1)
-        m = run.history[-1]
+        run.records.rollouts(1, batch, [], [])
+        run.records.end_step(1)
+        m = run.records.history[-1]
         assert m["groups_failed"] == 1.0 and m["groups"] == 1.0 and m["step"] == 1
 
     asyncio.run(go())
@@ -117,7 +118,7 @@ def test_init_from_starts_at_step_zero_with_those_weights_and_a_fresh_optimizer(
         opt = await first.training_client.optim_step_async(__import__("tinker").AdamParams(learning_rate=0.05))
         await fb.result_async()
         await opt.result_async()
-        state = await first.save_state(1)
+        state = await first.checkpoints.save_state(1)
         second = await _start(tmp_path / "b", "training.steps=1", f"training.init_from={state}")
         assert second.start_step == 1 and second.completed == 0
         a = {k: v for k, v in first.training_client.peft_model.state_dict().items() if "lora" in k}
@@ -156,15 +157,15 @@ def test_a_step_where_every_group_failed_is_a_fault_not_a_degenerate_step(tmp_pa
         async def every_group_fails(policy, builders):
             return RolloutBatch(groups=[], rows=[], failed=failed)
 
-        import sailrl.runtime.run as run_module
+        import sailrl.runtime.sampler as run_module
 
-        path = await run.save_sampler_checkpoint(4)
-        policy = await run.policy_for(path, 4)
+        path = await run.sampler.save_checkpoint(4)
+        policy = await run.sampler.policy_for(path, 4)
         original = run_module.rollout_groups
         run_module.rollout_groups = every_group_fails
         try:
             with pytest.raises(RunError, match=r"^step 4, phase 'rollout': every group failed \(2\): row 3: SailRoll"):
-                await run.rollout(policy, 4)
+                await run.sampler.rollout(policy, 4)
         finally:
             run_module.rollout_groups = original
 
@@ -174,9 +175,9 @@ def test_a_step_where_every_group_failed_is_a_fault_not_a_degenerate_step(tmp_pa
 def test_train_metrics_include_the_sampler_learner_kl_and_optimizer_metrics(tmp_path):
     async def go():
         run = await _start(tmp_path, "training.steps=1", "training.group_size=8", "training.groups_per_step=4")
-        path = await run.save_sampler_checkpoint(1)
-        policy = await run.policy_for(path, 1)
-        batch = await run.rollout(policy, 1)
+        path = await run.sampler.save_checkpoint(1)
+        policy = await run.sampler.policy_for(path, 1)
+        batch = await run.sampler.rollout(policy, 1)
         # The untrained model's groups are degenerate; give them alternating advantages to get training data.
         from tinker_cookbook.rl.data_processing import assemble_training_data
 

@@ -146,11 +146,11 @@ def test_the_script_shows_each_option_only_when_the_spec_uses_it():
         assert line not in plain, line
     full = _main_source(_spec_with("training.kl_penalty_coef=0.05", "training.advantage_scale=group_std",
                                    "training.lr_schedule=cosine", "training.max_steps_off_policy=2"))
-    for line in ("incorporate_kl_penalty(data, reference, t.kl_penalty_coef, t.kl_discount_factor)",
-                 "run.record_kl_penalty(step, data, kl)",
-                 "rl.scale_advantages(groups, advantages, t.advantage_scale)",
-                 "rl.learning_rate(t.learning_rate, step, t.steps, t.lr_schedule, t.lr_warmup_steps)",
-                 "asyncio.create_task(run.rollout(policy, later))", "rl.drop_stale("):
+    for line in ('incorporate_kl_penalty(data, reference, t["kl_penalty_coef"], t["kl_discount_factor"])',
+                 "run.records.kl_penalty(step, data, kl)",
+                 'rl.scale_advantages(groups, advantages, t["advantage_scale"])',
+                 'rl.learning_rate(t["learning_rate"], step, t["steps"], t["lr_schedule"], t["lr_warmup_steps"])',
+                 "asyncio.create_task(run.sampler.rollout(policy, later))", "rl.drop_stale("):
         assert line in full, line
     assert features(_spec_with("training.lr_warmup_steps=2"))["schedule"]
 

@@ -14,7 +14,10 @@ from typing import Any
 
 from sailrl.runtime.data.base import DatasetError
 
-__all__ = ["batches", "carve_eval", "rows_for_step", "shuffle_rows", "shuffle_seed"]
+__all__ = ["WARMUP_SEED_OFFSET", "batches", "carve_eval", "rows_for_step", "shuffle_rows", "shuffle_seed"]
+
+#: Added to the data seed for the supervised warm-up's own row order (RL's order is the same with or without one).
+WARMUP_SEED_OFFSET = 7919
 
 
 def shuffle_seed(spec: Any) -> int:

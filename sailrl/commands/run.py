@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from sailrl.commands._common import print_warnings
     from sailrl.compiler.render import render_script
     from sailrl.compiler.validate import validate_file
-    from sailrl.runtime.run import RunOptions, run_dir_path
+    from sailrl.runtime.run import RunOptions
+    from sailrl.runtime.rundir import run_dir_path
     from sailrl.spec.errors import SpecErrors
 
     try:

@@ -1,0 +1,200 @@
+"""The policy and its rollouts: sampler checkpoints, the policy for one, a step's rows and its scored rollouts.
+
+:class:`Sampler` is ``run.sampler`` in a generated script: ``save_checkpoint`` / ``submit_checkpoint`` (the
+snapshot), ``policy_for`` (Sail: a signed checkpoint URL in sailrl's adaptive Sail completer; Tinker or the local
+backend: a sampling client), ``rollout`` (every group of a step, scored by the reward rules), ``wait_for``
+(rollouts started earlier, off-policy), ``evaluate`` (the held-out rows) and ``reference_client`` (the base model,
+for the KL penalty). Phase timings go to the step's record (:class:`sailrl.runtime.records.Records`).
+
+Seam for multi-turn episodes: :meth:`Sampler.group_builder` builds one group's tinker_cookbook
+``EnvGroupBuilder``; an environment with turns replaces it (``rollout_groups`` runs any builder).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+from sailrl.runtime.backends import Backend
+from sailrl.runtime.data import rows_for_step, shuffle_seed
+from sailrl.runtime.errors import RunError, phase
+from sailrl.runtime.prompts import PromptBuilder
+from sailrl.runtime.records import Records
+from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rollout import RolloutBatch, RuleGroupBuilder, SamplingPolicy, rollout_groups
+from sailrl.runtime.scoring import StepScorer
+from sailrl.spec.schema import Spec
+
+__all__ = ["Policy", "Sampler"]
+
+
+@dataclass
+class Policy:
+    """A rollout policy: a tinker_cookbook ``TokenCompleter`` over one sampler checkpoint.
+
+    ``sampler_step``: the step whose snapshot it samples (the weights after ``sampler_step - 1`` updates).
+    """
+
+    completer: Any
+    sampler_path: str
+    sampler_step: int
+
+
+class Sampler:
+    """Sampler checkpoints, policies and rollouts of one run (``run.sampler``)."""
+
+    def __init__(self, *, spec: Spec, backend: Backend, training_client: Any, tokenizer: Any, renderer: Any,
+                 reward_fn: RewardFunction, prompts: PromptBuilder, train_rows: list[dict[str, Any]],
+                 eval_rows: list[dict[str, Any]], run_id: str, lora_rank: int, records: Records) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.service_client = backend.service_client
+        self.training_client = training_client
+        self.tokenizer = tokenizer
+        self.renderer = renderer
+        self.reward_fn = reward_fn
+        self.prompts = prompts
+        self.train_rows = train_rows
+        self.eval_rows = eval_rows
+        self.run_id = run_id
+        self.lora_rank = lora_rank
+        self.records = records
+        self._reference: Any = None
+        self._model_inputs: dict[int, tuple[Any, list]] = {}
+
+    # ------------------------------------------------------------------ data
+    def rows(self, step: int) -> list[dict[str, Any]]:
+        """The dataset rows of ``step``: a deterministic function of (seed, step), the same after a resume."""
+        return rows_for_step(self.train_rows, step - 1, self.spec.training.groups_per_step, shuffle_seed(self.spec),
+                             reshuffle=self.spec.dataset.shuffle)
+
+    def steps_to_sample(self, step: int, max_steps_off_policy: int, started: Any) -> list[int]:
+        """Steps ``step .. step + max_steps_off_policy`` (within the run) whose rollouts have not started."""
+        last = min(step + max_steps_off_policy, self.spec.training.steps)
+        return [s for s in range(step, last + 1) if s not in started]
+
+    # ------------------------------------------------------------------ 1. snapshot, 2. resolve
+    async def save_checkpoint(self, step: int) -> str:
+        """Save the current LoRA weights as a sampler checkpoint (``save_weights_for_sampler``) that expires after
+        ``training.checkpoint_ttl_s``, and wait for it; its path (:meth:`submit_checkpoint`, awaited)."""
+        return await (await self.submit_checkpoint(step))
+
+    async def submit_checkpoint(self, step: int) -> Awaitable[str]:
+        """Submit the sampler-checkpoint save of ``step`` without waiting for it: once this returns, the save is
+        queued before any update submitted later, so it holds the weights ``step`` starts from. Returns an
+        awaitable of its path (timed as ``time/snapshot`` while awaited) for :meth:`policy_for`."""
+        timings = self.records.timings(step)
+        with phase(step, "snapshot", timings):
+            fut = await self.training_client.save_weights_for_sampler_async(
+                f"{self.spec.name}-step-{step:06d}", ttl_seconds=self.spec.training.checkpoint_ttl_s)
+
+        async def path() -> str:
+            with phase(step, "snapshot", timings):
+                return (await fut.result_async()).path
+
+        return path()
+
+    async def policy_for(self, sampler_path: str | Awaitable[str], step: int) -> Policy:
+        """The policy that samples ``sampler_path`` (a path, or an awaitable of one from
+        :meth:`submit_checkpoint`): on Sail, a signed checkpoint URL wrapped in sailrl's adaptive Sail completer;
+        on Tinker or the local backend, a sampling client for that checkpoint.
+
+        A Tinker that refuses to sign the checkpoint URL stops the run here (a ``ServiceError`` naming the options).
+        """
+        if not isinstance(sampler_path, str):
+            sampler_path = await sampler_path
+        s = self.spec.sampling
+        with phase(step, "resolve", self.records.timings(step)):
+            if self.backend.sampler == "sail":
+                completer = await self._sail_completer(sampler_path, step)
+            else:
+                client = await self.service_client.create_sampling_client_async(model_path=sampler_path)
+                # Seeded per step (model.seed) on the local backend: a run repeats exactly.
+                seed = (self.spec.model.seed * 1_000_003 + (step - 1) * 100_003) % (2**31) if self.backend.is_local \
+                    else None
+                completer = SamplingPolicy(client, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p,
+                                           seed=seed)
+        return Policy(completer, sampler_path, step)
+
+    async def _sail_completer(self, sampler_path: str, step: int) -> Any:
+        # lazy: the Sail SDK loads only on a run that samples on Sail
+        from sailrl.runtime.sail import adapter_config_for, make_sail_policy, signed_checkpoint_url
+
+        s, m = self.spec.sampling, self.spec.model
+        url = await signed_checkpoint_url(self.service_client, sampler_path,
+                                          ttl_seconds=self.spec.training.checkpoint_ttl_s)
+        return make_sail_policy(
+            model=m.name, signed_url=url,
+            adapter_config=adapter_config_for(m.name, self.lora_rank, train_attn=m.train_attn,
+                                              train_mlp=m.train_mlp, train_unembed=m.train_unembed),
+            lora_name=f"{self.spec.name}-{self.run_id}-step-{step:06d}", max_tokens=s.max_tokens,
+            temperature=s.temperature, top_p=s.top_p, completion_window=s.completion_window,
+            vocab_size=len(self.tokenizer), poll_deadline_s=s.poll_deadline_s)
+
+    async def reference_client(self) -> Any:
+        """A sampling client of the base model (no adapter), for the KL penalty's reference logprobs."""
+        if self._reference is None:
+            self._reference = await self.service_client.create_sampling_client_async(base_model=self.spec.model.name)
+        return self._reference
+
+    # ------------------------------------------------------------------ 3. roll out
+    def group_builder(self, row: dict[str, Any], group_size: int, scorer: StepScorer | None) -> RuleGroupBuilder:
+        """One group's builder: ``row``'s prompt (rendered once per row), ``group_size`` rollouts, scored by the
+        reward rules through ``scorer``."""
+        key = int(row.get("_index", id(row)))
+        if key not in self._model_inputs:
+            stop = self.spec.sampling.stop or self.prompts.stop_sequences()
+            self._model_inputs[key] = (self.prompts.model_input(row), stop)
+        model_input, stop = self._model_inputs[key]
+        return RuleGroupBuilder(row=row, model_input=model_input, stop=stop, renderer=self.renderer,
+                                reward_fn=self.reward_fn, group_size=group_size, scorer=scorer)
+
+    async def rollout(self, policy: Policy | Awaitable[Policy], step: int, *,
+                      rows: list[dict[str, Any]] | None = None, group_size: int | None = None,
+                      phase_name: str = "rollout") -> RolloutBatch:
+        """Every rollout of every group of ``step``'s rows, concurrently, scored by the reward rules. ``policy``: a
+        :class:`Policy`, or an awaitable of one (a task resolving it, shared by the steps that sample from it).
+
+        Scoring runs off the event loop, within one budget for the step (``reward.step_budget_s``; rules past it
+        fail and are counted). A group whose rollouts fail is dropped and counted; every group records the sampler
+        checkpoint and step that produced it. Raises :class:`RunError` when every group failed (a service fault,
+        not a degenerate batch), quoting the first failures.
+        """
+        if not isinstance(policy, Policy):
+            policy = await policy
+        rows = self.rows(step) if rows is None else rows
+        gs = group_size or self.spec.training.group_size
+        t0 = time.perf_counter()
+        timings: dict[str, float] = {}
+        scorer = StepScorer(self.reward_fn)
+        with phase(step, phase_name, timings):
+            batch = await rollout_groups(policy.completer, [self.group_builder(r, gs, scorer) for r in rows])
+        batch.seconds = time.perf_counter() - t0
+        batch.sampler_paths = [policy.sampler_path] * len(batch.groups)
+        batch.sampler_steps = [policy.sampler_step] * len(batch.groups)
+        stats = getattr(policy.completer, "stats", None)  # the Sail completer counts polls, retries and failures
+        batch.extra_metrics = {**(stats.as_metrics() if stats is not None else {}), **scorer.metrics()}
+        for line in scorer.warnings():  # python rules that printed this step: one line each
+            self.records.console.print(f"[yellow]step {step}: {line}[/yellow]")
+        if batch.failed:
+            first = batch.failed[0]
+            self.records.console.print(f"[yellow]step {step}: {len(batch.failed)} group(s) failed and were dropped "
+                                       f"(row {first[0]}: {first[1]})[/yellow]")
+        if not batch.groups and batch.failed:
+            reasons = "; ".join(f"row {i}: {why}" for i, why in batch.failed[:3])
+            raise RunError(f"step {step}, phase '{phase_name}': every group failed ({len(batch.failed)}): {reasons}")
+        return batch
+
+    async def wait_for(self, step: int, rollouts: Awaitable[RolloutBatch]) -> RolloutBatch:
+        """Await rollouts started earlier (bounded off-policy); the wait is timed as ``time/rollout_wait``."""
+        with phase(step, "rollout_wait", self.records.timings(step)):
+            return await rollouts
+
+    async def evaluate(self, policy: Policy | Awaitable[Policy], step: int) -> None:
+        """Sample every held-out row once from ``policy``; metrics under ``eval/``, rollouts logged as ``eval``."""
+        if not self.eval_rows:
+            return
+        batch = await self.rollout(policy, step, rows=self.eval_rows, group_size=1, phase_name="eval")
+        self.records.eval_rollouts(step, batch)
