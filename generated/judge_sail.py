@@ -164,44 +164,47 @@ CONFIG = {
 
 
 async def main(run: Run) -> None:
-    """The RL loop: training.steps optimizer steps (numbered from 1; a resumed run starts after its last save)."""
-    t = run.spec.training
+    """The RL loop: training.steps optimizer steps (numbered from 1; a resumed run starts after its last save).
+    It reads TRAINING above (--set overrides are written into it before main runs)."""
+    t = TRAINING
     for step in run.steps():
         # 1. Snapshot: save the current LoRA weights as a sampler checkpoint (expires after checkpoint_ttl_s).
-        sampler_path = await run.save_sampler_checkpoint(step)
+        sampler_path = await run.sampler.save_checkpoint(step)
         # 2. Resolve: turn that checkpoint into a policy (a Tinker sampling client).
-        policy = await run.policy_for(sampler_path, step)
+        policy = await run.sampler.policy_for(sampler_path, step)
         # 3. Roll out: groups_per_step rows x group_size completions, all concurrently, scored by the reward rules.
-        batch = await run.rollout(policy, step)
+        batch = await run.sampler.rollout(policy, step)
         # 4. Advantages: drop degenerate groups (every rollout scored the same: no gradient); the rest get their
         #    reward minus their group's mean.
         groups, degenerate = rl.split_degenerate(batch.groups)
         advantages = compute_advantages(groups)
-        run.record_rollouts(step, batch, groups, advantages)
+        run.records.rollouts(step, batch, groups, advantages)
         # One Datum per rollout: prompt + completion tokens, the advantage on every sampled token.
         data, _ = assemble_training_data(groups, advantages)
         # 5. Train: forward_backward + optim_step on the training data (no data: nothing to learn this step).
         if data:
-            lr = t.learning_rate
-            adam = tinker.AdamParams(learning_rate=lr, beta1=t.beta1, beta2=t.beta2, eps=t.eps)
-            results = await run.apply_update(step, data, train_step(run.training_client, data, adam, t))
-            run.record_update(step, data, results, lr)
+            lr = t["learning_rate"]
+            adam = tinker.AdamParams(learning_rate=lr, beta1=t["beta1"], beta2=t["beta2"], eps=t["eps"])
+            results = await run.checkpoints.apply_update(step, data, train_step(run.training_client, data, adam))
+            run.records.update(step, data, results, lr)
         else:
-            run.skip_degenerate_step(step)
-        run.end_step(step)
-        if run.due(t.save_every, step):
-            await run.save_state(step)
-    await run.save_final()
+            run.records.skipped_step(step)
+        run.records.end_step(step)
+        if run.due(t["save_every"], step):
+            await run.checkpoints.save_state(step)
+    await run.checkpoints.save_final()
 
 
-async def train_step(training_client, data: list[tinker.Datum], adam: tinker.AdamParams, t) -> list:
+async def train_step(training_client, data: list[tinker.Datum], adam: tinker.AdamParams) -> list:
     """One optimizer update per sub-batch (training.num_substeps): forward_backward with the spec's loss_fn, then
     optim_step, each pair submitted before either result is awaited so they share a clock cycle (as
     tinker_cookbook's rl.train.train_step). Returns (forward_backward output, optim_step result) per sub-batch."""
+    t = TRAINING
+    loss_fn_config = rl.loss_fn_config(t["loss_fn"], t["loss_fn_config"])
     pending = []
-    for sub_batch in split_list(rl.without_mask(data), min(t.num_substeps, len(data))):
-        fb = await training_client.forward_backward_async(
-            sub_batch, loss_fn=t.loss_fn, loss_fn_config=rl.loss_fn_config(t.loss_fn, t.loss_fn_config))
+    for sub_batch in split_list(rl.without_mask(data), min(t["num_substeps"], len(data))):
+        fb = await training_client.forward_backward_async(sub_batch, loss_fn=t["loss_fn"],
+                                                          loss_fn_config=loss_fn_config)
         optim = await training_client.optim_step_async(adam)
         pending.append((fb, optim))
     return [(await fb.result_async(), await optim.result_async()) for fb, optim in pending]
