@@ -29,7 +29,7 @@ Chat completions (what ``sail.inference.chat.completions.create`` sends, used by
 usage: {prompt_tokens, completion_tokens, total_tokens}}`` (tokens counted as whitespace-separated words). Knobs:
 ``chat_answer`` (payload -> the answer's content, called on a worker thread; default `yes_judge`),
 ``chat_models`` (the models it serves; None = any; another model is answered HTTP 404 ``model_not_found``),
-``chat_delay_s`` (seconds before answering). Records: ``chat_payloads`` (every chat request body, in order).
+``chat_delay_s`` (seconds before answering; waited on the server's loop, so concurrent requests wait together). Records: ``chat_payloads`` (every chat request body, in order).
 
 Samplers: `echo_sampler` (the default: the prompt reversed, exact logprobs for assertions); `policy_sampler(
 sampling_client_for)` samples each response from a Tinker-interface sampling client that
@@ -311,6 +311,8 @@ class FakeSailServer:
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
             status, data = self._handle(request.method, request.path, body, headers)
+            if request.path == "/v1/chat/completions" and self.chat_delay_s and status == 200:
+                await asyncio.sleep(self.chat_delay_s)  # on the loop: any number of requests wait at once
             if callable(data):  # a sample to draw: off the server's loop, it may block on a model
                 data = await asyncio.get_running_loop().run_in_executor(None, data)
         except Exception as exc:  # noqa: BLE001 -- recorded for the test, answered as a server error
@@ -410,8 +412,6 @@ class FakeSailServer:
         n = len(self.chat_payloads)
 
         def answer() -> dict[str, Any]:
-            if self.chat_delay_s:
-                time.sleep(self.chat_delay_s)
             content = self.chat_answer(body)
             prompt = sum(len(str(m.get("content", "")).split()) for m in body["messages"] if isinstance(m, dict))
             out = len(content.split())
