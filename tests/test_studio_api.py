@@ -102,6 +102,19 @@ def test_a_foreign_origin_is_refused(client, project, origin):
     assert project.read_bytes() == before
 
 
+def test_every_asset_ships_in_the_package(client):
+    from sailrl.studio.app import STATIC
+
+    page = client.get("/").text
+    assert re.findall(r'(?:src|href)="([^"]+)"', page) == ["data:,", "/static/style.css", "/static/app.js"]
+    for name in ("app.js", "style.css", "index.html"):
+        text = (STATIC / name).read_text()
+        urls = set(re.findall(r"https?://[^\s\"'`)]+", text)) - {"http://www.w3.org/2000/svg"}  # an SVG namespace
+        assert urls == set(), name
+        assert not re.search(r"^\s*import\b|\bimport\(", text, re.M), name  # one module: it fetches nothing else
+    assert client.get("/static/app.js").headers["content-type"].startswith("text/javascript")
+
+
 def test_same_origin_is_accepted(client):
     assert client.get("/api/spec", headers={"Origin": BASE}).status_code == 200
 

@@ -3,7 +3,7 @@
 One server and one browser, one test (20-40 s on 2 cores) walking through the page: load it, edit a rule and see
 the verdict change, see a problem at its field, add an example, save and read the file back, follow the file on
 disk (reload, or refuse to overwrite it), read the data tab, open a run's rollouts and follow new steps, and check
-that a request without the token or from a foreign origin is refused.
+that a request without the token or from a foreign origin is refused, and open a file that does not parse.
 
 Without a browser (``/usr/bin/chromium`` or ``SAILRL_CHROMIUM``) the tests skip with the reason; with ``CI=true``
 a missing browser fails them. Screenshots go to ``SAILRL_STUDIO_SCREENSHOTS`` (the README's ``docs/studio-*.png``
@@ -13,6 +13,7 @@ are made with ``SAILRL_STUDIO_SCREENSHOTS=docs``), else to a temporary folder.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
@@ -307,6 +308,23 @@ def requests_without_the_token_or_from_another_site_are_refused(browser, studio,
     assert ctx.request.get(base + "/api/spec").status == 200  # the same browser, from the studio itself
 
 
+def a_spec_that_does_not_parse_shows_its_errors_and_stays_editable(page, studio):
+    _, spec, _ = studio
+    pg = page
+    pg.click('nav .tab[data-tab="rules"]')
+    good = spec.read_text()
+    broken = good.replace("reward:\n  rules:\n", "reward:\n  rules: [\n", 1)
+    spec.write_text(broken)  # the page has no unsaved edits: it reloads the broken file
+    pg.wait_for_function("(t) => document.querySelector('#yaml').value === t", arg=broken)
+    pg.locator("#rule-note").wait_for()
+    first = pg.locator("#problems li").first
+    assert first.get_attribute("data-code").startswith("S0") and "quickstart.yaml:" in first.inner_text()
+    assert re.fullmatch(r"\d+ errors?", pg.locator("#validity").inner_text())
+    pg.locator("#yaml").fill(good)  # fixed in the page's YAML editor
+    pg.wait_for_function("document.querySelector('#validity').textContent === 'valid'")
+    assert pg.locator("#rule-note").is_hidden() and pg.locator("#rules .rule").count() == 2
+
+
 @pytest.mark.slow
 def test_the_studio_in_a_browser(browser, studio, page, shots):
     """One walk through the page (one server, one browser: xdist keeps a test on one worker, and the steps build
@@ -317,5 +335,6 @@ def test_the_studio_in_a_browser(browser, studio, page, shots):
     data_tab_shows_rows_the_rendered_prompt_and_preflight(page, shots)
     runs_tab_draws_curves_filters_rollouts_and_follows_the_run(page, studio, shots)
     requests_without_the_token_or_from_another_site_are_refused(browser, studio, page)
+    a_spec_that_does_not_parse_shows_its_errors_and_stays_editable(page, studio)
     assert {p.name for p in shots.glob("studio-*.png")} >= {"studio-rules.png", "studio-problem.png", "studio-data.png",
                                                          "studio-runs.png"}
