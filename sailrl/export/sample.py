@@ -11,6 +11,7 @@ what the rules read during training (``rollout.completion_text``), scored with `
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,11 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
         temperature=spec.sampling.temperature if temperature is None else temperature,
         top_p=spec.sampling.top_p, stop=stop, seed=seed)
     reward_fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
+    if reward_fn.judges:  # kind: judge rules score the samples with their judge, as in the run
+        from sailrl.runtime.judge_clients import connect_judges  # lazy: only specs with judge rules need it
+
+        for name, why in connect_judges(reward_fn, spec_dir=spec_dir).items():
+            print(f"warning: judge rule '{name}': {why}", file=sys.stderr)
     service, client = _sampling_client(spec, ckpt, spec_dir, run._have())
     try:
         response = asyncio.run(_sample(client, model_input, n, params))
