@@ -527,7 +527,7 @@ class _Checker:
 
         name = self.text(("model", "name")) or ModelSpec.model_fields["name"].default
         try:
-            default_renderer(name, self.loaded.base_dir)
+            default_renderer(name, self.loaded.base_dir, embedded=self.text(("sampling", "sampler")) == "local")
         except UnknownModelError as exc:
             self.add(("model", "name"), "S212", f"no renderer is known for model '{name}'; set model.renderer",
                      f"{exc} Add `renderer:` under model:, e.g. qwen3, llama3, kimi_k26 or role_colon.")

@@ -82,8 +82,9 @@ def _renderer(data: dict[str, Any], spec_dir: Path) -> tuple[str | None, str | N
         return renderer, name if isinstance(name, str) else None
     if not isinstance(name, str):
         return None, None
+    sampling = data.get("sampling") if isinstance(data.get("sampling"), dict) else {}
     try:
-        return default_renderer(name, spec_dir), name
+        return default_renderer(name, spec_dir, embedded=sampling.get("sampler") == "local"), name
     except (UnknownModelError, OSError, ValueError):
         return None, name
 

@@ -19,7 +19,8 @@ cannot be loaded is not scored (:func:`check_reward_rules` reports the cause).
   rule (else common formats): an empty completion, every option listed in the answer, a word that starts with
   the right letter followed by another option, the right answer written outside the answer next to a wrong one;
   for ``compare: math`` also the right answer with a wrong tail that a parser reading only a prefix would drop
-  (``42 + \\mathrm{xy}``, ``42 - \\mathrm{e}``). Each probe that the rule scores as correct is listed in one warning (``W110``) at the rule's ``extract``.
+  (``42 + \\mathrm{xy}``, ``42 - \\mathrm{e}``). Each probe that the rule scores as correct is listed in one
+  warning (``W110``) at the rule's ``extract``.
 """
 
 from __future__ import annotations

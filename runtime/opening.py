@@ -238,7 +238,7 @@ def load_inputs(spec: Spec, backend: Backend, training_client: Any, spec_dir: Pa
     dataset rows (prompts too long for the context skipped, and said so) and the prompt builder."""
     m = spec.model
     tokenizer = training_client.get_tokenizer() if backend.is_local else get_tokenizer(m.name)
-    renderer = get_renderer(m.renderer or default_renderer(m.name, spec_dir), tokenizer)
+    renderer = get_renderer(m.renderer or default_renderer(m.name, spec_dir, embedded=backend.is_local), tokenizer)
     reward_fn = RewardFunction.from_spec(spec.reward, reference_field=spec.prompt.reference_field, spec_dir=spec_dir)
     if reward_fn.judges:  # kind: judge rules: their clients open on the first judgement
         service = backend.service_client

@@ -137,7 +137,8 @@ def _load_text_tools(spec: Any, spec_dir: Path) -> tuple[Any, Any, str | None]:
 
     name = spec.model.name
     try:
-        renderer_name = spec.model.renderer or default_renderer(name, spec_dir)
+        renderer_name = spec.model.renderer or default_renderer(name, spec_dir,
+                                                                embedded=spec.sampling.sampler == "local")
     except ValueError as exc:
         return None, None, str(exc)
     if not classify(name, spec_dir).is_local:

@@ -212,12 +212,28 @@ def has_chat_template(folder: str | Path) -> bool:
         return False
 
 
-def default_renderer(model_name: str, base_dir: str | Path | None = None) -> str:
+def _cached_hub_folder(model_name: str) -> Path | None:
+    """The folder of a hub model's snapshot in the Hugging Face cache (the one holding its config.json), or None
+    when it is not cached (no network: a cache lookup only)."""
+    from huggingface_hub import try_to_load_from_cache  # lazy: only for hub ids on the embedded backend
+
+    try:
+        found = try_to_load_from_cache(model_name, "config.json")
+    except Exception:  # noqa: BLE001 -- an id the cache cannot hold (e.g. not owner/name): not cached
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def default_renderer(model_name: str, base_dir: str | Path | None = None, *, embedded: bool = False) -> str:
     """The renderer used when a spec does not set ``model.renderer``.
 
     - a built-in model: its renderer (``role_colon``);
     - a local folder whose tokenizer has a chat template, or a GGUF file: ``chat_template`` (the
       tokenizer's own template; a GGUF file without one is reported when it is loaded);
+    - a hub id on the embedded backend (``embedded``: ``sampling.sampler: local``), which loads the model with
+      transformers: ``chat_template`` too, the tokenizer's own template, unless the snapshot in the Hugging Face
+      cache has a tokenizer without one (then as a remote name below); a model not yet cached is checked when it
+      is downloaded;
     - a remote name: the first renderer ``tinker_cookbook.model_info.get_recommended_renderer_name``
       recommends (a cheap import, no torch).
 
@@ -225,6 +241,12 @@ def default_renderer(model_name: str, base_dir: str | Path | None = None) -> str
     for a remote name tinker_cookbook does not know; the message says what to set.
     """
     source = classify(model_name, base_dir)
+    no_template = False
+    if embedded and source.kind == "remote":
+        cached = _cached_hub_folder(model_name)
+        if cached is None or has_chat_template(cached):
+            return CHAT_TEMPLATE_RENDERER
+        no_template = True
     if source.kind == "builtin":
         return BUILTIN_MODELS[model_name].renderer
     if source.kind == "gguf":
@@ -244,10 +266,9 @@ def default_renderer(model_name: str, base_dir: str | Path | None = None) -> str
     except Exception as exc:  # ConfigurationError, KeyError, ValueError from tinker_cookbook's tables
         from sailrl.spec.renderers import KNOWN_RENDERERS
 
-        raise UnknownModelError(
-            f"no renderer is known for model '{model_name}'; set model.renderer to one of: "
-            + ", ".join(KNOWN_RENDERERS)
-        ) from exc
+        why = (f"the tokenizer of '{model_name}' in the Hugging Face cache has no chat template and no renderer "
+               "is known for it" if no_template else f"no renderer is known for model '{model_name}'")
+        raise UnknownModelError(f"{why}; set model.renderer to one of: " + ", ".join(KNOWN_RENDERERS)) from exc
 
 
 def _gguf_context_length(path: Path) -> tuple[int | None, str]:

@@ -46,7 +46,8 @@ class ModelSpec(SpecModel):
         description=(
             "tinker_cookbook renderer that turns a conversation into tokens (e.g. kimi_k26, qwen3, role_colon), or "
             "chat_template (the tokenizer's own chat template). Default: role_colon for the built-in models, "
-            "chat_template for a local folder or .gguf file, else the renderer tinker_cookbook recommends."
+            "chat_template for a local folder or .gguf file and for a hub id on the embedded backend (sampler: local; "
+            "unless its cached tokenizer has no chat template), else the renderer tinker_cookbook recommends."
         ),
     )
     lora_rank: int = Field(32, description="LoRA rank: a positive power of two (1, 2, 4, ... 512).",

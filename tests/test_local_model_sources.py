@@ -27,9 +27,9 @@ from sailrl.runtime.local.sources import (
     resolve_model,
 )
 from sailrl.runtime.models import get_renderer
-from sailrl.spec.errors import ModelError, UserError
+from sailrl.spec.errors import ModelError, SpecErrors, UserError
 from sailrl.spec.models import classify, context_window, default_renderer
-from tests.fakes.tiny_models import save_model_dir, write_llama_gguf
+from tests.fakes.tiny_models import CHATML, save_model_dir, write_llama_gguf
 
 HAS_GGUF = importlib.util.find_spec("gguf") is not None
 needs_gguf = pytest.mark.skipif(not HAS_GGUF, reason="the optional gguf package is not installed "
@@ -462,3 +462,53 @@ def test_sailrl_run_refuses_a_bad_model_in_one_line_before_writing_anything(bad,
     err = capsys.readouterr().err.strip()
     assert expect in err and "Traceback" not in err and len(err.splitlines()) == 1, err
     assert not run_dir.exists() or not any(run_dir.iterdir())
+
+
+def _cache_hub_model(hub, name: str, *, chat_template) -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    repo = Path(hub.HF_HUB_CACHE) / ("models--" + name.replace("/", "--"))
+    save_model_dir("llama", repo / "snapshots" / sha, chat_template=chat_template)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+
+
+def _hub_spec(tmp_path, name: str, sampler: str = "local") -> str:
+    (tmp_path / "data.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    return (f"name: t\nmodel: {{name: {name}}}\ndataset: {{source: data.jsonl, fields: [question, answer]}}\n"
+            f"prompt: {{user: '{{{{ question }}}}'}}\nsampling: {{sampler: {sampler}}}\n"
+            "reward:\n  rules:\n    - {name: correct, kind: answer, compare: numeric, extract: {from: last_number}}\n")
+
+
+def test_a_hub_id_on_the_embedded_backend_defaults_to_its_chat_template(hub, monkeypatch, tmp_path):
+    """Issue 18.11: the README said hub ids default to chat_template; validate said S212 "no renderer is known"."""
+    from sailrl.compiler.validate import validate_text
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub, "ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    # not cached: the embedded backend will load the tokenizer's own template (checked when it is downloaded)
+    assert default_renderer("someorg/not-cached", embedded=True) == "chat_template"
+    loaded = validate_text(_hub_spec(tmp_path, "someorg/not-cached"), str(tmp_path / "s.yaml"),
+                           path=tmp_path / "s.yaml")
+    assert not [e for e in loaded.warnings if e.code == "S212"]
+    # cached with a chat template: chat_template, and the run's checks agree
+    _cache_hub_model(hub, "someorg/tiny-llama", chat_template=CHATML)
+    assert default_renderer("someorg/tiny-llama", embedded=True) == "chat_template"
+    assert check_model_source("someorg/tiny-llama").kind == "hub"
+    # on Tinker / Sail a name tinker_cookbook does not know still needs model.renderer
+    with pytest.raises(SpecErrors) as info:
+        validate_text(_hub_spec(tmp_path, "someorg/tiny-llama", "tinker"), str(tmp_path / "s.yaml"),
+                      path=tmp_path / "s.yaml")
+    assert [e.code for e in info.value.errors if not e.is_warning] == ["S212"]
+
+
+def test_a_cached_hub_tokenizer_without_a_template_is_said_at_validate(hub, monkeypatch, tmp_path):
+    from sailrl.compiler.validate import validate_text
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    _cache_hub_model(hub, "someorg/plain-llama", chat_template=None)
+    with pytest.raises(SpecErrors) as info:
+        validate_text(_hub_spec(tmp_path, "someorg/plain-llama"), str(tmp_path / "s.yaml"), path=tmp_path / "s.yaml")
+    [err] = [e for e in info.value.errors if not e.is_warning]
+    assert err.code == "S212" and "in the Hugging Face cache has no chat template" in err.hint, err
+    with pytest.raises(BaseModelError, match="has no chat template"):
+        check_model_source("someorg/plain-llama")

@@ -365,10 +365,19 @@ def test_lora_rank_power_of_two(write_spec, rank, ok):
 
 
 def test_unknown_model_without_renderer(write_spec):
-    text = MINIMAL_SPEC.replace("name: sailrl/tiny", "name: someorg/some-model")
+    text = MINIMAL_SPEC.replace("name: sailrl/tiny", "name: someorg/some-model").replace("sampler: local",
+                                                                                          "sampler: tinker")
     _, errors, _ = problems(write_spec, text)
     err = only(errors, "model.name")
     assert "set model.renderer" in err.message
+
+
+def test_a_hub_id_on_the_embedded_backend_needs_no_renderer(write_spec):
+    # Issue 18.11: the embedded backend loads it with transformers and uses the tokenizer's chat template.
+    text = MINIMAL_SPEC.replace("name: sailrl/tiny", "name: someorg/some-model")
+    assert "sampler: local" in text
+    loaded = validate_file(write_spec(text))  # no error at all
+    assert not [e for e in loaded.warnings if e.code == "S212"]
 
 
 def test_default_renderer():

@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.spec.errors import ModelError
-from sailrl.spec.models import CHAT_TEMPLATE_RENDERER, classify, has_chat_template
+from sailrl.spec.models import (
+    CHAT_TEMPLATE_RENDERER,
+    UnknownModelError,
+    classify,
+    default_renderer,
+    has_chat_template,
+)
 
 __all__ = [
     "COPIES_HELD",
@@ -372,6 +378,11 @@ def check_model_source(model_name: str, renderer: str | None = None, *, base_dir
                              before_download=lambda params: check_parameters(model_name, params, device, dtype))
     if resolved.kind == "gguf":
         gguf_reader(str(resolved.path))  # parses the header and tensor table: a damaged file fails here
+    if renderer is None and resolved.kind == "hub":
+        try:  # the snapshot is cached now: the default sees its tokenizer (sailrl.spec.models.default_renderer)
+            renderer = default_renderer(model_name, base_dir, embedded=True)
+        except UnknownModelError as exc:
+            raise BaseModelError(str(exc)) from None
     if resolved.kind != "builtin" and renderer in (None, CHAT_TEMPLATE_RENDERER) and not _template_in(resolved):
         raise BaseModelError(f"the tokenizer of '{model_name}' has no chat template, so the chat_template renderer "
                          "cannot build prompts: set model.renderer (role_colon works with any tokenizer)")
