@@ -93,6 +93,19 @@ def test_loopback_names_are_accepted(client, host):
     assert client.get("/api/spec", headers={"Host": host}).status_code == 200
 
 
+def test_the_names_each_address_answers_to():
+    import socket as sockets
+
+    from sailrl.studio.security import allowed_hosts
+
+    assert allowed_hosts("127.0.0.1", 80) == {"127.0.0.1:80", "localhost:80", "[::1]:80"}
+    assert allowed_hosts("192.0.2.7", 80) == {"192.0.2.7:80"}  # one address: only its own name
+    assert allowed_hosts("::1", 80) >= {"[::1]:80", "127.0.0.1:80"}
+    wildcard = allowed_hosts("0.0.0.0", 80)
+    assert {"0.0.0.0:80", "127.0.0.1:80", f"{sockets.gethostname()}:80"} <= wildcard
+    assert "evil.example:80" not in wildcard
+
+
 @pytest.mark.parametrize("origin", ["http://evil.example", "http://127.0.0.1:9999", "null", "https://127.0.0.1:8765"])
 def test_a_foreign_origin_is_refused(client, project, origin):
     before = project.read_bytes()
@@ -423,6 +436,12 @@ def test_another_host_only_when_given_and_with_a_warning(project, monkeypatch):
     try:
         line = proc.stdout.readline()
         assert line.startswith("sailrl studio: ") and "http://0.0.0.0:" in line
+        port = int(re.search(r"http://0\.0\.0\.0:(\d+)/", line).group(1))
+        import httpx
+
+        by_name = httpx.get(f"http://127.0.0.1:{port}/api/spec", headers={"Host": f"{socket.gethostname()}:{port}"})
+        assert by_name.status_code == 401  # this machine's name passes the Host check; the token is still needed
+        assert httpx.get(f"http://127.0.0.1:{port}/api/spec", headers={"Host": "evil.example"}).status_code == 403
     finally:
         time.sleep(0.2)
         proc.send_signal(signal.SIGINT)

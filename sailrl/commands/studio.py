@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     token = new_token()
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/?token={token}"
-    app = build_app(Studio(spec, run_dir), token=token, host=shown, port=port)
+    app = build_app(Studio(spec, run_dir), token=token, host=host, port=port)
     print(f"sailrl studio: {spec} at {url}", flush=True)
     print("(the link carries this session's token; press Ctrl-C to stop)", flush=True)
     if args.open:

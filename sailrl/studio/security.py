@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
+import socket
 from http.cookies import SimpleCookie
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -44,11 +45,29 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+def _own_names() -> set[str]:
+    """This machine's host name and the addresses it resolves to (from /etc/hosts or the resolver; bounded by it)."""
+    name = socket.gethostname()
+    names = {name}
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        infos = []
+    for info in infos:
+        addr = str(info[4][0])
+        names.add(f"[{addr}]" if ":" in addr else addr)
+    return names
+
+
 def allowed_hosts(host: str, port: int) -> frozenset[str]:
-    """The ``Host`` header values a server on ``host:port`` answers to."""
+    """The ``Host`` header values a server on ``host:port`` answers to: the address itself, the loopback names for a
+    loopback address, and for a wildcard address (``0.0.0.0``, ``::``) also this machine's name and addresses."""
+    host = host.strip("[]")
     names = {host}
-    if host in ("127.0.0.1", "localhost", "::1"):
+    if host in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
         names |= {"127.0.0.1", "localhost", "[::1]"}
+    if host in ("0.0.0.0", "::"):
+        names |= _own_names()
     if ":" in host and not host.startswith("["):
         names.add(f"[{host}]")
     return frozenset(f"{n}:{port}" for n in names)
