@@ -90,6 +90,11 @@ sampler checkpoint local://r/sampler_weights/000001 (policy step 1, staleness 1)
 showing 4 of 4 rollouts, in logged order
 
 ── group 0 · sample 0 · row 17 · total 1.000 · advantage +0.550 · 9 tokens
+┌─ prompt ─────────────────────────────────────────────────────────────────────────────────────────┐
+│ User: 2+3?                                                                                       │
+│                                                                                                  │
+│ Assistant:                                                                                       │
+└──────────────────────────────────────────────────────────────────────────────────────────────────┘
 reference: 5
 ┌─ completion ─────────────────────────────────────────────────────────────────────────────────────┐
 │ \\boxed{5}                                                                                        │
@@ -100,6 +105,11 @@ correct    1.000   yes      answer '5' = reference 5
 format     1.000   yes      ok
 
 ── group 0 · sample 1 · row 17 · total -0.100 · advantage -0.550 · 23 tokens
+┌─ prompt ─────────────────────────────────────────────────────────────────────────────────────────┐
+│ User: 2+3?                                                                                       │
+│                                                                                                  │
+│ Assistant:                                                                                       │
+└──────────────────────────────────────────────────────────────────────────────────────────────────┘
 reference: 5
 ┌─ completion ─────────────────────────────────────────────────────────────────────────────────────┐
 │ 5 [bold]five[/bold]\\x1b[2J                                                                       │
@@ -110,6 +120,11 @@ correct    0.000   NO       no \\boxed{} answer
 format    -0.100   NO       failed: no \\boxed{}
 
 ── group 1 · sample 0 · row 4 · total 0.000 · advantage - · 9 tokens · degenerate group
+┌─ prompt ─────────────────────────────────────────────────────────────────────────────────────────┐
+│ User: 1+1?                                                                                       │
+│                                                                                                  │
+│ Assistant:                                                                                       │
+└──────────────────────────────────────────────────────────────────────────────────────────────────┘
 reference: 2
 ┌─ completion ─────────────────────────────────────────────────────────────────────────────────────┐
 │ \\boxed{3}                                                                                        │
@@ -120,6 +135,11 @@ correct    0.000   NO       answer '3' != reference 2
 format     1.000   yes      ok
 
 ── group 1 · sample 1 · row 4 · total 0.000 · advantage - · 8 tokens · truncated · degenerate group
+┌─ prompt ─────────────────────────────────────────────────────────────────────────────────────────┐
+│ User: 1+1?                                                                                       │
+│                                                                                                  │
+│ Assistant:                                                                                       │
+└──────────────────────────────────────────────────────────────────────────────────────────────────┘
 reference: 2
 ┌─ completion ─────────────────────────────────────────────────────────────────────────────────────┐
 │ \\boxed{3                                                                                         │
@@ -203,6 +223,36 @@ def test_limit_all_and_bad_limit(run_dir, capsys, monkeypatch):
 def test_prompt_flag_prints_the_prompt(run_dir, capsys, monkeypatch):
     _, out, _ = show(capsys, monkeypatch, run_dir, "--prompt", "--limit", "1")
     assert "┌─ prompt ─" in out and "│ User: 2+3?" in out and "│ Assistant:" in out
+
+
+def test_the_prompt_is_shown_by_default_and_shortened_when_long(tmp_path, capsys, monkeypatch):
+    """Issue 18.15: show left the prompt out unless --prompt was given."""
+    from sailrl.commands.show import PROMPT_HEAD, PROMPT_TAIL, shorten_prompt
+
+    _, out, _ = show(capsys, monkeypatch, run_dir_with_prompt(tmp_path / "short", "User: 2+3?\n\nAssistant:"),
+                     "--limit", "1")
+    assert "┌─ prompt ─" in out and "│ User: 2+3?" in out
+    _, out, _ = show(capsys, monkeypatch, run_dir_with_prompt(tmp_path / "none", "User: 2+3?"), "--no-prompt")
+    assert "prompt ─" not in out
+    long_prompt = "System: " + "rules " * 200 + "\n\nUser: what is 2+3?\n\nAssistant:"
+    assert shorten_prompt("x" * 600) == "x" * 600
+    short = shorten_prompt(long_prompt)
+    cut = len(long_prompt) - PROMPT_HEAD - PROMPT_TAIL
+    assert short == (long_prompt[:PROMPT_HEAD] + f"\n[... {cut:,} characters left out; --prompt shows the whole "
+                     "prompt ...]\n" + long_prompt[-PROMPT_TAIL:])
+    long_dir = run_dir_with_prompt(tmp_path / "long", long_prompt)
+    _, out, _ = show(capsys, monkeypatch, long_dir, "--limit", "1")
+    assert "characters left out" in out and "User: what is 2+3?" in out
+    _, out, _ = show(capsys, monkeypatch, long_dir, "--limit", "1", "--prompt")
+    assert "characters left out" not in out
+
+
+def run_dir_with_prompt(path, prompt: str):
+    log = RolloutLog(path, reference_field="answer")
+    g = group(prompt, [("\\boxed{5}", 1.0, {"correct": ok(), "format": ok("ok")})] * 2)
+    log.write_step(0, "train", [g], [{"_index": 0, "answer": "5"}], None, sampler_paths="local://r/s/0",
+                   sampler_steps=0, tokenizer=CharTokenizer())
+    return path
 
 
 def test_visible_escapes_terminal_control_and_hidden_characters():

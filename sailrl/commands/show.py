@@ -8,7 +8,9 @@ total, advantage, tokens and truncation.
 Options: ``--step N``; ``--kind train|eval`` (default train, or eval when only eval was logged); ``--best`` /
 ``--worst`` sort by total, or by one rule's score with ``--rule NAME`` (rollouts without that score go last);
 ``--rule NAME`` shows only that rule's verdicts and does not filter rollouts out (``--rule NAME --worst`` lists
-its failures first); ``--limit K`` rollouts (default 8, ``all``); ``--prompt`` adds each rollout's prompt.
+its failures first); ``--limit K`` rollouts (default 8, ``all``). Each rollout's prompt is shown, shortened to
+its start and end when longer than :data:`PROMPT_CHARS` characters; ``--prompt`` shows it whole, ``--no-prompt``
+leaves it out.
 
 Text from the model is shown literally: rich markup is not interpreted and control characters (ESC, CR, bidi
 overrides, zero-width characters) are printed as escapes. Colour only on a terminal (and never with NO_COLOR);
@@ -24,6 +26,20 @@ import unicodedata
 from typing import Any
 
 DEFAULT_LIMIT = 8
+#: A prompt longer than this (characters) is shown as its first PROMPT_HEAD and last PROMPT_TAIL characters.
+PROMPT_CHARS = 600
+PROMPT_HEAD = 150
+PROMPT_TAIL = 350
+
+
+def shorten_prompt(text: str) -> str:
+    """``text`` when at most :data:`PROMPT_CHARS` long, else its start and end around a line saying how much was
+    left out (the end holds the question; the start, a system prompt or instructions)."""
+    if len(text) <= PROMPT_CHARS:
+        return text
+    cut = len(text) - PROMPT_HEAD - PROMPT_TAIL
+    return (f"{text[:PROMPT_HEAD]}\n[... {cut:,} characters left out; --prompt shows the whole prompt ...]\n"
+            f"{text[-PROMPT_TAIL:]}")
 
 
 def _limit(value: str) -> int | None:
@@ -48,7 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=["train", "eval"], help="train or eval rollouts (default: train)")
     p.add_argument("--limit", type=_limit, default=DEFAULT_LIMIT, metavar="K",
                    help=f"how many rollouts to print (default {DEFAULT_LIMIT}; 'all' for every one)")
-    p.add_argument("--prompt", action="store_true", help="also print each rollout's prompt")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--prompt", dest="prompt", action="store_const", const="whole", default="short",
+                       help=f"print each rollout's prompt whole (default: shortened past {PROMPT_CHARS} characters)")
+    shown.add_argument("--no-prompt", dest="prompt", action="store_const", const="none",
+                       help="leave the prompts out")
 
 
 class ShowError(Exception):
@@ -205,7 +225,7 @@ def _episode(console: Any, episode: dict[str, Any]) -> None:
 
 def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *, best: bool = False,
            worst: bool = False, rule: str | None = None, limit: int | None = DEFAULT_LIMIT,
-           show_prompt: bool = False) -> None:
+           show_prompt: str = "short") -> None:
     """Print the summary and the rollouts of one step on a rich ``console``."""
     from rich import box
     from rich.panel import Panel
@@ -238,8 +258,10 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
             head += f" · sampler step {_num(r.get('sampler_step'), 'd')}"
         console.print()
         console.print(Text(f"── {head}", style="bold"))
-        if show_prompt:
-            console.print(Panel(Text(visible(str(r.get("prompt") or ""))), title="prompt", title_align="left",
+        if show_prompt != "none":
+            prompt = str(r.get("prompt") or "")
+            prompt = prompt if show_prompt == "whole" else shorten_prompt(prompt)
+            console.print(Panel(Text(visible(prompt)), title="prompt", title_align="left",
                                 box=box.SQUARE, style="dim", expand=panel_expand(console)))
         if r.get("reference") is not None:
             console.print(Text(f"reference: {visible(str(r.get('reference')))}"))
