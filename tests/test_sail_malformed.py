@@ -85,8 +85,8 @@ def test_a_nan_logprob_body_fails_the_attempt_at_once_instead_of_polling_for_20_
     with pytest.raises(SailRolloutError) as info:
         sample_once(policy)
     assert time.monotonic() - started < 10
-    assert all(r.startswith("malformed output: poll answer is not JSON (malformed JSON in 200 response:")
-               for r in info.value.reasons), info.value.reasons
+    # the body read again with Python's parser (which reads NaN) names the field, not "the answer is not JSON"
+    assert info.value.reasons == ["malformed output: logprob nan at position 0 is not a finite number"] * 2
     assert policy.stats.malformed == 2 and policy.stats.poll_errors == 0
     assert fake_sail_server.count("POST") == 2
 
@@ -148,9 +148,75 @@ def test_check_completion_accepts_a_good_answer_and_an_empty_token_list_with_tex
 
 
 def test_failure_reasons_are_bounded_in_size(fake_sail_server: FakeSailServer) -> None:
-    for n in (1, 2, 3, 4, 5, 6):
+    for n in range(1, 9):  # the SDK's 3 GETs and sailrl's one read of the body, per attempt
         fake_sail_server.answer_raw("GET", n, b"[" * 100_000)
     with pytest.raises(SailRolloutError) as info:
         sample_once(completer())
     assert all(len(r) <= 300 for r in info.value.reasons)
     assert len(str(info.value)) < 1000
+
+
+@pytest.mark.parametrize(("status", "reason"), [
+    (7, "poll answer has status 7, none of cancelled, canceled, completed, expired, failed, in_progress, "
+        "incomplete, queued (response resp_000001)"),
+    ("weird", "poll answer has status 'weird', none of cancelled, canceled, completed, expired, failed, "
+              "in_progress, incomplete, queued (response resp_000001)"),
+])
+def test_a_status_sail_never_answers_is_malformed_not_polled_again(fake_sail_server: FakeSailServer, status: Any,
+                                                                  reason: str) -> None:
+    fake_sail_server.answer_raw("GET", 1, json.dumps({"id": "resp_000001", "status": status}).encode())
+    policy = completer()
+    assert sample_once(policy).tokens == [7, 6, 5]  # the retry's answer is good
+    assert policy.stats.malformed == 1 and policy.stats.failure_reasons == {"malformed output": 1}
+    assert fake_sail_server.count("GET") == 2  # the bad answer was not polled again
+
+
+def test_an_answer_for_another_response_is_malformed(fake_sail_server: FakeSailServer) -> None:
+    fake_sail_server.answer_raw("GET", 1, json.dumps(body({"type": "output_text", "token_ids": [1],
+                                                           "logprobs": [{"logprob": -0.1}]}) | {
+        "id": "resp_999999"}).encode())
+    policy = completer()
+    assert sample_once(policy).tokens == [7, 6, 5]
+    assert policy.stats.malformed == 1
+
+
+PARSEABLE_FAULTS = [
+    b"null", b"[]", b'"text"', b"{}", b'{"id": "resp_000001", "status": 7}', b'{"status": "weird"}',
+    b'{"status": "completed"}', b'{"id": "resp_999999", "status": "completed"}', b"",
+]
+UNPARSEABLE_FAULTS = [  # the SDK GETs such a body 3 times before it reports it; sailrl reads it once more
+    b"<html>502</html>", b"\xff\xfe", b'{"status": "completed", "output": [',
+    b'{"status": "completed", "output": [{"type": "message", "content": [{"type": "output_text", "token_ids": [1], '
+    b'"logprobs": [{"logprob": NaN}]}]}]}',
+]
+
+
+def test_every_injected_fault_is_counted_once(fake_sail_server: FakeSailServer) -> None:
+    """16 faults among 24 rollouts, one at the first poll of each faulty rollout: sail/malformed is 16."""
+    rng = random.Random(7)
+    faulty = set(rng.sample(range(24), 16))
+    get = 0  # the GETs the fake has answered so far: one per good poll, 1 or 3 + 1 per fault
+    for i in range(24):
+        if i in faulty:
+            if rng.random() < 0.5:
+                get += 1
+                fake_sail_server.answer_raw("GET", get, rng.choice(PARSEABLE_FAULTS))
+            else:
+                bad = rng.choice(UNPARSEABLE_FAULTS)
+                for _ in range(3):
+                    get += 1
+                    fake_sail_server.answer_raw("GET", get, bad)
+                get += 1
+                fake_sail_server.answer_raw("GET", get, bad)  # sailrl's own read of it
+        get += 1  # the rollout's good poll (its retry's, after a fault)
+    policy = completer()
+
+    async def many() -> list[Any]:
+        return [await policy(tinker.ModelInput.from_ints([5, 6, 7]), ["\n"]) for _ in range(24)]
+
+    results = asyncio.run(many())
+    assert all(r.tokens == [7, 6, 5] for r in results)
+    assert fake_sail_server.count("GET") == get
+    assert policy.stats.as_metrics()["sail/malformed"] == 16.0
+    assert policy.stats.failure_reasons == {"malformed output": 16} and policy.stats.poll_errors == 0
+    assert policy.stats.retries == 16

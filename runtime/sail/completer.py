@@ -25,6 +25,9 @@ import math
 import random
 import re
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -56,6 +59,13 @@ DEFAULT_POLL_DEADLINE_S = 20 * 60.0
 #: The sail SDK's wording when a 2xx answer's body is not JSON (it reports it as a synthetic HTTP 503).
 _SDK_MALFORMED_BODY = "malformed JSON in "
 _REASON_LIMIT = 300  # characters of one failure reason kept in messages
+RAW_BODY_BYTES = 8 * 2**20  # bytes of an unparseable poll answer read again to name what is wrong in it
+RAW_FETCH_S = 10.0  # seconds that second read may take
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class SailRolloutError(ServiceError):
@@ -247,6 +257,7 @@ class _Malformed(_AttemptFailed):
 
 
 _RETRYABLE_HTTP = frozenset({408, 409, 425, 429})
+_PENDING = frozenset({"queued", "in_progress"})
 _FINAL_OK = frozenset({"completed", "incomplete"})
 _FINAL_BAD = frozenset({"failed", "cancelled", "canceled", "expired"})
 
@@ -603,6 +614,47 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
             return due_at - time.monotonic(), True, "scout"
         return poll.sparse_interval(elapsed, self.rng.random()), True, "sparse"
 
+    async def _unparsed_reason(self, response_id: str, remaining: float) -> str | None:
+        """What is wrong with a poll answer the SDK could not parse (its JSON parser refuses ``NaN``, and its
+        message shows only the body's first 200 characters), named by field: the same response fetched once more
+        (``SAIL_API_URL`` + ``/v1/responses/{id}`` with the SDK's key, at most :data:`RAW_BODY_BYTES`, within
+        :data:`RAW_FETCH_S` seconds), read with Python's JSON parser, which accepts ``NaN`` and ``Infinity``, and
+        put through the completion checks, e.g. "logprob nan at position 0 is not a finite number". None when
+        that cannot tell (a custom voyage, no key, the fetch failed, or the body is not JSON at all)."""
+        if self.voyage is not None:
+            return None
+        try:
+            config = sail.Config.from_env()
+        except Exception:  # noqa: BLE001 -- no key or no endpoint: the SDK's own message stands
+            return None
+        url = f"{config.api_url.rstrip('/')}/v1/responses/{urllib.parse.quote(response_id, safe='')}"
+        headers = {"Accept": "application/json", **({"Authorization": f"Bearer {config.api_key}"}
+                                                    if config.api_key else {})}
+        timeout = max(min(RAW_FETCH_S, remaining), 0.1)
+
+        def fetch() -> bytes:
+            request = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 -- the SDK's endpoint
+                return answer.read(RAW_BODY_BYTES + 1)
+
+        try:
+            done, body = await _bounded(asyncio.to_thread(fetch), timeout)
+            if not done or body is None or len(body) > RAW_BODY_BYTES:
+                return None
+            parsed = json.loads(body)
+        except (OSError, ValueError, RecursionError, urllib.error.URLError):
+            return None
+        if not isinstance(parsed, dict) or parsed.get("status") not in _FINAL_OK:
+            return None
+        try:
+            _check_completion(parsed, max_tokens=int(self.max_tokens), vocab_size=self.vocab_size,
+                              logprobs_requested=self.request_logprobs)
+        except _Malformed as exc:
+            return exc.reason.removeprefix("malformed output: ")
+        except Exception:  # noqa: BLE001 -- a body the checks cannot read: the SDK's own message stands
+            return None
+        return None
+
     async def _wait(self, response_id: str, created: float) -> dict[str, Any]:
         poll = self.poll
         state = self._state
@@ -638,7 +690,8 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
                     finished, response = await _bounded(retrieve, remaining)
                 except InferenceHTTPError as exc:
                     if _is_unparseable_body(exc):
-                        raise _Malformed(f"poll answer is not JSON ({exc})") from exc
+                        named = await self._unparsed_reason(response_id, remaining)
+                        raise _Malformed(named or f"poll answer is not JSON ({exc})") from exc
                     if exc.status_code == 404:
                         raise _AttemptFailed(f"HTTP 404: response {response_id} not found") from exc
                     if _is_retryable_http(exc.status_code):
@@ -651,6 +704,9 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
                 if not finished:
                     break
                 status = response.get("status") if isinstance(response, dict) else None
+                answered = response.get("id") if isinstance(response, dict) else None
+                if answered is not None and answered != response_id:
+                    raise _Malformed(f"poll answer is for response {_short(answered)}, not {response_id}")
                 if status in _FINAL_OK:
                     if poll.adaptive:
                         state.observe_final(time.monotonic() - created)
@@ -662,6 +718,10 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
                     raise _AttemptFailed(f"status {status}" + (f": {detail}" if detail else ""))
                 if not isinstance(response, dict) or status is None:
                     raise _Malformed(f"poll answer has no status (response {response_id})")
+                if not isinstance(status, str) or status not in _PENDING:
+                    raise _Malformed(f"poll answer has status {_short(status)}, none of "
+                                     f"{', '.join(sorted(_PENDING | _FINAL_OK | _FINAL_BAD))} (response {response_id})")
+
         finally:
             state.leave(slot)
         limits = f"{poll.response_deadline_s:g} s" + (f" / {poll.max_polls} polls" if poll.max_polls else "")
