@@ -561,3 +561,21 @@ def test_connect_judges_opens_a_tinker_judge_on_the_runs_service_client_once() -
     assert set(problems) == {"polite"} and problems["polite"].startswith("the judge (tinker: no/such-model-anywhere) "
                                                                           "cannot be opened")
     assert bad.score("x", {"question": "q"}).errors["polite"] == "the judge (tinker: no/such-model-anywhere) is not connected"
+
+
+def test_sailrl_explain_says_the_judge_rule_in_words_and_prices_its_tokens(capsys) -> None:
+    from pathlib import Path
+
+    from sailrl.cli import main
+
+    root = Path(__file__).resolve().parent.parent
+    assert main(["explain", str(root / "spec/examples/judge_sail.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "explained: a judge model (moonshotai/Kimi-K2.6 on sail, temperature 0, at most 256 tokens" in out
+    assert "3 worked example(s) in the spec are checked by `sailrl validate`; 2 of them read a judge rule and are " \
+           "checked only by `sailrl validate --judge`." in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("judge_")}
+    assert set(rows) == {"judge_prompt", "judge_output"}
+    assert rows["judge_prompt"].endswith("pricing.judge.input $1/M tokens (from the spec)")
+    # 20 steps x 8 groups = 160 judgements at the least (one per group), 20 x 32 rollouts x 256 tokens at the most
+    assert "160 - 163,840 (expected 81,920)" in rows["judge_output"] and "$4/M" in rows["judge_output"]

@@ -39,7 +39,13 @@ def run(args: argparse.Namespace) -> int:
         for line in spec.environment.describe():
             print(f"  {line}")
     if spec.examples:
-        print(f"{len(spec.examples)} worked example(s) in the spec are checked by `sailrl validate`.")
+        remote = {n for n, j in fn.judges.items() if j.config.sampler != "local"}
+        judged = [ex for ex in spec.examples if remote and (ex.expect_total is not None or remote & set(ex.expect))]
+        if judged:  # they read a judge rule whose judge only `validate --judge` calls
+            print(f"{len(spec.examples)} worked example(s) in the spec are checked by `sailrl validate`; "
+                  f"{len(judged)} of them read a judge rule and are checked only by `sailrl validate --judge`.")
+        else:
+            print(f"{len(spec.examples)} worked example(s) in the spec are checked by `sailrl validate`.")
     from sailrl.spec.lr_advice import lr_advice
 
     advice = lr_advice(spec.model.name, spec.training.learning_rate)
