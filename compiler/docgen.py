@@ -12,6 +12,8 @@ import json
 import sys
 from typing import Any
 
+from sailrl.spec.codes import CODES, ERROR_CODES
+
 HEADER = """\
 # Spec reference
 
@@ -172,13 +174,23 @@ most 50 problems and counts the rest.
 """
 
 
-def render_codes() -> str:
-    """The markdown table of every problem code (``sailrl.spec.codes.CODES``)."""
-    from sailrl.spec.codes import CODES
+ERRORS_HEADER = """\
+## Error classes
 
+Every exception sailrl raises derives from `SailrlError` and carries its class's stable code (`exc.code`); a
+user error (`UserError` and below) is printed as one `error:` line and exits 1, a run stopped by its budget exits
+3. A spec's problems come together as one `SpecErrors` (`E010`), each problem with its own code above.
+"""
+
+
+def render_codes() -> str:
+    """The markdown tables of every problem code (``sailrl.spec.codes.CODES``) and every error class's code
+    (``sailrl.spec.codes.ERROR_CODES``)."""
     rows = ["| code | name | severity | meaning |", "|---|---|---|---|"]
     rows += [f"| `{c.code}` | `{c.name}` | {c.severity} | {_cell(c.meaning)} |" for c in CODES.values()]
-    return CODES_HEADER + "\n" + "\n".join(rows) + "\n"
+    errors = ["| code | class | meaning |", "|---|---|---|"]
+    errors += [f"| `{e.code}` | `{e.cls}` | {_cell(e.meaning)} |" for e in ERROR_CODES.values()]
+    return CODES_HEADER + "\n" + "\n".join(rows) + "\n\n" + ERRORS_HEADER + "\n" + "\n".join(errors) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,7 @@ from typing import Any
 
 import regex
 
+from sailrl.spec.errors import SailrlError
 from sailrl.spec.rewards import Extractor
 
 __all__ = [
@@ -414,7 +415,7 @@ _NAME_EQUALS = re.compile(r"^[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=(?!=)\s*(?=[^=]
 _DEGREES = re.compile(r"\^\s*\{?\\circ\}?|\u00b0")
 
 
-class _OutOfRange(Exception):
+class _OutOfRange(SailrlError):
     """A number's written exponent is beyond +-MAX_EXPONENT (internal: parse_number answers None)."""
 
 
@@ -551,8 +552,10 @@ class MathTimeout(BaseException):
     """
 
 
-class UnreadableAnswer(ValueError):
+class UnreadableAnswer(SailrlError, ValueError):
     """math-verify cannot read an answer (``side``: ``"answer"`` or ``"reference"``); the rule fails."""
+
+    code = "E132"
 
     def __init__(self, side: str) -> None:
         super().__init__(f"math-verify cannot read the {side}")

@@ -25,6 +25,8 @@ SAMPLERS = ("sail", "tinker", "local")
 class BackendError(UserError, RuntimeError):
     """A backend cannot be opened (missing key, unknown sampler). The message is one plain line."""
 
+    code = "E110"
+
 
 def required_keys(sampler: str) -> list[str]:
     return {"sail": ["TINKER_API_KEY", "SAIL_API_KEY"], "tinker": ["TINKER_API_KEY"], "local": []}[sampler]

@@ -20,6 +20,8 @@ import math
 from fractions import Fraction
 from typing import Any
 
+from sailrl.spec.errors import SailrlError
+
 __all__ = ["MAX_DIGITS", "MAX_EXPONENT", "MAX_EXPRESSION_CHARS", "CalculatorError", "calculate", "evaluate",
            "format_value", "SPEC"]
 
@@ -42,8 +44,10 @@ SPEC: dict[str, Any] = {
 }
 
 
-class CalculatorError(ValueError):
+class CalculatorError(SailrlError, ValueError):
     """The expression cannot be evaluated; ``str(exc)`` says why in plain words."""
+
+    code = "E133"
 
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",

@@ -40,6 +40,8 @@ _MARK = "sailrl-turn-marker-7f3a"
 class ChatTemplateError(ModelError):
     """The tokenizer has no chat template, or its template cannot render a plain conversation."""
 
+    code = "E122"
+
 
 def _special_ids(tokenizer: Any) -> set[int]:
     ids = set(getattr(tokenizer, "all_special_ids", []) or [])

@@ -20,22 +20,32 @@ __all__ = ["AllDegenerateError", "BudgetReached", "OnPolicyMismatch", "RunDirect
 class RunError(ServiceError):
     """A service or backend fault, with the step and phase it happened in."""
 
+    code = "E100"
+
 
 class AllDegenerateError(RunError):
     """Every group of a step scored the same and the spec says ``on_all_degenerate: stop``."""
+
+    code = "E101"
 
 
 class OnPolicyMismatch(ServiceError):
     """The sampler's logprobs disagree with the learner's (``sampling.on_policy_mismatch: stop``)."""
 
+    code = "E102"
+
 
 class RunDirectoryError(UserError, FileExistsError):
     """The run directory holds a run that this command would overwrite, or that is already complete."""
+
+    code = "E103"
 
 
 class BudgetReached(SailrlError):
     """The next step would take the run's estimated cost above ``training.max_cost_usd``. Not a failure: state is
     saved and the run can be resumed with a larger budget."""
+
+    code = "E104"
 
 
 @contextlib.contextmanager

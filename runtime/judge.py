@@ -45,6 +45,7 @@ from typing import Any, Protocol
 import regex
 
 from sailrl.runtime.prompts import PromptError, render_template
+from sailrl.spec.errors import ServiceError
 from sailrl.spec.rewards import JudgeRule
 
 __all__ = [
@@ -80,9 +81,11 @@ _YES = frozenset({"yes", "pass", "true", "1", "y"})
 _NO = frozenset({"no", "fail", "false", "0", "n"})
 
 
-class JudgeCallError(Exception):
+class JudgeCallError(ServiceError):
     """A judge call that did not give an answer. ``retry``: whether trying again may help; ``status``: the HTTP
     status when the service answered one."""
+
+    code = "E134"
 
     def __init__(self, message: str, *, retry: bool = True, status: int | None = None) -> None:
         super().__init__(message)

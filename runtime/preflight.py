@@ -60,6 +60,8 @@ HUB_PROBE_TIMEOUT_S = 5.0
 class PreflightError(UserError):
     """Preflight cannot run as asked (e.g. a sampler without its key). One plain line."""
 
+    code = "E123"
+
 
 # ------------------------------------------------------------------------------------------------ pieces
 

@@ -41,7 +41,7 @@ from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
-from sailrl.spec.errors import DataError
+from sailrl.spec.errors import DataError, SailrlError
 from sailrl.spec.messages import did_you_mean_text
 
 __all__ = [
@@ -83,6 +83,8 @@ class PromptError(DataError):
     expression or filter raised on this row's values). ``str(exc)`` is one plain-words sentence.
     """
 
+    code = "E121"
+
     def __init__(self, message: str, *, row_index: int | None = None, field: str | None = None,
                  template: str | None = None, kind: str = "failed") -> None:
         super().__init__(message)
@@ -92,7 +94,7 @@ class PromptError(DataError):
         self.kind = kind
 
 
-class _RenderLimit(Exception):
+class _RenderLimit(SailrlError):
     """Raised inside rendering when a limit is reached (turned into a PromptError of kind "limit")."""
 
 

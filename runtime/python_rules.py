@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.runtime.workers import GRACE_S, WorkerPool, WorkerStartError, _Alarm, _TimeLimit
+from sailrl.spec.errors import SailrlError
 
 __all__ = [
     "DEFAULT_MEMORY_MB",
@@ -97,10 +98,10 @@ def describe(ref: str) -> str:
 # ------------------------------------------------------------------------------------------------ child side
 
 
-class _LoadError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+class _LoadError(SailrlError):
+    def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.reason = reason
 
 
 def _user_frame(exc: BaseException, root: Path) -> str:
@@ -121,7 +122,7 @@ def _exc_text(exc: BaseException) -> str:
 
 
 class PythonJob:
-    """The child side: import the module once (raising _LoadError with a code), then answer ``load`` (check one
+    """The child side: import the module once (raising _LoadError with a reason), then answer ``load`` (check one
     function) and ``call`` requests."""
 
     def __init__(self, init: dict[str, Any]) -> None:
@@ -186,7 +187,7 @@ class PythonJob:
             try:
                 fn, info = self._function(func)
             except _LoadError as exc:
-                return {"result": "unloadable", "error": exc.code, "message": str(exc)}
+                return {"result": "unloadable", "error": exc.reason, "message": str(exc)}
             self.functions[func] = fn
             if req["op"] == "load":
                 return {"result": "ok", **info}
@@ -321,7 +322,7 @@ class PythonFunction:
         try:
             reply = self._pool().call({"op": "load", "function": self.function}, _LOAD_TIMEOUT_S)
         except WorkerStartError as exc:
-            return exc.code, str(exc)
+            return exc.reason, str(exc)
         except Exception as exc:  # noqa: BLE001 - e.g. the interpreter cannot be started
             return "died", f"the worker process could not start ({_exc_text(exc)})"
         result = reply.get("result")

@@ -212,10 +212,9 @@ class RolloutBatch:
 
 
 def _is_fatal(exc: BaseException) -> bool:
-    from sailrl.runtime.local.child import LocalProcessError
-    from sailrl.runtime.sail import SailCheckpointError, SailRequestRejected
-
-    return isinstance(exc, (SailRequestRejected, SailCheckpointError, LocalProcessError))
+    """A failure that stops the run rather than dropping one group: an error class with ``fatal = True`` (a
+    request Sail refuses, a checkpoint URL it cannot sign, a local trainer or sampler process that stopped)."""
+    return bool(getattr(exc, "fatal", False))
 
 
 async def rollout_groups(policy: TokenCompleter, builders: list[RuleGroupBuilder]) -> RolloutBatch:

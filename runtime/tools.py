@@ -46,6 +46,7 @@ from sailrl.runtime.python_rules import (
     split_ref,
 )
 from sailrl.runtime.workers import WorkerPool, WorkerStartError, _Alarm, _TimeLimit
+from sailrl.spec.errors import SailrlError
 
 __all__ = ["POOL_SIZE", "ToolFunction", "ToolOutcome"]
 
@@ -58,7 +59,7 @@ _LOAD_TIMEOUT_S = 10.0
 # ------------------------------------------------------------------------------------------------ child side
 
 
-class _TooMuchOutput(Exception):
+class _TooMuchOutput(SailrlError):
     pass
 
 
@@ -116,7 +117,7 @@ def _as_text(value: Any) -> str:
 
 class ToolJob:
     """The worker side (``kind: tool``): import the file once, then ``load`` (a function's ToolSpec) and ``call``
-    requests. Raises :class:`_LoadError` with a code when the file cannot be imported."""
+    requests. Raises :class:`_LoadError` with a reason when the file cannot be imported."""
 
     def __init__(self, init: dict[str, Any]) -> None:
         # lazy: only tool workers pay for the cookbook's import; the run's own process never imports the user file
@@ -209,7 +210,7 @@ class ToolJob:
             try:
                 tool = self._build(func, req["limits"])
             except _LoadError as exc:
-                return {"result": "unloadable", "error": exc.code, "message": str(exc)}
+                return {"result": "unloadable", "error": exc.reason, "message": str(exc)}
             self.tools[func] = tool
         if req["op"] == "load":
             return {"result": "ok", "spec": json.loads(json.dumps(tool.to_spec()))}
@@ -292,7 +293,7 @@ class ToolFunction:
             reply = self._pool().call({"op": "load", "function": self.function, "limits": self.limits},
                                       _LOAD_TIMEOUT_S)
         except WorkerStartError as exc:
-            return None, (exc.code, str(exc))
+            return None, (exc.reason, str(exc))
         except Exception as exc:  # noqa: BLE001 - e.g. the interpreter cannot be started
             return None, ("died", f"the worker process could not start ({_exc_text(exc)})")
         if reply.get("result") == "ok":

@@ -58,14 +58,18 @@ _HEADER = struct.Struct(">I")
 class WorkerError(ServiceError):
     """A scoring worker process could not start, died, or answered outside the protocol."""
 
+    code = "E130"
+
 
 class WorkerStartError(WorkerError):
-    """The child could not load its job. ``code``: a short kind (e.g. ``missing_module``, ``import_error``,
+    """The child could not load its job. ``reason``: a short kind (e.g. ``missing_module``, ``import_error``,
     ``signature``, ``start_timeout``); ``str(exc)``: plain words."""
 
-    def __init__(self, code: str, message: str) -> None:
+    code = "E131"
+
+    def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.reason = reason
 
 
 # ------------------------------------------------------------------------------------------------ framing
@@ -526,8 +530,8 @@ def _child_main() -> None:
             send({"ok": False, "error": "bad_kind", "message": f"unknown worker kind {init.get('kind')!r}"})
             return
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides what to say
-        code = getattr(exc, "code", "error")
-        send({"ok": False, "error": code, "message": str(exc) if code != "error" else _short_exc(exc)})
+        reason = getattr(exc, "reason", "error")
+        send({"ok": False, "error": reason, "message": str(exc) if reason != "error" else _short_exc(exc)})
         return
     if init.get("memory_mb") is not None:
         limit = limit_memory(float(init["memory_mb"]))

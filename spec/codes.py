@@ -169,3 +169,86 @@ assert len(_BY_NAME) == len(_TABLE), "duplicate code name in the table"
 def code_of(name_or_code: str) -> Code:
     """The :class:`Code` for ``"S101"`` or ``"unknown-key"``. Raises KeyError for an unknown one."""
     return CODES.get(name_or_code) or _BY_NAME[name_or_code]
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    """One error class: ``code`` (``E100``), ``cls`` (its dotted path), ``meaning`` (one sentence)."""
+
+    code: str
+    cls: str
+    meaning: str
+
+
+#: Every public error class sailrl raises, by its stable code (the class's ``code`` attribute). ``E0xx``: the roots
+#: and categories; ``E1xx``: the runtime (a run, its data, rules, services, the local backend); ``E2xx``: commands.
+#: A spec problem's own code (``S...``) is on each problem of a ``SpecErrors``. ``tests/test_architecture.py``
+#: checks this table against the classes.
+ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
+    ErrorCode("E000", "sailrl.spec.errors.SailrlError", "The root: every error sailrl raises on purpose."),
+    ErrorCode("E001", "sailrl.spec.errors.UserError", "A problem the user can fix; printed as one line, exit 1."),
+    ErrorCode("E002", "sailrl.spec.errors.ConfigError", "A setting (spec value, override, environment variable) "
+              "cannot be used."),
+    ErrorCode("E003", "sailrl.spec.errors.DataError", "The dataset cannot be read or has no usable rows."),
+    ErrorCode("E004", "sailrl.spec.errors.ModelError", "A model, tokenizer or checkpoint cannot be loaded."),
+    ErrorCode("E005", "sailrl.spec.errors.StorageError", "A folder sailrl must write (run directory, SAILRL_HOME) "
+              "cannot be created or written."),
+    ErrorCode("E006", "sailrl.spec.errors.ServiceError", "A remote service (Tinker, Sail) or a backend failed while "
+              "the run was going."),
+    ErrorCode("E010", "sailrl.spec.errors.SpecErrors", "Every problem found in one spec file, each with its own "
+              "S/W code."),
+    ErrorCode("E011", "sailrl.spec.patterns.PatternError", "A regular expression cannot be compiled or is over a "
+              "limit."),
+    ErrorCode("E012", "sailrl.spec.models.UnknownModelError", "A model name the catalogue does not know."),
+    ErrorCode("E100", "sailrl.runtime.errors.RunError", "A service or backend fault, named by step and phase."),
+    ErrorCode("E101", "sailrl.runtime.errors.AllDegenerateError", "Every group of a step scored the same and "
+              "training.on_all_degenerate is stop."),
+    ErrorCode("E102", "sailrl.runtime.errors.OnPolicyMismatch", "The sampler's logprobs disagree with the "
+              "learner's and sampling.on_policy_mismatch is stop."),
+    ErrorCode("E103", "sailrl.runtime.errors.RunDirectoryError", "The run directory holds a run this command would "
+              "overwrite, or one already complete."),
+    ErrorCode("E104", "sailrl.runtime.errors.BudgetReached", "The next step would pass training.max_cost_usd (state "
+              "saved, exit 3)."),
+    ErrorCode("E110", "sailrl.runtime.backends.BackendError", "A backend cannot be opened (a missing key, an "
+              "unreachable Tinker)."),
+    ErrorCode("E120", "sailrl.runtime.data.base.DatasetError", "The dataset is missing, unreadable or malformed, or "
+              "a step leaves no rows."),
+    ErrorCode("E121", "sailrl.runtime.prompts.PromptError", "A prompt template cannot be rendered on a row."),
+    ErrorCode("E122", "sailrl.runtime.chat_template.ChatTemplateError", "The tokenizer has no usable chat "
+              "template."),
+    ErrorCode("E123", "sailrl.runtime.preflight.PreflightError", "sailrl preflight cannot check the spec as asked."),
+    ErrorCode("E130", "sailrl.runtime.workers.WorkerError", "A scoring worker process could not start, died, or "
+              "broke the protocol."),
+    ErrorCode("E131", "sailrl.runtime.workers.WorkerStartError", "A worker could not load its job (its reason "
+              "says which: missing_module, import_error, ...)."),
+    ErrorCode("E132", "sailrl.runtime.answers.UnreadableAnswer", "math-verify cannot read an answer or reference; "
+              "the rule fails."),
+    ErrorCode("E133", "sailrl.runtime.calculator.CalculatorError", "The calculator tool cannot evaluate an "
+              "expression."),
+    ErrorCode("E134", "sailrl.runtime.judge.JudgeCallError", "A judge model's call failed after its retries."),
+    ErrorCode("E140", "sailrl.runtime.sail.checkpoint_url.SailCheckpointError", "A sampler checkpoint cannot be "
+              "handed to Sail; stops the run."),
+    ErrorCode("E141", "sailrl.runtime.sail.checkpoint_url.CheckpointURLRefused", "Tinker refused to sign the "
+              "checkpoint URL Sail needs; stops the run."),
+    ErrorCode("E142", "sailrl.runtime.sail.completer.SailRolloutError", "A Sail rollout failed after its attempts; "
+              "its group is dropped and counted."),
+    ErrorCode("E143", "sailrl.runtime.sail.completer.SailRequestRejected", "Sail refused the request itself; stops "
+              "the run."),
+    ErrorCode("E150", "sailrl.runtime.local.sources.BaseModelError", "The local backend cannot load the base "
+              "model."),
+    ErrorCode("E151", "sailrl.runtime.local.child.LocalProcessError", "A local backend child process stopped; stops "
+              "the run."),
+    ErrorCode("E152", "sailrl.runtime.local.sampler_process.SamplerProcessError", "The local sampling process "
+              "stopped."),
+    ErrorCode("E153", "sailrl.runtime.local.trainer_process.TrainerProcessError", "The local training process "
+              "stopped."),
+    ErrorCode("E154", "sailrl.runtime.local.losses.LossInputError", "A datum lacks what its loss_fn needs."),
+    ErrorCode("E155", "sailrl.runtime.local.checkpoints.CheckpointPathError", "A local:// checkpoint path is "
+              "malformed or missing."),
+    ErrorCode("E200", "sailrl.export.runinfo.ExportError", "sailrl export cannot export the run as asked."),
+    ErrorCode("E210", "sailrl.studio.security.PathRefused", "The studio refuses a path outside its folders."),
+    ErrorCode("E211", "sailrl.studio.security.BodyTooLarge", "A studio request body is over its size limit."),
+    ErrorCode("E212", "sailrl.studio.session.StudioError", "A studio request cannot be served (plain reason)."),
+    ErrorCode("E213", "sailrl.studio.yaml_patch.PatchError", "The studio cannot apply an edit to the spec's YAML."),
+    ErrorCode("E220", "sailrl.commands.show.ShowError", "sailrl show cannot print what was asked."),
+)}

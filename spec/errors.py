@@ -130,35 +130,58 @@ def _excerpt(lines: list[str], line: int, column: int, end_column: int | None, n
 
 
 class SailrlError(Exception):
-    """Base of every error sailrl raises on purpose (catch it to handle any of them)."""
+    """Base of every error sailrl raises on purpose (catch it to handle any of them).
+
+    ``code``: the class's stable code (``E...``; listed in ``docs/error-codes.md`` from
+    :data:`sailrl.spec.codes.ERROR_CODES`, a test keeps the two in step). ``fatal``: whether a rollout failing with
+    it stops the run instead of dropping one group (:mod:`sailrl.runtime.rollout`).
+    """
+
+    fatal = False
+
+    code = "E000"
 
 
 class UserError(SailrlError):
     """A problem the user can fix; ``str(exc)`` is one plain line saying what and what to do."""
 
+    code = "E001"
+
 
 class ConfigError(UserError, ValueError):
     """A setting (spec value, override, environment variable) cannot be used."""
+
+    code = "E002"
 
 
 class DataError(UserError, ValueError):
     """The dataset cannot be read or has no usable rows."""
 
+    code = "E003"
+
 
 class ModelError(UserError, ValueError):
     """A model, tokenizer or checkpoint cannot be loaded."""
+
+    code = "E004"
 
 
 class StorageError(UserError):
     """A folder sailrl must write (the run directory, ``$SAILRL_HOME``) cannot be created or written."""
 
+    code = "E005"
+
 
 class ServiceError(SailrlError, RuntimeError):
     """A remote service (Tinker, Sail) or a backend failed while the run was going."""
 
+    code = "E006"
 
-class SpecValueError(ValueError):
+
+class SpecValueError(SailrlError, ValueError):
     """A field validator's complaint with its problem code (pydantic keeps the exception in the error's ctx)."""
+
+    code = "S109"
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -172,6 +195,8 @@ class SpecErrors(UserError):
     :data:`MAX_REPORTED`); ``omitted``: how many more were found and not kept. ``text``: the file's source (for
     excerpts; may be empty). ``str(exc)`` is the uncoloured :meth:`format`.
     """
+
+    code = "E010"
 
     def __init__(self, errors: list[SpecError], text: str = "", *, limit: int | None = MAX_REPORTED,
                  omitted: int = 0) -> None:

@@ -42,7 +42,7 @@ from yaml.scanner import Scanner
 from sailrl.spec.base import Plain
 from sailrl.spec.constants import MAX_INT_DIGITS, MAX_NESTING, MAX_SPEC_BYTES, MAX_VALUES
 from sailrl.spec.errors import LINE_BREAK as _LINE_BREAK
-from sailrl.spec.errors import Related, SpecError, SpecErrors, yaml_lines
+from sailrl.spec.errors import Related, SailrlError, SpecError, SpecErrors, yaml_lines
 from sailrl.spec.files import special_kind
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class _CoreResolver(BaseResolver):
         return _SEQ if kind is SequenceNode else _MAP
 
 
-class _Limit(yaml.YAMLError):
+class _Limit(SailrlError, yaml.YAMLError):
     """A loader limit was reached while composing (``code``, plain-words ``message``, ``hint``, ``mark``)."""
 
     def __init__(self, code: str, message: str, hint: str, mark: yaml.Mark) -> None:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ValidationError
 
 from sailrl.spec.base import Plain
+from sailrl.spec.errors import SpecValueError
 
 if typing.TYPE_CHECKING:
     from sailrl.spec.errors import SpecError
@@ -255,7 +256,8 @@ def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath,
         return path, f"allows at most {n} item{'s' if n != 1 else ''}", None, "value", "S108"
     if etype == "value_error":
         exc = ctx.get("error")
-        return path, str(exc if exc is not None else err["msg"]), None, "value", getattr(exc, "code", "S109")
+        code = exc.code if isinstance(exc, SpecValueError) else "S109"  # a validator's own problem code
+        return path, str(exc if exc is not None else err["msg"]), None, "value", code
     if etype == "finite_number":
         return path, f"expected a finite number, got {shown}", "Write an ordinary number such as 1e-5.", "value", "S110"
     return path, f"{err['msg'][0].lower()}{err['msg'][1:]}, got {shown}", None, "value", "S119"

@@ -130,6 +130,8 @@ class UnknownModelError(ConfigError):
     """No renderer is known for a model name (a ``ValueError``); the message tells the user to set
     model.renderer."""
 
+    code = "E012"
+
 
 @dataclass(frozen=True)
 class ModelSource:

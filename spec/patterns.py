@@ -26,6 +26,8 @@ class PatternError(ConfigError):
     """A pattern cannot be used. ``message``: plain words; ``pos``: 0-based offset into the pattern, or None;
     ``limit``: True when the pattern is over a size limit (it may well be valid syntax)."""
 
+    code = "E011"
+
     def __init__(self, message: str, pos: int | None = None, *, limit: bool = False) -> None:
         super().__init__(message)
         self.message = message

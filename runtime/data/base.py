@@ -19,6 +19,8 @@ class DatasetError(DataError):
     ``ValueError``).
     """
 
+    code = "E120"
+
     def __init__(self, message: str, *, key: str | None = None, path: str | None = None,
                  line: int | None = None) -> None:
         super().__init__(message)

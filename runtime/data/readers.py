@@ -33,6 +33,7 @@ from typing import Any
 
 from sailrl.runtime.data.base import DatasetError
 from sailrl.spec.constants import LOCAL_DATA_SUFFIXES, MAX_INT_DIGITS
+from sailrl.spec.errors import SailrlError
 from sailrl.spec.messages import did_you_mean
 
 __all__ = [
@@ -118,7 +119,7 @@ def read_text(path: Path) -> str:
 # --------------------------------------------------------------------------------------------- JSON
 
 
-class _Refused(Exception):
+class _Refused(SailrlError):
     """A JSON value sailrl will not read; ``str(exc)`` says why (no location: the caller adds it)."""
 
 

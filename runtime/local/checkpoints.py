@@ -40,6 +40,8 @@ class CheckpointPathError(ModelError):
     """A checkpoint path that is not ``local://<run>/<kind>/<name>`` or names no saved checkpoint (a
     ``ValueError``)."""
 
+    code = "E155"
+
 
 @dataclass(frozen=True)
 class LocalPath:

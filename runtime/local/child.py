@@ -41,6 +41,9 @@ STARTUP_TIMEOUT_S = 300.0  # a child imports torch + transformers and loads a ba
 class LocalProcessError(ServiceError, RuntimeError):
     """A child process of the embedded backend stopped or could not start; the message says why in one line."""
 
+    code = "E151"
+    fatal = True  # a failed rollout with this error stops the run (not one dropped group)
+
 
 class ChildProcess:
     """A child process of the embedded backend serving ``role`` (``"sampler"`` or ``"trainer"``). Thread-safe.

@@ -50,6 +50,8 @@ class LossInputError(ConfigError):
     """A loss name, a loss_fn_inputs key or a loss_fn_config key the embedded backend rejects (a
     ``ValueError``)."""
 
+    code = "E154"
+
 
 def check_loss_request(
     loss_fn: str, input_keys: set[str], loss_fn_config: Mapping[str, float | str] | None, index: int

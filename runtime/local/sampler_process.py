@@ -28,6 +28,8 @@ Source = tuple[str, str]
 class SamplerProcessError(LocalProcessError):
     """The sampling process stopped or could not start; the message says why in one line."""
 
+    code = "E152"
+
 
 def checkpoint_source(directory: str) -> Source:
     """The source of a sampler over a checkpoint directory (adapter files written by a save)."""

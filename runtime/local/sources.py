@@ -66,6 +66,8 @@ _HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tikto
 class BaseModelError(ModelError):
     """A base model cannot be found, read or loaded by the embedded backend (a ``ValueError``)."""
 
+    code = "E150"
+
 
 @dataclass(frozen=True)
 class ResolvedModel:

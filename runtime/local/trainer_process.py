@@ -21,6 +21,8 @@ from sailrl.runtime.local.child import ChildProcess, LocalProcessError
 class TrainerProcessError(LocalProcessError):
     """The training process stopped or could not start; the message says why in one line."""
 
+    code = "E153"
+
 
 class TrainerProcess(ChildProcess):
     """A child process holding the backend's LoRA trainers. ``base_dir``: the checkpoint store's folder."""

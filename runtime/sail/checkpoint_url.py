@@ -16,7 +16,7 @@ from typing import Any
 import sail
 from sail.errors import InferenceError
 
-from sailrl.spec.errors import ServiceError
+from sailrl.spec.errors import SailrlError, ServiceError
 
 __all__ = [
     "ARCHIVE_URL_METHOD",
@@ -43,6 +43,9 @@ _OPTIONS = (
 class SailCheckpointError(ServiceError):
     """A signed download URL for a Tinker checkpoint could not be obtained (a ``RuntimeError``)."""
 
+    code = "E140"
+    fatal = True  # a failed rollout with this error stops the run (not one dropped group)
+
 
 class CheckpointURLRefused(SailCheckpointError):
     """Tinker will not sign archive URLs, so Sail cannot sample any checkpoint of this run.
@@ -51,6 +54,8 @@ class CheckpointURLRefused(SailCheckpointError):
     RestClient has no such method. ``str(exc)`` is one line: the cause and the options. ``status_code``: the HTTP
     status, or None when the method is missing. Retrying cannot help: stop the run with its state saved.
     """
+
+    code = "E141"
 
     def __init__(self, message: str, *, status_code: int | None) -> None:
         super().__init__(message)
@@ -108,7 +113,7 @@ def signed_url_problem(rest_client_cls: type | None = None) -> str | None:
     return _missing_method_message(None)
 
 
-class _ArchiveCallFailed(Exception):
+class _ArchiveCallFailed(SailrlError):
     """The archive-URL call itself raised (wraps its exception, so the TTL call's errors are told apart)."""
 
     def __init__(self, error: BaseException) -> None:

@@ -39,7 +39,7 @@ import sail.tinker as sail_tinker
 from sail.errors import InferenceError, InferenceHTTPError, InvalidArgumentError
 from tinker_cookbook.completers import TokensWithLogprobs
 
-from sailrl.spec.errors import ServiceError
+from sailrl.spec.errors import SailrlError, ServiceError
 
 __all__ = [
     "DEFAULT_POLL_DEADLINE_S",
@@ -76,6 +76,8 @@ class SailRolloutError(ServiceError):
     created, for support requests).
     """
 
+    code = "E142"
+
     def __init__(self, message: str, *, reasons: list[str], attempts: int, response_ids: list[str]) -> None:
         super().__init__(message)
         self.reasons = list(reasons)
@@ -91,6 +93,9 @@ class SailRequestRejected(ServiceError):
     `SailRolloutError`: the run should stop with this message. ``status_code`` is the HTTP status (None when the
     SDK refused before sending).
     """
+
+    code = "E143"
+    fatal = True  # a failed rollout with this error stops the run (not one dropped group)
 
     def __init__(self, message: str, *, status_code: int | None) -> None:
         super().__init__(message)
@@ -239,7 +244,7 @@ class SailStats:
         return out
 
 
-class _AttemptFailed(Exception):
+class _AttemptFailed(SailrlError):
     """One attempt failed in a way a new request may fix."""
 
     def __init__(self, reason: str, *, malformed: bool = False) -> None:

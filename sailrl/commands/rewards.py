@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sailrl.spec.errors import UserError
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec YAML file")
@@ -33,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object per completion instead of tables")
 
 
-class _Usage(Exception):
+class _Usage(UserError):
     pass
 
 

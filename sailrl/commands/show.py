@@ -25,6 +25,8 @@ import sys
 import unicodedata
 from typing import Any
 
+from sailrl.spec.errors import UserError
+
 DEFAULT_LIMIT = 8
 #: A prompt longer than this (characters) is shown as its first PROMPT_HEAD and last PROMPT_TAIL characters.
 PROMPT_CHARS = 600
@@ -71,8 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="leave the prompts out")
 
 
-class ShowError(Exception):
+class ShowError(UserError):
     """A plain one-line reason ``show`` cannot print what was asked."""
+
+    code = "E220"
 
 
 def visible(text: str) -> str:

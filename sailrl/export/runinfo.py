@@ -21,6 +21,8 @@ from sailrl.spec.schema import Spec
 class ExportError(UserError):
     """A run directory, checkpoint, base model or output folder that cannot be used (one line, exit 1)."""
 
+    code = "E200"
+
 
 @dataclass(frozen=True)
 class Checkpoint:

@@ -22,6 +22,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import parse_qs
 
+from sailrl.spec.errors import UserError
+
 COOKIE = "sailrl_studio"
 HEADER = "x-studio-token"
 MAX_BODY_BYTES = 2 * 1024 * 1024  # a spec is at most 256 KiB; a completion at most 200,000 characters
@@ -36,8 +38,10 @@ _SECURITY_HEADERS = [
 ]
 
 
-class PathRefused(ValueError):
+class PathRefused(UserError, ValueError):
     """A path that would leave its folder (plain words in ``str(exc)``)."""
+
+    code = "E210"
 
 
 def new_token() -> str:
@@ -169,8 +173,10 @@ class Guard:
         await self.app(scope, receive, send_with_headers)
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(UserError):
     """A streamed request body ran past :data:`MAX_BODY_BYTES`."""
+
+    code = "E211"
 
 
 def _capped(receive: Any) -> Any:

@@ -30,7 +30,7 @@ from typing import Any
 from sailrl.compiler.validate import problems as spec_problems
 from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, RewardFunction
 from sailrl.runtime.rundir import METRICS_FILE
-from sailrl.spec.errors import SpecError, SpecErrors
+from sailrl.spec.errors import SpecError, SpecErrors, UserError
 from sailrl.spec.loader import read_spec_file
 from sailrl.studio.security import PathRefused, confined
 
@@ -41,8 +41,10 @@ MAX_METRIC_LINES = 100_000
 _CACHE = 16
 
 
-class StudioError(Exception):
+class StudioError(UserError):
     """A request the studio cannot answer; ``status`` is the HTTP status, ``str(exc)`` plain words."""
+
+    code = "E212"
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)

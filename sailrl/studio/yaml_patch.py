@@ -18,11 +18,15 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import SingleQuotedScalarString
 from ruamel.yaml.util import load_yaml_guess_indent
 
+from sailrl.spec.errors import UserError
+
 _MISSING = object()
 
 
-class PatchError(ValueError):
+class PatchError(UserError, ValueError):
     """The spec text cannot be edited this way (plain words in ``str(exc)``)."""
+
+    code = "E213"
 
 
 def _yaml(text: str) -> YAML:
