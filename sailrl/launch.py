@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import hashlib
+import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any
 import yaml
 
 from sailrl.spec.errors import SailrlError, SpecErrors, UserError
+from sailrl.spec.loader import read_spec_file
 from sailrl.spec.schema import Spec
 
 __all__ = ["EXIT_BUDGET", "apply_overrides", "build_spec", "execute", "main", "parse_args"]
@@ -253,6 +256,10 @@ def main(script_main: Callable[[Any], Awaitable[None]], config: dict[str, Any], 
     from sailrl.runtime.run import RunOptions
 
     args = parse_args(argv, doc)
+    script = Path(sys.argv[0]) if argv is None else None
+    changed = spec_changed(spec_path, Path(spec_dir), spec_sha256, script)
+    if changed:
+        print(changed, file=sys.stderr)
     try:
         spec = build_spec(config, args.overrides, spec_dir)
     except ValueError as exc:
@@ -269,11 +276,27 @@ def main(script_main: Callable[[Any], Awaitable[None]], config: dict[str, Any], 
               "...`, which recompiles", file=sys.stderr)
         return EXIT_USAGE
     write_into_config(config, spec)
-    script = Path(sys.argv[0]) if argv is None else None
     options = RunOptions(spec_path=spec_path, spec_dir=Path(spec_dir), spec_sha256=spec_sha256, resume=args.resume,
                          overwrite=args.overwrite, overrides=list(args.overrides),
                          script_text=script.read_text(encoding="utf-8") if script and script.is_file() else None)
     return _run_async(execute(script_main, spec, options))
+
+
+def spec_changed(spec_path: str, spec_dir: Path, spec_sha256: str, script: Path | None) -> str | None:
+    """One line when the spec beside the script (``spec_dir`` / the name in ``spec_path``) is no longer the one
+    it was compiled from (its sha256 differs from the script's ``SPEC_SHA256``), with the recompile command;
+    None when it is the same, or cannot be read (moved, unreadable: the script runs what it was compiled with)."""
+    beside = spec_dir / Path(spec_path).name
+    try:
+        text, _ = read_spec_file(beside)
+    except (SpecErrors, OSError):
+        return None
+    if hashlib.sha256(text.encode("utf-8")).hexdigest() == spec_sha256:
+        return None
+    target = f" -o {shlex.quote(script.as_posix())}" if script is not None else ""
+    return (f"warning: {spec_path} has changed since this script was compiled; it runs the settings it was "
+            f"compiled with. To run the new spec: sailrl compile {shlex.quote(spec_path)}{target} (or sailrl run "
+            f"{shlex.quote(spec_path)})")
 
 
 def run_compiled(script_text: str, spec: Any, options: Any) -> int:

@@ -270,3 +270,26 @@ def test_reward_rules_read_as_the_spec_wrote_them_defaults_included():
     assert '"reference": {"extract": {"from": "after_marker", "marker": "####"}},' in block
     assert '"occurrence"' not in block and '"abs_tol"' not in block  # unwritten rule defaults stay out
     assert '"regex_timeout_s": 0.1,  # reward.regex_timeout_s' in block  # section keys: every value
+
+
+def test_a_script_whose_spec_changed_says_so_in_one_line_with_the_recompile_command(tmp_path):
+    spec = tmp_path / "s.yaml"
+    shutil.copy(ROOT / "spec/examples/quickstart.yaml", spec)
+    (tmp_path / "data").mkdir()
+    shutil.copy(ROOT / "spec/examples/data/addition.jsonl", tmp_path / "data" / "addition.jsonl")
+    out = tmp_path / "gen" / "train.py"
+    assert _sailrl("compile", "s.yaml", "-o", "gen/train.py", cwd=tmp_path).returncode == 0
+
+    def start() -> subprocess.CompletedProcess:  # a bad override ends the script right after its start-up checks
+        return subprocess.run([sys.executable, str(out), "--set", "training.steps=many"], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+
+    same = start()
+    assert same.returncode == 2 and "changed" not in same.stderr
+    spec.write_text(spec.read_text().replace("lora_rank: 16", "lora_rank: 8"))
+    changed = start()
+    assert changed.returncode == 2
+    warning = [line for line in changed.stderr.splitlines() if line.startswith("warning: ")]
+    assert warning == [f"warning: s.yaml has changed since this script was compiled; it runs the settings it was "
+                       f"compiled with. To run the new spec: sailrl compile s.yaml -o {out.as_posix()} (or sailrl "
+                       f"run s.yaml)"]
