@@ -72,14 +72,19 @@ def _cap(value: Any) -> Any:
 
 
 class _LRU(OrderedDict):
-    def get_or(self, key: Any, make: Any) -> Any:
-        if key in self:
-            self.move_to_end(key)
-            return self[key]
+    """A small least-recently-used cache. :meth:`get_or` computes a missing value outside ``lock``, so a slow one
+    (a preflight report, a dataset, a tokenizer) never holds up the answers that are cached or quick."""
+
+    def get_or(self, key: Any, make: Any, lock: Any) -> Any:
+        with lock:
+            if key in self:
+                self.move_to_end(key)
+                return self[key]
         value = make()
-        self[key] = value
-        while len(self) > _CACHE:
-            self.popitem(last=False)
+        with lock:
+            self[key] = value
+            while len(self) > _CACHE:
+                self.popitem(last=False)
         return value
 
 
@@ -161,8 +166,7 @@ class Studio:
     def check(self, text: str) -> Checked:
         if not isinstance(text, str):
             raise StudioError("text must be a string")
-        with self._lock:
-            return self._checked.get_or(_sha(text), lambda: Checked(text, self.spec_path))
+        return self._checked.get_or(_sha(text), lambda: Checked(text, self.spec_path), self._lock)
 
     def load(self) -> dict[str, Any]:
         text, digest, read_problems = self.disk()
@@ -297,8 +301,7 @@ class Studio:
         from sailrl.runtime.preflight import _load_text_tools  # the same tokenizer/renderer preflight uses
 
         key = (spec.model.name, spec.model.renderer)
-        with self._lock:
-            return self._tools.get_or(key, lambda: _load_text_tools(spec, self.spec_dir))
+        return self._tools.get_or(key, lambda: _load_text_tools(spec, self.spec_dir), self._lock)
 
     def rows(self, text: str) -> Any:
         from sailrl.runtime.data import DatasetError, load_rows
@@ -313,8 +316,7 @@ class Studio:
             except DatasetError as exc:
                 return exc
 
-        with self._lock:
-            rows = self._rows.get_or(key, make)
+        rows = self._rows.get_or(key, make, self._lock)
         if isinstance(rows, Exception):
             raise StudioError(f"the dataset cannot be read: {rows}", 422)
         return checked, rows
@@ -398,8 +400,7 @@ class Studio:
                 out["data"]["source"] = source[len(str(self.spec_dir)) + 1:]  # as the spec names it
             return out
 
-        with self._lock:
-            return self._preflight.get_or(checked.sha, make)
+        return self._preflight.get_or(checked.sha, make, self._lock)
 
     # ------------------------------------------------------------------------------------------ runs
 

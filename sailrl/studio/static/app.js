@@ -507,6 +507,7 @@ function addExample() {
 // ------------------------------------------------------------------------------------------ data
 
 async function refreshData() {
+  if (!$("#preflight-verdict").textContent) $("#preflight-verdict").textContent = "checking the data and prompts (preflight)…";
   try {
     const p = await api("/api/preflight", { text: S.text });
     $("#preflight-verdict").textContent = p.verdict || "";
@@ -528,6 +529,7 @@ async function refreshData() {
 
 async function refreshRowsTable() {
   const table = $("#data-rows");
+  if (!table.tBodies[0].rows.length) table.tBodies[0].replaceChildren(h("tr", {}, h("td", { class: "help" }, "reading the dataset…")));
   try {
     const r = await api("/api/rows", { text: S.text, q: $("#data-search").value, offset: S.dataOffset, limit: 20 });
     const cols = r.columns.length ? r.columns : Object.keys((r.rows[0] || {}).fields || {});
