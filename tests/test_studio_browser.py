@@ -209,7 +209,7 @@ def follows_the_file_on_disk_and_never_overwrites_a_change(page, studio):
 def data_tab_shows_rows_the_rendered_prompt_and_preflight(page, shots):
     pg = page
     pg.click('nav .tab[data-tab="data"]')
-    pg.wait_for_function("document.querySelector('#preflight-verdict').textContent.length > 0")
+    pg.wait_for_function("!document.querySelector('#preflight-verdict').textContent.startsWith('checking')")
     assert pg.locator("#preflight-verdict").inner_text() == "ready: no problems found"
     pg.wait_for_function("document.querySelectorAll('#data-rows tbody tr').length === 20")
     pg.locator('#data-rows tbody tr[data-index="3"]').click()
