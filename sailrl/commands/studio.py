@@ -91,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
             opened = False
         if not opened:
             print("note: could not open a browser here: open the URL above yourself", file=sys.stderr)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    # On Ctrl-C uvicorn stops taking requests and lets running ones finish (a save takes milliseconds and is an atomic
+    # replace anyway); a slow read (a preflight report) is not waited for past a few seconds.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                           timeout_graceful_shutdown=3))
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
