@@ -1,4 +1,9 @@
-"""Plot a run's ``metrics.jsonl``: mean reward (total, per rule, eval) and the degenerate / truncated fractions.
+"""Plot a run's ``metrics.jsonl``: mean reward (total, per rule, eval), the pass rate ``correct`` and the
+degenerate / truncated fractions.
+
+``correct`` means what the console's step line means by it: the fraction of completions that pass the answer
+rule (30% -> 84%), drawn with the fractions; a rule's line in the reward panel is its mean contribution to the
+reward (weight x pass rate), labelled "<rule> (mean score)" so the two are never confused.
 
 The x axis is each line's ``step`` field as written (integer ticks). Lines that overlap stay distinguishable:
 every series has its own colour, line style and marker, and a legend names it; the total is a wide translucent
@@ -32,9 +37,10 @@ def _value(m: dict[str, Any], key: str) -> float:
 def build_figure(metrics: list[dict[str, Any]], title: str = "") -> Any:
     """A matplotlib ``Figure`` with two panels sharing the step axis.
 
-    Top: ``reward/total`` (label "total"), each ``reward/<rule>`` (label "<rule>") and ``eval/reward/total``
-    ("eval total", markers only at eval steps). Bottom: ``degenerate_frac`` ("degenerate groups") and
-    ``frac_truncated`` ("truncated"), 0..1. Lines without a single finite value are left out. ``metrics`` are the
+    Top: ``reward/total`` (label "total"), each ``reward/<rule>`` (label "<rule> (mean score)") and
+    ``eval/reward/total`` ("eval total", markers only at eval steps). Bottom, 0..1: ``correct`` ("correct (pass
+    rate)", the console's "correct NN%"), ``degenerate_frac`` ("degenerate groups") and ``frac_truncated``
+    ("truncated"). Lines without a single finite value are left out. ``metrics`` are the
     lines of ``metrics.jsonl``; those without an integer ``step`` are skipped. Raises ``ValueError`` when none
     has one.
     """
@@ -65,7 +71,8 @@ def build_figure(metrics: list[dict[str, Any]], title: str = "") -> Any:
                         if k.startswith("reward/") and k != "reward/total"})
     for i, key in enumerate(rule_keys):
         linestyle, marker = RULE_STYLES[i % len(RULE_STYLES)]
-        line(ax1, key, key.removeprefix("reward/"), color=RULE_COLORS[i % len(RULE_COLORS)], linewidth=1.4,
+        line(ax1, key, f"{key.removeprefix('reward/')} (mean score)", color=RULE_COLORS[i % len(RULE_COLORS)],
+             linewidth=1.4,
              linestyle=linestyle, marker=marker, fillstyle="none", markeredgewidth=1.4, zorder=3)
     evals = [(m["step"], _value(m, "eval/reward/total")) for m in metrics]
     evals = [(s, v) for s, v in evals if not math.isnan(v)]
@@ -77,6 +84,8 @@ def build_figure(metrics: list[dict[str, Any]], title: str = "") -> Any:
     ax1.grid(alpha=0.3)
     ax1.legend(loc="best", fontsize=8, framealpha=0.85)
 
+    line(ax2, "correct", "correct (pass rate)", color="tab:green", linewidth=1.8, linestyle="-", marker="D",
+         fillstyle="none")
     line(ax2, "degenerate_frac", "degenerate groups", color="tab:red", linewidth=1.6, linestyle="-", marker="o",
          fillstyle="none")
     line(ax2, "frac_truncated", "truncated", color="tab:orange", linewidth=1.6, linestyle="--", marker="s",

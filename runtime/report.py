@@ -143,14 +143,28 @@ def _window_mean(history: Sequence[dict[str, Any]], key: str, k: int) -> tuple[f
     return sum(values[:n]) / n, sum(values[-n:]) / n, n
 
 
+def _steps(history: Sequence[dict[str, Any]], key: str) -> int:
+    return sum(1 for m in history if isinstance(m.get(key), (int, float)))  # the values _window_mean reads
+
+
+def _first_last(label: str, first: float, last: float, n: int, steps: int, fmt: str) -> str:
+    """``reward (mean of first 5 steps -> last 5): a -> b``; ``(first step -> last step)`` for one step each;
+    ``(the only step)`` for a run of one step."""
+    if steps == 1:
+        return f"{label} (the only step): {first:{fmt}}"
+    if n == 1:
+        return f"{label} (first step -> last step): {first:{fmt}} -> {last:{fmt}}"
+    return f"{label} (mean of first {n} steps -> last {n}): {first:{fmt}} -> {last:{fmt}}"
+
+
 def summary_lines(history: Sequence[dict[str, Any]], *, show_cost: bool = True) -> list[str]:
     """First-vs-last means (five steps each) of reward and ``correct``, tokens and (``show_cost``) cost of the run."""
     lines = []
     first, last, n = _window_mean(history, "reward/total", 5)
-    lines.append(f"reward (mean of first {n} steps -> last {n}): {first:+.3f} -> {last:+.3f}")
+    lines.append(_first_last("reward", first, last, n, _steps(history, "reward/total"), "+.3f"))
     first, last, n = _window_mean(history, "correct", 5)
     if n:
-        lines.append(f"correct (mean of first {n} steps -> last {n}): {first:.3f} -> {last:.3f}")
+        lines.append(_first_last("correct", first, last, n, _steps(history, "correct"), ".3f"))
     if history:
         end = history[-1]
         tokens = {k: end.get(f"tokens_cum/{k}") for k in TOKEN_KINDS if end.get(f"tokens_cum/{k}")}

@@ -74,9 +74,10 @@ def spec_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def run_dir_path(spec: Spec, spec_dir: Path | str) -> Path:
     """``output.run_dir`` with ``{name}`` filled in; a relative path is relative to the spec's folder, like every
-    other path in a spec (``dataset.source``, a local ``model.name``)."""
+    other path in a spec (``dataset.source``, a local ``model.name``). Resolved, so it prints as the folder it
+    is (``.../spec/examples/runs/x``, not ``.../generated/../spec/examples/runs/x``)."""
     p = Path(spec.output.run_dir.replace("{name}", spec.name)).expanduser()
-    return p if p.is_absolute() else Path(spec_dir) / p
+    return (p if p.is_absolute() else Path(spec_dir) / p).resolve()
 
 
 class RunDirectory:

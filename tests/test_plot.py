@@ -15,6 +15,7 @@ def metrics_lines() -> list[dict]:
     lines = []
     for step in range(5):
         m = {"step": step, "reward/total": 0.1 * step, "reward/correct": 0.1 * step, "reward/format": 0.0,
+             "correct": 0.2 * step,
              "degenerate_frac": 0.5, "frac_truncated": 0.25 * (4 - step) / 4, "learning_rate": 1e-4}
         if step in (1, 4):
             m["eval/reward/total"] = 0.2 * step
@@ -31,17 +32,18 @@ def test_reward_panel_has_every_line_each_with_its_own_style():
     fig = build_figure(metrics_lines(), title="demo")
     top, bottom = fig.axes
     lines = by_label(top)
-    assert list(lines) == ["total", "correct", "format", "eval total"]
+    assert list(lines) == ["total", "correct (mean score)", "format (mean score)", "eval total"]
     # total and correct are identical here: style, marker and colour still tell them apart
-    assert list(lines["total"].get_ydata()) == pytest.approx(list(lines["correct"].get_ydata()))
+    assert list(lines["total"].get_ydata()) == pytest.approx(list(lines["correct (mean score)"].get_ydata()))
     styles = {(str(ln.get_linestyle()), ln.get_marker(), ln.get_color()) for ln in lines.values()}
     assert len(styles) == 4
     # ... and the total is a wider band drawn under the rules, so a rule equal to it is not hidden
-    assert lines["total"].get_zorder() < lines["correct"].get_zorder()
-    assert lines["total"].get_linewidth() > 2 * lines["correct"].get_linewidth()
-    assert [t.get_text() for t in top.get_legend().get_texts()] == ["total", "correct", "format", "eval total"]
+    assert lines["total"].get_zorder() < lines["correct (mean score)"].get_zorder()
+    assert lines["total"].get_linewidth() > 2 * lines["correct (mean score)"].get_linewidth()
+    assert [t.get_text() for t in top.get_legend().get_texts()] == ["total", "correct (mean score)",
+                                                                    "format (mean score)", "eval total"]
     # a null value is a gap, not a zero
-    assert math.isnan(lines["format"].get_ydata()[2])
+    assert math.isnan(lines["format (mean score)"].get_ydata()[2])
     assert fig._suptitle.get_text() == "demo"
 
 
@@ -55,7 +57,9 @@ def test_eval_points_are_marked_at_their_steps():
 def test_bottom_panel_draws_degenerate_and_truncated_fractions():
     bottom = build_figure(metrics_lines()).axes[1]
     lines = by_label(bottom)
-    assert list(lines) == ["degenerate groups", "truncated"]
+    assert list(lines) == ["correct (pass rate)", "degenerate groups", "truncated"]
+    # Issue 18.15: 'correct' is the pass rate, as the console prints it (not the rule's weighted contribution)
+    assert list(lines["correct (pass rate)"].get_ydata()) == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
     assert list(lines["truncated"].get_ydata()) == pytest.approx([0.25, 0.1875, 0.125, 0.0625, 0.0])
     assert bottom.get_xlabel() == "step" and bottom.get_ylim() == (-0.05, 1.05)
 

@@ -13,6 +13,9 @@ leaves the base model unchanged.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -64,6 +67,19 @@ def lora_target_modules(model: Any, *, train_mlp: bool, train_attn: bool, train_
     return sorted(targets)
 
 
+#: peft's warning about LoRA on a tied lm_head / embedding, printed on every run of a model with tied embeddings
+#: (SmolLM2): it is about merging an adapter into other formats, which sailrl does not do, so it is not shown.
+TIED_EMBEDDINGS_WARNING = r".*tie_word_embeddings=True.*"
+
+
+@contextlib.contextmanager
+def quiet_peft() -> Iterator[None]:
+    """Run a peft call without its tied-embeddings warning (:data:`TIED_EMBEDDINGS_WARNING`); other warnings pass."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=TIED_EMBEDDINGS_WARNING)
+        yield
+
+
 def attach_lora(
     base: Any, *, rank: int, seed: int, train_mlp: bool, train_attn: bool, train_unembed: bool
 ) -> Any:
@@ -82,7 +98,7 @@ def attach_lora(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), quiet_peft():
         torch.manual_seed(seed)
         return get_peft_model(base, config)
 

@@ -16,11 +16,13 @@ line saying what to do. Call it before a run writes anything.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import struct
-from collections.abc import Callable
+import unittest.mock
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -339,6 +341,19 @@ def load_tokenizer(resolved: ResolvedModel) -> Any:
                          f"({type(exc).__name__}: {exc})") from None
 
 
+@contextlib.contextmanager
+def no_gguf_progress_bar() -> Iterator[None]:
+    """transformers' "Converting and de-quantizing GGUF tensors..." progress bar (a tqdm over the tensors, redrawn
+    on stderr every run) left out of the logs; everything else transformers prints still shows."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils  # lazy: transformers only when loading
+
+    if not hasattr(gguf_utils, "tqdm"):
+        yield
+        return
+    with unittest.mock.patch.object(gguf_utils, "tqdm", lambda iterable, *args, **kwargs: iterable):
+        yield
+
+
 def load_model(resolved: ResolvedModel, dtype: Any, device: str) -> Any:
     """``AutoModelForCausalLM.from_pretrained`` of a folder, hub snapshot or GGUF file, in eval mode on
     ``device``. Raises :class:`BaseModelError` when transformers cannot build it."""
@@ -347,8 +362,9 @@ def load_model(resolved: ResolvedModel, dtype: Any, device: str) -> Any:
     try:
         if resolved.kind == "gguf":
             require_gguf()
-            model = AutoModelForCausalLM.from_pretrained(
-                resolved.folder, gguf_file=os.path.basename(str(resolved.path)), dtype=dtype)
+            with no_gguf_progress_bar():
+                model = AutoModelForCausalLM.from_pretrained(
+                    resolved.folder, gguf_file=os.path.basename(str(resolved.path)), dtype=dtype)
         else:
             model = AutoModelForCausalLM.from_pretrained(resolved.folder, local_files_only=True, dtype=dtype)
     except Exception as exc:  # noqa: BLE001 -- unknown architecture, missing weights, damaged files

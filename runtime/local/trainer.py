@@ -24,7 +24,7 @@ import torch
 from tinker import types
 
 from sailrl.runtime.local.checkpoints import OPTIMIZER_FILE, TRAINING_STATE_FILE, CheckpointStore, LocalPath
-from sailrl.runtime.local.lora import adapter_state, attach_lora
+from sailrl.runtime.local.lora import adapter_state, attach_lora, quiet_peft
 from sailrl.runtime.local.losses import check_loss_request, datum_loss
 from sailrl.runtime.local.tiny import BaseModelSpec
 
@@ -193,7 +193,8 @@ def trainer_from_state(bases: Any, path: str, store: CheckpointStore, device: st
 
     directory = store.existing(path)
     spec = BaseModelSpec.read(directory)
-    model = PeftModel.from_pretrained(bases.get(spec), directory, is_trainable=True)
+    with quiet_peft():
+        model = PeftModel.from_pretrained(bases.get(spec), directory, is_trainable=True)
     with open(os.path.join(directory, "adapter_config.json")) as f:
         lora = types.LoraConfig(rank=int(json.load(f)["r"]))
     state_file = os.path.join(directory, TRAINING_STATE_FILE)
