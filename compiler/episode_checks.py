@@ -27,9 +27,6 @@ from sailrl.spec.messages import did_you_mean_text
 
 __all__ = ["check_environment"]
 
-#: False until the run loop and the compiled script run episodes: a spec with ``environment:`` then fails
-#: validation (S253, at the section) instead of being accepted and run as single-turn.
-RUNS_EPISODES = False
 _FEEDBACK_NAMES = frozenset({"why", "rule"})
 _TOOL_HINTS = {
     "missing_module": "Put the file next to the spec, or fix the module part of `function: file:name`.",
@@ -102,11 +99,6 @@ def check_environment(loaded: LoadedSpec) -> list[SpecError]:
         return []
     errors: list[SpecError] = []
     spec_dir = Path(loaded.path).parent if loaded.path is not None else Path(".")
-    if not RUNS_EPISODES:
-        errors.append(loaded.error(("environment",), "episodes of more than one turn (environment:) are checked, "
-                                   "but this version of sailrl does not run them yet",
-                                   "Remove the environment: section to run single-turn rollouts.", code="S253",
-                                   at="key"))
 
     tools = env.get("tools")
     tools = tools if isinstance(tools, list) else []

@@ -87,6 +87,7 @@ FEATURES: dict[str, str] = {
     "schedule": "training.lr_schedule other than constant, or training.lr_warmup_steps > 0",
     "eval": "dataset.eval (a held-out split)",
     "budget": "training.max_cost_usd (the budget stop)",
+    "episodes": "environment: (episodes of more than one turn: tools, feedback turns)",
 }
 
 
@@ -101,6 +102,7 @@ def features(spec: Spec) -> dict[str, bool]:
         "schedule": t.lr_schedule != "constant" or t.lr_warmup_steps > 0,
         "eval": spec.dataset.eval is not None,
         "budget": t.max_cost_usd is not None,
+        "episodes": spec.environment is not None,
     }
 
 
@@ -152,6 +154,9 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
     for name in SECTIONS:
         blocks.append(section_block(name, resolved[name]))
         sections.append((name, name.upper()))
+    if spec.environment is not None:  # episodes: only a spec with environment: has the block
+        blocks.append(section_block("environment", resolved["environment"]))
+        sections.append(("environment", "ENVIRONMENT"))
     sampler = spec.sampling.sampler
     keys = {"sail": "TINKER_API_KEY and SAIL_API_KEY", "tinker": "TINKER_API_KEY", "local": ""}[sampler]
     judge_keys = [k for k, where in (("TINKER_API_KEY", "tinker"), ("SAIL_API_KEY", "sail"))

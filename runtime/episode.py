@@ -60,9 +60,10 @@ from sailrl.runtime.prompts import render_template
 from sailrl.runtime.rollout import score_record
 from sailrl.runtime.scoring import StepScorer
 from sailrl.runtime.tools import ToolFunction
+from sailrl.spec.errors import ConfigError
 
 __all__ = ["END_REASONS", "CalculatorTool", "EpisodeEnv", "EpisodeGroupBuilder", "EpisodeMessageEnv",
-           "WorkerTool", "build_tools", "episode_group_builder"]
+           "ToolLoadError", "WorkerTool", "build_tools", "episode_group_builder"]
 
 #: Why an episode ended (``episode/end/<reason>``).
 END_REASONS = ("answered", "max_turns", "max_tool_calls", "max_tokens", "max_episode_tokens", "parse_error")
@@ -114,9 +115,13 @@ class WorkerTool:
         return result
 
 
+class ToolLoadError(ConfigError):
+    """A tool of ``environment.tools`` cannot be loaded (``sailrl validate`` reports it first, as S254)."""
+
+
 def build_tools(environment: Any, spec_dir: str | Path) -> list[Tool]:
-    """The cookbook tools of an ``environment:`` section, loaded (a tool that cannot load raises ValueError,
-    which ``sailrl validate`` reports as S254 first)."""
+    """The cookbook tools of an ``environment:`` section, loaded. Raises :class:`ToolLoadError` for a tool that
+    cannot load (one plain line)."""
     tools: list[Tool] = []
     for entry in environment.tools:
         if entry.builtin == "calculator":
@@ -126,7 +131,8 @@ def build_tools(environment: Any, spec_dir: str | Path) -> list[Tool]:
                           max_output_chars=entry.max_output_chars)
         spec, problem = fn.load()
         if spec is None:
-            raise ValueError(f"tool '{entry.name}': {problem[1] if problem else 'cannot be loaded'}")
+            raise ToolLoadError(f"environment.tools: tool '{entry.name}': "
+                                f"{problem[1] if problem else 'cannot be loaded'}; `sailrl validate` shows where")
         tools.append(WorkerTool(fn, spec))
     return tools
 

@@ -39,11 +39,13 @@ from sailrl.runtime.backends import Backend
 from sailrl.runtime.budget import Budget
 from sailrl.runtime.checkpoints import Checkpoints
 from sailrl.runtime.console import make_console
+from sailrl.runtime.episode import build_tools
 from sailrl.runtime.records import Records
 from sailrl.runtime.rollout_log import RolloutLog
 from sailrl.runtime.rundir import RunDirectory, run_dir_path
 from sailrl.runtime.sampler import Sampler
 from sailrl.runtime.warmup import Warmup
+from sailrl.spec.models import context_window
 from sailrl.spec.schema import Spec
 
 __all__ = ["Run", "RunOptions", "open_run"]
@@ -171,13 +173,22 @@ def _assemble(spec: Spec, options: RunOptions, console: Console, run_dir: RunDir
     sampler = Sampler(spec=spec, backend=backend, training_client=training_client, tokenizer=inputs.tokenizer,
                       renderer=inputs.renderer, reward_fn=inputs.reward_fn, prompts=inputs.prompts,
                       train_rows=inputs.rows.train, eval_rows=inputs.rows.eval, run_id=run_id, lora_rank=lora_rank,
-                      records=records)
+                      records=records, **_episode_parts(spec, options.spec_dir))
     checkpoints = Checkpoints(spec=spec, training_client=training_client, run_dir=run_dir, records=records,
                               warmup=warmup, start_step=start.completed + 1, resume_command=options.resume_command)
     budget = Budget(spec.training.max_cost_usd, cost, records, run_dir)
     return Run(spec=spec, backend=backend, training_client=training_client, inputs=inputs, run_dir=run_dir,
                sampler=sampler, records=records, checkpoints=checkpoints, budget=budget, warmup=warmup,
                console=console, start_step=start.completed + 1, finished=start.finished)
+
+
+def _episode_parts(spec: Spec, spec_dir: Any) -> dict[str, Any]:
+    """``environment.tools`` loaded and the model's context window (an episode's default token budget); nothing
+    for a single-turn spec."""
+    if spec.environment is None:
+        return {}
+    return {"tools": build_tools(spec.environment, spec_dir),
+            "context_window": context_window(spec.model.name, spec_dir)[0]}
 
 
 def _announce(run: Run, resume_path: str | None, warmup_completed: int) -> None:

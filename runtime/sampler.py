@@ -6,8 +6,8 @@ backend: a sampling client), ``rollout`` (every group of a step, scored by the r
 (rollouts started earlier, off-policy), ``evaluate`` (the held-out rows) and ``reference_client`` (the base model,
 for the KL penalty). Phase timings go to the step's record (:class:`sailrl.runtime.records.Records`).
 
-Seam for multi-turn episodes: :meth:`Sampler.group_builder` builds one group's tinker_cookbook
-``EnvGroupBuilder``; an environment with turns replaces it (``rollout_groups`` runs any builder).
+:meth:`Sampler.group_builder` builds one group's tinker_cookbook ``EnvGroupBuilder``: single-turn rollouts, or with
+``environment:`` episodes (``sailrl.runtime.episode``; ``rollout_groups`` runs either).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from sailrl.runtime.backends import Backend
 from sailrl.runtime.data import rows_for_step, shuffle_seed
+from sailrl.runtime.episode import episode_group_builder
 from sailrl.runtime.errors import RunError, phase
 from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.records import Records
@@ -47,7 +48,8 @@ class Sampler:
 
     def __init__(self, *, spec: Spec, backend: Backend, training_client: Any, tokenizer: Any, renderer: Any,
                  reward_fn: RewardFunction, prompts: PromptBuilder, train_rows: list[dict[str, Any]],
-                 eval_rows: list[dict[str, Any]], run_id: str, lora_rank: int, records: Records) -> None:
+                 eval_rows: list[dict[str, Any]], run_id: str, lora_rank: int, records: Records,
+                 tools: list[Any] | None = None, context_window: int | None = None) -> None:
         self.spec = spec
         self.backend = backend
         self.service_client = backend.service_client
@@ -58,6 +60,8 @@ class Sampler:
         self.prompts = prompts
         self.train_rows = train_rows
         self.eval_rows = eval_rows
+        self.tools: list[Any] = list(tools or [])  # environment.tools, loaded (sailrl.runtime.episode.build_tools)
+        self.context_window = context_window  # an episode's token budget when environment.max_episode_tokens is unset
         self.run_id = run_id
         self.lora_rank = lora_rank
         self.records = records
@@ -140,9 +144,14 @@ class Sampler:
         return self._reference
 
     # ------------------------------------------------------------------ 3. roll out
-    def group_builder(self, row: dict[str, Any], group_size: int, scorer: StepScorer | None) -> RuleGroupBuilder:
+    def group_builder(self, row: dict[str, Any], group_size: int, scorer: StepScorer | None) -> Any:
         """One group's builder: ``row``'s prompt (rendered once per row), ``group_size`` rollouts, scored by the
-        reward rules through ``scorer``."""
+        reward rules through ``scorer``. With ``environment:`` each rollout is an episode
+        (:func:`sailrl.runtime.episode.episode_group_builder`)."""
+        if self.spec.environment is not None:
+            return episode_group_builder(self.spec, row, prompts=self.prompts, renderer=self.renderer,
+                                         reward_fn=self.reward_fn, tools=self.tools, group_size=group_size,
+                                         scorer=scorer, context_window=self.context_window)
         key = int(row.get("_index", id(row)))
         if key not in self._model_inputs:
             stop = self.spec.sampling.stop or self.prompts.stop_sequences()
