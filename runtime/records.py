@@ -20,10 +20,12 @@ from typing import Any
 
 import tinker
 from rich.console import Console
+from rich.markup import escape
 from tinker_cookbook.rl.types import TrajectoryGroup
 
 from sailrl.runtime import report
 from sailrl.runtime.backends import local_checkpoint_dir
+from sailrl.runtime.collapse import collapse_warning
 from sailrl.runtime.cost import CostModel
 from sailrl.runtime.errors import AllDegenerateError, OnPolicyMismatch
 from sailrl.runtime.rl import update_metrics
@@ -196,6 +198,10 @@ class Records:
         self.console.print(report.step_line(step, self.spec.training.steps, m, self.rule_names, seconds,
                                             show_cost=not self.is_local))
         self._warn(step, m, rec)
+        train_groups = [g for kind, batch, _, _ in rec.rollouts if kind == "train" for g in batch.groups]
+        collapse = collapse_warning(step, self.history, train_groups, self.tokenizer, run_dir=str(self.run_dir.path))
+        if collapse is not None:
+            self.console.print(f"[yellow]warning: {escape(collapse)}[/yellow]")  # model text, not markup
         check_on_policy(step, m, self.spec.sampling, self.console)
 
     def _warn(self, step: int, m: dict[str, Any], rec: StepRecord) -> None:
