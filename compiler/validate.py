@@ -73,7 +73,7 @@ def problems(text: str, filename: str = "<string>", *, path: Path | None = None,
     check_errors += _cost_checks(loaded)
     check_errors += _episode_checks(loaded)
     found = _drop_covered(schema_errors, check_errors) + check_errors
-    found += _reward_checks(loaded, found, judges)  # rules' own checks (python rules, gameable answers) and the examples
+    found += _reward_checks(loaded, found, judges)  # the rules' own checks (python, answer, judge) and the examples
     wrong = {e.key_path for e in found if not e.is_warning}
     return loaded, dedupe([e for e in found if not (e.is_warning and e.key_path in wrong)])
 

@@ -9,8 +9,9 @@ Metric keys (one ``metrics.jsonl`` line per step; steps numbered from 1):
   rollout request), ``tokens/sampled``, ``tokens/trained`` (tokens in the datums sent to forward_backward),
   ``tokens/eval_prompt``, ``tokens/eval_sampled``, ``tokens/reference`` (tokens scored by the KL reference model),
   ``tokens/warmup_trained`` (the supervised warm-up's, on the first step's line), ``tokens/judge_prompt`` /
-  ``tokens/judge_output`` (what ``kind: judge`` rules' judge models read and wrote, train and eval) and ``tokens_cum/<kind>`` (the run
-  so far). With prices: ``cost/<kind>``, ``cost/step``, ``cost/total`` (USD, ``sailrl.runtime.cost``).
+  ``tokens/judge_output`` (what ``kind: judge`` rules' judge models read and wrote, train and eval) and
+  ``tokens_cum/<kind>`` (the run so far). With prices: ``cost/<kind>``, ``cost/step``, ``cost/total`` (USD,
+  ``sailrl.runtime.cost``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 
 import tinker
 
-__all__ = ["JUDGE_TOKEN_KEYS", "TOKEN_KINDS", "add_judge_tokens", "rollout_metrics", "step_line", "summary_lines", "token_counts"]
+__all__ = ["JUDGE_TOKEN_KEYS", "TOKEN_KINDS", "add_judge_tokens", "rollout_metrics", "step_line", "summary_lines",
+           "token_counts"]
 
 TOKEN_KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained",
                "judge_prompt", "judge_output")

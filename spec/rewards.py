@@ -372,7 +372,8 @@ class JudgeModel(SpecModel):
         description="For tinker and local: the renderer that builds the judge's prompt (default: the model's).",
     )
     max_tokens: int = Field(512, ge=1, le=16384, description="Longest judge answer, in tokens.")
-    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the judge (0: its likeliest answer).")
+    temperature: float = Field(0.0, ge=0, le=2,
+                               description="Sampling temperature of the judge (0: its likeliest answer).")
     timeout_s: float = Field(
         60.0, gt=0, le=600,
         description="Seconds one judge call may take (each try); a slower call is given up and retried or failed.",

@@ -24,7 +24,6 @@ from sailrl.runtime.judge import (
     JudgeReply,
     SailChatClient,
     SamplingJudgeClient,
-    clean_completion,
     read_score,
 )
 from sailrl.runtime.models import get_renderer, get_tokenizer

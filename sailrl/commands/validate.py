@@ -3,9 +3,9 @@
 Runs the validation stage (``sailrl.compiler.validate.validate_file``): the YAML loader, the schema, the semantic
 checks and the spec's worked reward ``examples:``. ``kind: judge`` rules: a local judge is always called;
 ``--judge`` calls every judge (keys needed), checking the examples that read them and scoring injection probes
-(W111); otherwise those examples are listed as not checked (W112). Warnings (a value outside its usual range, ...) are printed
-and do not fail. Never imports torch or transformers. Exit 0 when every spec is valid (warnings allowed), 1
-otherwise.
+(W111); otherwise those examples are listed as not checked (W112). Warnings (a value outside its usual range,
+...) are printed and do not fail. Imports torch and transformers only to load a local judge. Exit 0 when every
+spec is valid (warnings allowed), 1 otherwise.
 """
 
 from __future__ import annotations
