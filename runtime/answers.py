@@ -502,9 +502,9 @@ def parse_number(s: str) -> Fraction | None:
     (``-1,000.50``; LaTeX's ``32,\\! 349`` and ``32{,}349`` too), scientific notation (``1e-3``), ``\\frac{a}{b}`` /
     ``\\dfrac`` / ``\\frac12``, ``a/b``, surrounding ``$`` / ``\\$``, a trailing ``%`` (dropped: ``50%`` is 50),
     degrees, a leading ``x =`` (one letter), trailing unit words (``18 dollars``, ``\\text{ cm}``,
-    ``\\text{5 apples}``: one rule, inside a text wrapper or not) and a trailing period. Values are :class:`fractions.Fraction`, so
-    ``0.5 == \\frac{1}{2}`` and ``2/3 == \\frac{2}{3}`` exactly. None as well for a text over
-    :data:`MAX_ANSWER_CHARS` characters and for an exponent beyond +-:data:`MAX_EXPONENT` (``1e1001``).
+    ``\\text{5 apples}``: one rule, inside a text wrapper or not) and a trailing period. Values are
+    :class:`fractions.Fraction`, so ``0.5 == \\frac{1}{2}`` and ``2/3 == \\frac{2}{3}`` exactly. None as well for a
+    text over :data:`MAX_ANSWER_CHARS` characters and for an exponent beyond +-:data:`MAX_EXPONENT` (``1e1001``).
     Time: linear in ``len(s)``.
     """
     if len(s) > MAX_ANSWER_CHARS:
@@ -590,6 +590,7 @@ def _mv() -> Any:
         import logging
 
         import math_verify
+        import sympy.physics.units  # noqa: F401 -- sympy's simplify imports it on first use (0.6 s): not inside a limit
 
         class _DropTimeoutNotice(logging.Filter):
             def filter(self, record: logging.LogRecord) -> bool:
@@ -656,13 +657,17 @@ def math_equal_unlimited(gold: list[Any], pred: list[Any]) -> bool:
 
 
 def math_parse(answer: str, timeout_s: float) -> list[Any]:
-    """:func:`math_parse_unlimited` under ``timeout_s`` (main thread only). Raises MathTimeout."""
+    """:func:`math_parse_unlimited` under ``timeout_s`` (main thread only). Raises MathTimeout. math-verify and
+    sympy are imported first, outside the limit (about 2.5 s on a busy 2-core machine: a first answer must not
+    fail because the import was slow)."""
+    _mv()
     with _time_limit(timeout_s):
         return math_parse_unlimited(answer)
 
 
 def math_equal(gold: list[Any], pred: list[Any], timeout_s: float) -> bool:
     """math-verify's ``verify(gold, pred)`` under ``timeout_s`` (main thread only). Raises MathTimeout."""
+    _mv()
     with _time_limit(timeout_s):
         return math_equal_unlimited(gold, pred)
 

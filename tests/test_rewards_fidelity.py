@@ -210,3 +210,25 @@ def test_validate_probes_math_rules_for_a_dropped_tail(monkeypatch: pytest.Monke
     gamed = probe_answer_rule(fn_of("math"), "correct", [])
     labels = {label for label, _ in gamed}
     assert "the right answer plus a term the parser could drop" in labels, gamed
+
+
+def test_the_first_math_answer_does_not_pay_for_imports_inside_its_time_limit() -> None:
+    """Under load (12 on 2 cores) the first comparison timed out: math-verify (about 2 s to import) and sympy's
+    lazily imported physics.units (0.6 s, on the first simplify) were imported inside the 2 s limit."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from sailrl.runtime import answers\n"
+            "seen = []\n"
+            "real = answers._time_limit\n"
+            "def spy(seconds):\n"
+            "    seen.append(('math_verify' in sys.modules, 'sympy.physics.units' in sys.modules))\n"
+            "    return real(seconds)\n"
+            "answers._time_limit = spy\n"
+            "c = answers.Comparator('math')\n"
+            "assert c.equal(c.prepare('x^2 + 2x + 1'), c.prepare('(x+1)^2'))\n"
+            "print(seen)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[(True, True), (True, True), (True, True)]"
