@@ -243,8 +243,11 @@ class EpisodeMessageEnv(AgentToolMessageEnv):
             reason = "parse_error"
         else:
             reason = "max_turns"
+        reward = result.reward
+        if not self.graded:  # the cookbook skips the grader on a turn whose tool calls all failed to parse
+            reward, _ = await self._grade_messages(self.history)
         metrics, logs = self.episode_record(reason)
-        return MessageStepResult(reward=result.reward, episode_done=True, next_messages=result.next_messages,
+        return MessageStepResult(reward=reward, episode_done=True, next_messages=result.next_messages,
                                  metrics={**result.metrics, **metrics}, logs={**result.logs, **logs})
 
     async def finish(self, reason: str, *, truncated: bool) -> tuple[float, dict[str, float], dict[str, Any]]:

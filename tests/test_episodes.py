@@ -348,3 +348,12 @@ def test_a_python_rule_can_charge_each_turn(tmp_path):
     traj = asyncio.run(do_group_rollout(builder, SamplingPolicy(sampler, max_tokens=64))).trajectories_G[0]
     last = traj.transitions[-1]
     assert last.metrics["reward/turns"] == pytest.approx(-0.2) and last.reward == pytest.approx(0.8)
+
+
+def test_a_reply_whose_tool_calls_all_fail_to_parse_ends_the_episode_scored():
+    traj, sampler, _ = _run([(" 7 <tool_call>{not json}</tool_call>" + STOP, "stop")],
+                            {"max_turns": 3, "tools": [{"builtin": "calculator"}]})
+    last = traj.transitions[-1]
+    assert len(traj.transitions) == 1 and last.logs["episode_end"] == "parse_error"
+    assert last.metrics["parse_error"] == 1.0 and "correct" in last.metrics  # scored by the rules, not -0.1
+    assert last.logs["completion"] == "7 " and last.reward == 1.0
