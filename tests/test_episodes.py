@@ -357,3 +357,45 @@ def test_a_reply_whose_tool_calls_all_fail_to_parse_ends_the_episode_scored():
     assert len(traj.transitions) == 1 and last.logs["episode_end"] == "parse_error"
     assert last.metrics["parse_error"] == 1.0 and "correct" in last.metrics  # scored by the rules, not -0.1
     assert last.logs["completion"] == "7 " and last.reward == 1.0
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen3_instruct"])
+def test_qwen3_renderers_write_and_parse_the_calls_of_an_episode(name):
+    """The cookbook's qwen3 renderers (the gsm8k_calculator example's), over the byte tokenizer with Qwen's special
+    tokens added (no hub): the tool is declared in the system turn, the <tool_call> block is parsed, the result
+    comes back as a tool turn, and only the sampled tokens are trained."""
+    from transformers import ByT5Tokenizer
+
+    from sailrl.runtime.models import get_renderer as renderer_for
+
+    tok = ByT5Tokenizer(extra_ids=0)
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]})
+    renderer = renderer_for(name, tok)
+    environment = EnvironmentSpec.model_validate({"max_turns": 3, "tools": [{"builtin": "calculator"}]})
+    builder = EpisodeGroupBuilder(row={"question": "3+4", "answer": "7"}, messages=[{"role": "user", "content": "3+4="}],
+                                  renderer=renderer, reward_fn=RewardFunction.from_spec(REWARD, "answer"),
+                                  environment=environment, tools=build_tools(environment, "."), group_size=1,
+                                  max_tokens=128)
+    replies = ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "3+4"}}\n</tool_call><|im_end|>',
+               "7<|im_end|>"]
+    sampled = [tok.encode(r, add_special_tokens=False) for r in replies]
+
+    class Sampler:
+        prompts: list = []
+
+        async def sample_async(self, prompt, num_samples, sampling_params):
+            self.prompts.append(tok.decode(prompt.to_ints()))
+            toks = sampled[len(self.prompts) - 1]
+            return SimpleNamespace(sequences=[SimpleNamespace(tokens=toks, logprobs=[-0.5] * len(toks),
+                                                              stop_reason="stop")])
+
+    sampler = Sampler()
+    traj = asyncio.run(do_group_rollout(builder, SamplingPolicy(sampler, max_tokens=128))).trajectories_G[0]
+    last = traj.transitions[-1]
+    assert last.reward == 1.0 and last.metrics["episode/tool_calls"] == 1.0 and last.logs["episode_end"] == "answered"
+    assert '"name": "calculator"' in sampler.prompts[0].split("<|im_start|>user", 1)[0]  # declared before the question
+    assert "<tool_response>\n7\n</tool_response>" in sampler.prompts[1]
+    datums, _ = assemble_training_data([SimpleNamespace(trajectories_G=[traj])], [[1.0]])
+    trained = [t for d in datums for t, m in zip(d.loss_fn_inputs["target_tokens"].tolist(),
+                                                  d.loss_fn_inputs["mask"].tolist(), strict=True) if m == 1.0]
+    assert trained == sampled[0] + sampled[1]
