@@ -46,7 +46,7 @@ def connect_judges(reward_fn: Any, *, service_client: Any = None, local_service:
             if c.sampler == "sail":
                 judge.connect(SailChatClient(c.model))
                 continue
-            renderer = _renderer(c.model, c.renderer, spec_dir)
+            renderer = _renderer(c.model, c.renderer, spec_dir, embedded=c.sampler == "local")
             if c.sampler == "tinker":
                 service = service_client if service_client is not None and not _is_local(service_client) \
                     else _tinker_service()
@@ -71,10 +71,10 @@ def _is_local(service: Any) -> bool:
     return type(service).__name__ == "LocalServiceClient"
 
 
-def _renderer(model: str, renderer: str | None, spec_dir: Any) -> Any:
+def _renderer(model: str, renderer: str | None, spec_dir: Any, *, embedded: bool = False) -> Any:
     from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
 
-    name = renderer or default_renderer_name(model, spec_dir)
+    name = renderer or default_renderer_name(model, spec_dir, embedded=embedded)
     if name is None:
         raise ValueError(f"no renderer is known for {model}: set judge.renderer")
     return get_renderer(name, get_tokenizer(model, spec_dir))

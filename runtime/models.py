@@ -104,10 +104,11 @@ def get_renderer(renderer_name: str, tokenizer: Any) -> Any:
     return renderers.get_renderer(renderer_name, tokenizer)
 
 
-def default_renderer_name(model_name: str, base_dir: str | os.PathLike | None = None) -> str | None:
-    """The renderer to use when a spec names none (``sailrl.spec.models.default_renderer``), or ``None`` when
-    none is known (the caller asks the user to name one)."""
+def default_renderer_name(model_name: str, base_dir: str | os.PathLike | None = None, *,
+                          embedded: bool = False) -> str | None:
+    """The renderer to use when a spec names none (``sailrl.spec.models.default_renderer``; ``embedded``: the
+    model runs on the embedded backend), or ``None`` when none is known (the caller asks the user to name one)."""
     try:
-        return default_renderer(model_name, base_dir)
+        return default_renderer(model_name, base_dir, embedded=embedded)
     except UnknownModelError:
         return None

@@ -487,6 +487,10 @@ def test_a_hub_id_on_the_embedded_backend_defaults_to_its_chat_template(hub, mon
     monkeypatch.setattr(hub, "ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     # not cached: the embedded backend will load the tokenizer's own template (checked when it is downloaded)
     assert default_renderer("someorg/not-cached", embedded=True) == "chat_template"
+    from sailrl.runtime.models import default_renderer_name  # what sailrl sample and local judges use
+
+    assert default_renderer_name("someorg/not-cached", embedded=True) == "chat_template"
+    assert default_renderer_name("someorg/not-cached") is None
     loaded = validate_text(_hub_spec(tmp_path, "someorg/not-cached"), str(tmp_path / "s.yaml"),
                            path=tmp_path / "s.yaml")
     assert not [e for e in loaded.warnings if e.code == "S212"]

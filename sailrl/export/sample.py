@@ -48,7 +48,8 @@ def _renderer(spec: Any, spec_dir: Any) -> tuple[Any, Any]:
 
     try:
         tokenizer = get_tokenizer(spec.model.name, spec_dir)
-        name = spec.model.renderer or default_renderer_name(spec.model.name, spec_dir)
+        name = spec.model.renderer or default_renderer_name(spec.model.name, spec_dir,
+                                                            embedded=spec.sampling.sampler == "local")
         if name is None:
             raise ExportError(f"no renderer is known for model '{spec.model.name}'; set model.renderer")
         return tokenizer, get_renderer(name, tokenizer)
