@@ -39,6 +39,7 @@ from sailrl.runtime.answers import Comparator, CompiledExtractor, MathTimeout, U
 from sailrl.spec.rewards import (
     AllOfRule,
     AnswerRule,
+    AnyOfRule,
     HasAnswerCheck,
     JudgeRule,
     LengthRule,
@@ -333,6 +334,15 @@ class _AllOf(_Check):
         return "all of: " + "; ".join(c.describe() for c in self.checks)
 
 
+class _AnyOf(_AllOf):
+    def passes(self, ctx: _Ctx) -> bool:
+        results = [c.passes(ctx) for c in self.checks]  # every check, so that the reason names each
+        return any(results)
+
+    def describe(self) -> str:
+        return "any of: " + "; ".join(c.describe() for c in self.checks)
+
+
 class _Answer(_Check):
     """Extract the completion's answer and compare it with the row's reference answer."""
 
@@ -538,6 +548,8 @@ def _compile(rule: Any, reference_field: str, spec: RewardSpec, spec_dir: Path |
         return _HasAnswer(rule, t)
     if isinstance(rule, AllOfRule):
         return _AllOf([_compile(c, reference_field, spec, spec_dir) for c in rule.checks])
+    if isinstance(rule, AnyOfRule):
+        return _AnyOf([_compile(c, reference_field, spec, spec_dir) for c in rule.checks])
     if isinstance(rule, PythonRule):
         return _Python(rule, spec_dir)
     if isinstance(rule, JudgeRule):

@@ -224,7 +224,8 @@ def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath,
     if etype == "union_tag_not_found":
         annotation, _ = model_at(root, loaded.data, path[:-1]) if path else (None, None)
         return path, "this entry needs a 'kind' (what sort of rule it is)", (
-            "Add e.g. `kind: answer`, `kind: match`, `kind: termination`, `kind: length` or `kind: all_of`."
+            "Add e.g. `kind: answer`, `kind: match`, `kind: termination`, `kind: length`, `kind: all_of` or "
+            "`kind: any_of`."
         ), "value", "S106"
     if etype == "literal_error":
         choices = [c.strip(" '") for c in str(ctx.get("expected", "")).replace(" or ", ", ").split(",")]

@@ -296,6 +296,19 @@ class AllOfRule(_RuleBase):
     )
 
 
+class AnyOfRule(_RuleBase):
+    """Pass when at least one listed check passes (e.g. the answer is boxed OR written after 'Answer:')."""
+
+    kind: Literal["any_of"]
+    checks: list[Check] = Field(
+        min_length=1,
+        description=(
+            "Checks of which at least one must pass (kinds has_answer, match, termination, length); each is "
+            "written like a rule but its name and weight are ignored."
+        ),
+    )
+
+
 class PythonRule(_RuleBase):
     """Score with your own Python function, in a file next to the spec.
 
@@ -446,7 +459,8 @@ class JudgeRule(_RuleBase):
 
 
 RewardRule = Annotated[
-    AnswerRule | MatchRule | TerminationRule | LengthRule | AllOfRule | HasAnswerCheck | PythonRule | JudgeRule,
+    AnswerRule | MatchRule | TerminationRule | LengthRule | AllOfRule | AnyOfRule | HasAnswerCheck | PythonRule
+    | JudgeRule,
     Field(discriminator="kind"),
 ]
 

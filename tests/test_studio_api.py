@@ -449,3 +449,19 @@ def test_another_host_only_when_given_and_with_a_warning(project, monkeypatch):
     assert err.startswith("warning: serving on 0.0.0.0, not only this machine")
     assert "note: could not open a browser here: open the URL above yourself" in err
     assert proc.returncode == 130 and "Traceback" not in err
+
+
+def test_an_any_of_rule_from_the_forms_scores_as_the_engine_does(client, project):
+    text = project.read_text()
+    rules = client.post("/api/check", json={"text": text}).json()["rules"]
+    rules.append({"name": "marked", "kind": "any_of", "weight": 0.1, "checks": [
+        {"kind": "has_answer", "extract": {"from": "boxed"}}, {"kind": "match", "pattern": "^Answer:", "flags": ["MULTILINE"]}]})
+    patched = client.post("/api/patch", json={"text": text, "rules": rules}).json()
+    assert patched["check"]["valid"] is True
+    assert "    - name: marked\n      kind: any_of\n      weight: 0.1\n      checks:\n" in patched["text"]
+    for completion, passed in (("\\boxed{7}", True), ("seven\nAnswer: 7", True), ("seven", False)):
+        got = client.post("/api/try", json={"text": patched["text"], "completion": completion,
+                                             "fields": {"answer": "7"}}).json()
+        marked = got["rules"][2]
+        assert (marked["passed"], marked["score"]) == (passed, 0.1 if passed else 0.0)
+        assert "answer" in marked["why"] and "match" in marked["why"]  # both checks ran and are named

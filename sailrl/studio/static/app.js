@@ -81,6 +81,7 @@ const DEFAULTS = {
   termination: () => ({}),
   has_answer: () => ({ extract: { from: "boxed" } }),
   all_of: () => ({ checks: [{ kind: "has_answer", extract: { from: "boxed" } }, { kind: "termination" }] }),
+  any_of: () => ({ checks: [{ kind: "has_answer", extract: { from: "boxed" } }, { kind: "match", pattern: "^Answer:" }] }),
   python: () => ({ function: "rewards:score" }),
 };
 
@@ -217,10 +218,11 @@ function kindFields(rule, base, keyPath, kind) {
         catch (err) { pre.textContent = err.message; }
       } }, h("summary", {}, `show ${file}`), pre));
     }
-  } else if (kind === "all_of") {
+  } else if (kind === "all_of" || kind === "any_of") {
     const checks = getAt(rule, at("checks")) || [];
     const box = h("div", { class: "group", dataset: { path: kp("checks") } },
-      h("div", { class: "group-title" }, "every one of these checks must pass"));
+      h("div", { class: "group-title" }, kind === "all_of" ? "every one of these checks must pass" :
+        "at least one of these checks must pass"));
     checks.forEach((c, j) => {
       const ck = h("div", { class: "check", dataset: { path: kp("checks", j) } },
         h("div", { class: "rule-head" }, h("span", { class: "num" }, `check ${j + 1}`),
