@@ -239,6 +239,9 @@ function kindFields(rule, base, keyPath, kind) {
       checks.push({ kind: "termination" }); setAt(rule, at("checks"), checks); formsChanged(); renderRules();
     } }, "Add check"));
     out.push(box);
+  } else if (kind && !(kind in DEFAULTS)) {
+    out.push(h("p", { class: "help" }, `A ${kind} rule has no form here: edit it in the YAML beside. ` +
+      "Its verdicts show in Try like every rule's."));
   }
   return out;
 }
@@ -272,6 +275,7 @@ function renderRules() {
       return;
     }
     const kinds = Object.keys(DEFAULTS);
+    if (rule.kind && !kinds.includes(rule.kind)) kinds.push(rule.kind);  // e.g. judge: shown, edited in the YAML
     const card = h("div", { class: "rule", dataset: { path: keyPath, rule: rule.name || rule.kind || "" } },
       h("div", { class: "rule-head" },
         h("span", { class: "num" }, `${i + 1}`),
@@ -280,6 +284,7 @@ function renderRules() {
           oninput: (e) => { setAt(rule, ["name"], e.target.value || undefined); formsChanged(); } }),
         h("select", { class: "rule-kind", dataset: { path: `${keyPath}.kind` }, onchange: (e) => {
           const v = e.target.value;
+          if (!(v in DEFAULTS)) return;
           const keep = { name: rule.name, weight: rule.weight, pass_score: rule.pass_score, fail_score: rule.fail_score };
           for (const k of Object.keys(rule)) delete rule[k];
           Object.assign(rule, Object.fromEntries(Object.entries(keep).filter(([, x]) => x !== undefined)),
