@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import tinker
@@ -41,7 +41,8 @@ class Checkpoints:
     """Updates, saved state and resume of one run (``run.checkpoints``)."""
 
     def __init__(self, *, spec: Spec, training_client: Any, run_dir: RunDirectory, records: Records,
-                 warmup: Warmup, start_step: int, resume_command: str | None) -> None:
+                 warmup: Warmup, start_step: int, resume_command: str | None,
+                 snapshots: Callable[[int], dict[str, Any] | None] | None = None) -> None:
         self.spec = spec
         self.training_client = training_client
         self.run_dir = run_dir
@@ -50,6 +51,7 @@ class Checkpoints:
         self.start_step = start_step
         self._resume_command = resume_command
         self._pending: tuple[int, list[tinker.Datum], asyncio.Future, bool] | None = None
+        self._snapshots = snapshots  # the sampler's recent snapshots, recorded with each state (off-policy resume)
 
     # ------------------------------------------------------------------ updates
     async def apply_update(self, step: int, data: list[tinker.Datum], update: Awaitable[Any], *,
@@ -92,11 +94,14 @@ class Checkpoints:
 
     # ------------------------------------------------------------------ saving
     async def save_state(self, step: int, *, name: str | None = None, extra: dict[str, Any] | None = None) -> str:
-        """``save_state`` (weights + optimizer) after ``step`` steps, recorded in checkpoints.jsonl."""
+        """``save_state`` (weights + optimizer) after ``step`` steps, recorded in checkpoints.jsonl (with the
+        sampler checkpoints of the last ``max_steps_off_policy`` snapshots, which a resume samples from)."""
         self.run_dir.ensure()
+        snapshots = self._snapshots(step) if self._snapshots is not None else None
+        loop_state = {"batch": step, **({"off_policy_snapshots": snapshots} if snapshots else {}), **(extra or {})}
         paths = await checkpoint_utils.save_checkpoint_async(
             self.training_client, name or f"{self.spec.name}-state-{step:06d}", str(self.run_dir.path),
-            loop_state={"batch": step, **(extra or {})}, kind="state")
+            loop_state=loop_state, kind="state")
         return paths["state_path"]
 
     async def save_final(self) -> str:

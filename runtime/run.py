@@ -174,8 +174,11 @@ def _assemble(spec: Spec, options: RunOptions, console: Console, run_dir: RunDir
                       renderer=inputs.renderer, reward_fn=inputs.reward_fn, prompts=inputs.prompts,
                       train_rows=inputs.rows.train, eval_rows=inputs.rows.eval, run_id=run_id, lora_rank=lora_rank,
                       records=records, **_episode_parts(spec, options.spec_dir))
+    if start.state is not None:
+        sampler.resume_snapshots(start.completed + 1, start.state)
     checkpoints = Checkpoints(spec=spec, training_client=training_client, run_dir=run_dir, records=records,
-                              warmup=warmup, start_step=start.completed + 1, resume_command=options.resume_command)
+                              warmup=warmup, start_step=start.completed + 1, resume_command=options.resume_command,
+                              snapshots=sampler.saved_snapshots)
     budget = Budget(spec.training.max_cost_usd, cost, records, run_dir)
     return Run(spec=spec, backend=backend, training_client=training_client, inputs=inputs, run_dir=run_dir,
                sampler=sampler, records=records, checkpoints=checkpoints, budget=budget, warmup=warmup,

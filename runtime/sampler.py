@@ -12,6 +12,7 @@ for the KL penalty). Phase timings go to the step's record (:class:`sailrl.runti
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -67,6 +68,52 @@ class Sampler:
         self.records = records
         self._reference: Any = None
         self._model_inputs: dict[int, tuple[Any, list]] = {}
+        #: step -> the sampler checkpoint path of its snapshot, for the last max_steps_off_policy steps (saved
+        #: with the state, so a resumed off-policy run samples its first steps from them, as it would have)
+        self.snapshots: dict[int, str] = {}
+        self._resumed: dict[int, str] = {}
+        self._resume_step = 0
+        self._older: dict[int, Any] = {}
+
+    def resume_snapshots(self, start_step: int, state: dict[str, Any] | None) -> None:
+        """After a resume at ``start_step``: the snapshots the saved state recorded (:meth:`saved_snapshots`),
+        used when they were taken with this run's ``max_steps_off_policy``."""
+        self._resume_step = start_step
+        saved = (state or {}).get("off_policy_snapshots") or {}
+        if not isinstance(saved, dict) or saved.get("k") != self.spec.training.max_steps_off_policy:
+            return
+        self._resumed = {int(k): str(v) for k, v in (saved.get("paths") or {}).items()}
+        self.snapshots.update(self._resumed)
+
+    def saved_snapshots(self, completed: int) -> dict[str, Any] | None:
+        """What a state save after ``completed`` steps records for :meth:`resume_snapshots`: ``{"k": K, "paths":
+        {step: path}}`` of the snapshots of the last K completed steps (None for a synchronous run)."""
+        k = self.spec.training.max_steps_off_policy
+        if k == 0:
+            return None
+        last = [step for step in sorted(self.snapshots) if step <= completed][-k:]
+        return {"k": k, "paths": {str(step): self.snapshots[step] for step in last}}
+
+    async def _as_it_would_have(self, policy: Policy, step: int) -> Policy:
+        """The policy ``step`` samples from: ``policy``, except for the first steps after a resume of an
+        off-policy run, which an uninterrupted run would have started ``max_steps_off_policy`` steps earlier, from
+        the snapshot of step ``step - K``: that snapshot (recorded with the state) is used, so the resumed run
+        repeats the uninterrupted one. A snapshot that cannot be opened again (expired) leaves ``policy``, said
+        once."""
+        k = self.spec.training.max_steps_off_policy
+        source = max(1, step - k)
+        if k == 0 or source >= self._resume_step or source not in self._resumed:
+            return policy
+        if source not in self._older:
+            self._older[source] = asyncio.ensure_future(self.policy_for(self._resumed[source], source))
+        try:
+            return await self._older[source]
+        except Exception as exc:  # noqa: BLE001 -- an expired or deleted checkpoint: sample from the newest
+            self._resumed.pop(source, None)
+            self.records.console.print(f"[yellow]step {step}: the snapshot of step {source} it would have sampled "
+                                       f"from cannot be opened again ({type(exc).__name__}: {exc}); it samples "
+                                       f"from the newest[/yellow]")
+            return policy
 
     # ------------------------------------------------------------------ data
     def rows(self, step: int) -> list[dict[str, Any]]:
@@ -109,6 +156,9 @@ class Sampler:
         """
         if not isinstance(sampler_path, str):
             sampler_path = await sampler_path
+        self.snapshots[step] = sampler_path
+        for old in [k for k in self.snapshots if k < step - 8]:
+            del self.snapshots[old]
         s = self.spec.sampling
         with phase(step, "resolve", self.records.timings(step)):
             if self.backend.sampler == "sail":
@@ -173,6 +223,8 @@ class Sampler:
         """
         if not isinstance(policy, Policy):
             policy = await policy
+        if phase_name == "rollout":
+            policy = await self._as_it_would_have(policy, step)
         rows = self.rows(step) if rows is None else rows
         gs = group_size or self.spec.training.group_size
         t0 = time.perf_counter()

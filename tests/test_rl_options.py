@@ -214,3 +214,39 @@ def test_switching_off_policy_mode_on_resume_continues_and_records_each_steps_mo
     assert [m["off_policy_k"] for m in lines] == [float(first)] * 2 + [float(then)] * 2
     # the first step after a resume samples from its own checkpoint: nothing sampled before the kill survives
     assert lines[2]["sampler_step"] == 3.0
+
+
+@pytest.mark.slow
+def test_an_off_policy_run_killed_after_a_periodic_save_resumes_exactly_as_it_would_have_run(tmp_path, monkeypatch):
+    """K=1: the first step after resuming samples from the snapshot one step behind (recorded with the state), as
+    the uninterrupted run did, so the resumed steps repeat it: same rollouts, same rewards, same updates."""
+    monkeypatch.chdir(ROOT)
+    run_dir = tmp_path / "run"
+    sets = ["training.warmup=null", "training.groups_per_step=4", "training.group_size=4", "sampling.max_tokens=6",
+            "training.max_steps_off_policy=1", "training.steps=5", "training.save_every=3",
+            f"output.run_dir={run_dir}"]
+    args = ["run", str(QUICKSTART), *sum((["--set", s] for s in sets), [])]
+    assert main(args) == 0
+    whole = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rollouts = [json.loads(x) for x in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    records = (run_dir / "checkpoints.jsonl").read_text().splitlines()
+    saved = json.loads(records[0])
+    assert saved["batch"] == 3 and sorted(saved["off_policy_snapshots"]["paths"]) == ["3"]
+    # what a kill right after the periodic save of step 3 leaves: that record is the last
+    (run_dir / "checkpoints.jsonl").write_text(records[0] + "\n")
+    assert main([*args, "--resume"]) == 0
+    resumed = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in resumed] == [1, 2, 3, 4, 5]
+    again = [json.loads(x) for x in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+
+    def same(m: dict) -> dict:  # what the run computed (not how long it took)
+        return {k: v for k, v in m.items() if not k.startswith(("time/", "wall", "sail/")) and "_s" not in k
+                and k not in ("timestamp", "steps_per_min")}
+
+    assert [same(m) for m in resumed[3:]] == [same(m) for m in whole[3:]]
+    assert resumed[3]["sampler_step"] == 3.0  # step 4 sampled one step behind, from step 3's snapshot
+
+    def logged(rs: list[dict], step: int) -> list[tuple]:
+        return [(r["completion"], r["total"], r["sampler_step"]) for r in rs if r["step"] == step]
+
+    assert logged(again, 4) == logged(rollouts, 4) and logged(again, 5) == logged(rollouts, 5)
