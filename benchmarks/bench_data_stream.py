@@ -8,8 +8,9 @@ process, interleaved (size by size, arm after arm, same repetitions), and report
 - ``preflight``: wall seconds and peak RSS of ``sailrl preflight SPEC --sample 0`` (CLI start included);
 - with ``dataset.limit: 1000`` the same first step (reading stops after 1,000 rows).
 
-The baseline is another git revision of sailrl (default ``main`` before streaming: pass ``--baseline REF``),
-exported to a temporary folder and imported from there (``--baseline none`` skips it).
+The baseline is another git revision of sailrl (``--baseline REF``, e.g. 38c3a29, the commit before streaming),
+exported to a temporary folder with ``git archive`` and imported from there; without it only this tree is measured.
+Prints the load average first (the numbers are only comparable at a similar load).
 
     python benchmarks/bench_data_stream.py [--sizes 10000,100000,1000000] [--reps 1] [--baseline REF]
 """
