@@ -582,7 +582,12 @@ def _sample_with(plan: SamplingPlan, spec: Any, train: list[dict], seed: int, sa
         renderer = get_renderer(default_renderer(STAND_IN_MODEL), tokenizer)
         fits = context_window(STAND_IN_MODEL)[0] - sample_spec.sampling.max_tokens  # type: ignore[operator]
         builder = PromptBuilder(sample_spec.prompt, renderer)
-        usable = [r for r in train if builder.model_input(r).length <= fits]
+        usable = []
+        for r in train:  # the first `sample` rows that fit are all rows_for_step(usable, 0, sample) reads
+            if builder.model_input(r).length <= fits:
+                usable.append(r)
+                if len(usable) >= sample:
+                    break
         if not usable:
             problems.append(_problem("warning", f"no prompt fits the {STAND_IN_MODEL} stand-in's context, so "
                                      f"nothing was sampled", None, "nothing sampled"))
