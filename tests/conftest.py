@@ -57,8 +57,9 @@ def _isolated_sailrl_home(tmp_path_factory, monkeypatch):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``slow`` (an end-to-end run, a child process, seconds each) are collected first, the rest keep
-    their order: with parallel workers (``pytest -n auto``, pytest-xdist's default load scheduling) the long tests
-    start at once and spread over the workers, and the short ones fill in behind them, instead of a few long ones
-    running last while the other workers sit idle. A test that takes seconds: mark it ``@pytest.mark.slow``."""
+    """Tests marked ``slow`` (an end-to-end run, a child process, a browser, seconds each) are collected first, the
+    rest keep their order. With parallel workers (the README's ``pytest -n auto --dist worksteal``) the long tests
+    start at once, a worker that runs out of tests takes half of another's queue from its end (the short tests),
+    and the run does not end with a few long tests on one worker while the others sit idle. A test that takes
+    seconds: mark it ``@pytest.mark.slow``."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: False (slow) first

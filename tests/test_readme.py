@@ -25,4 +25,4 @@ def test_the_ci_blocks_install_then_run_the_quickstart_and_the_tests():
     install = _block_after("<!-- ci: install-and-run -->").strip()
     tests = _block_after("<!-- ci: test -->").strip()
     assert install.endswith("sailrl run spec/examples/quickstart.yaml") and "pip install" in install
-    assert tests.endswith("python -m pytest -q -n auto") and '".[dev]"' in tests  # -n: pytest-xdist, in [dev]
+    assert tests.endswith("python -m pytest -q -n auto --dist worksteal") and '".[dev]"' in tests  # pytest-xdist
