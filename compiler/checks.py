@@ -577,8 +577,9 @@ class _Checker:
                       "kl_discount_factor.")
 
     def learning_rate_advice(self) -> None:
-        """W120 when the learning rate is more than ~10x from tinker_cookbook's ``get_lr`` for the model's LoRA."""
-        from sailrl.spec.lr_advice import FAR_FACTOR, lr_advice, lr_far
+        """W120 when the learning rate is more than 10x above (or 100x below) tinker_cookbook's ``get_lr`` for the
+        model's LoRA."""
+        from sailrl.spec.lr_advice import far_limit, lr_advice, lr_far
 
         if not (self.whole("model") and self.whole("training")):
             return
@@ -588,7 +589,7 @@ class _Checker:
             lr = _default("TrainingSpec", "learning_rate")
         if not isinstance(name, str) or lr is None or not lr_far(name, lr):
             return
-        self.warn(("training", "learning_rate"), "W120", f"{lr_advice(name, lr)}, more than {FAR_FACTOR:g}x away",
+        self.warn(("training", "learning_rate"), "W120", f"{lr_advice(name, lr)}, more than {far_limit(name, lr):g}x away",
                   "get_lr is calibrated on supervised LoRA fine-tuning (10x the full fine-tuning rate); RL runs "
                   "often use a few times less. If the value is meant, keep it: this is a warning, and "
                   "`sailrl validate` still passes.")

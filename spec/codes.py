@@ -152,7 +152,7 @@ _TABLE: tuple[Code, ...] = (
     Code("W110", "answer-rule-gameable", "warning", "An answer rule scores an adversarial completion as correct "
          "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
     Code("W120", "learning-rate-far-from-recommended", "warning", "training.learning_rate is more than 10x above "
-         "or below the LoRA learning rate tinker_cookbook's hyperparam_utils.get_lr recommends for the model."),
+         "(or 100x below) the LoRA learning rate tinker_cookbook's hyperparam_utils.get_lr recommends for the model."),
     Code("W111", "judge-injection", "warning", "Injection probes of a judge rule (a completion that tells the judge "
          "to answer 10, a fake <score> tag, the rubric quoted back) and the score each got."),
     Code("W112", "judge-examples-unchecked", "warning", "Worked examples that expect a judge rule's score were not "

@@ -10,8 +10,13 @@ the full fine-tuning rate); RL recipes often run a few times lower.
 
 from __future__ import annotations
 
-#: A learning rate more than this factor above or below the recommendation gets a warning (W120).
-FAR_FACTOR = 10.0
+#: A learning rate more than this factor above the recommendation gets a warning (W120): a LoRA trained that hot
+#: tends to collapse.
+FAR_ABOVE = 10.0
+#: ... or more than this factor below it. RL runs sit well below get_lr's supervised calibration: tinker_cookbook's
+#: own RL recipes use 1e-5 (``recipes/math_rl``) and 4e-5 (``recipes/rl_loop.py``) on 8B models, 28x and 12x below,
+#: and the Sail guide 1e-5, so only a rate that low again (the adapter would hardly move) is worth a warning.
+FAR_BELOW = 100.0
 
 #: model name -> ``hyperparam_utils.get_lr(model, is_lora=True)`` (tinker_cookbook 0.5.8).
 RECOMMENDED_LORA_LR: dict[str, float] = {
@@ -75,6 +80,16 @@ def lr_advice(model_name: str, learning_rate: float) -> str | None:
 
 
 def lr_far(model_name: str, learning_rate: float) -> bool:
-    """Whether ``learning_rate`` is more than :data:`FAR_FACTOR` times away from the recommendation."""
+    """Whether ``learning_rate`` is more than :data:`FAR_ABOVE` times above or :data:`FAR_BELOW` times below the
+    recommendation."""
     found = lr_ratio(model_name, learning_rate)
-    return found is not None and found[1] > FAR_FACTOR
+    if found is None:
+        return False
+    rec, factor = found
+    return factor > (FAR_ABOVE if learning_rate > rec else FAR_BELOW)
+
+
+def far_limit(model_name: str, learning_rate: float) -> float:
+    """The factor past which ``learning_rate`` is far on its side of the recommendation (for messages)."""
+    found = lr_ratio(model_name, learning_rate)
+    return FAR_ABOVE if found is not None and learning_rate > found[0] else FAR_BELOW

@@ -35,7 +35,9 @@ def timed(text: str) -> tuple[list, float]:
 def test_deep_flow_nesting_is_a_located_error_not_a_recursion_error(nested):
     found, took = timed(MINIMAL_SPEC + f"description: {nested}\n")
     deep = [e for e in found if e.code == "S020"]
-    assert len(deep) == 1 and took < 2
+    # a located error, not a RecursionError or a hang: ~0.2 s quiet, up to ~5 s on 2 cores under load 10 (the
+    # bound only has to catch a hang or a blow-up; speed is measured in benchmarks, not here)
+    assert len(deep) == 1 and took < 30
     # the document is level 1, so the 50th '[' (column 14 + 49) or the key inside the 49th '{' is level 51
     assert (deep[0].line, deep[0].column) == (N + 1, 14 + 49 if nested[0] == "[" else 14 + 4 * 48 + 1)
     assert f"nested more than {MAX_NESTING} levels deep" in deep[0].message
@@ -129,7 +131,7 @@ def test_thousands_of_unknown_keys_report_fifty_and_count_the_rest():
     start = time.perf_counter()
     with pytest.raises(SpecErrors) as info:
         validate_text(text, "s.yaml")
-    assert time.perf_counter() - start < 2
+    assert time.perf_counter() - start < 30  # stops at 50 instead of building 6,000 messages (no hang; ~1 s quiet)
     exc = info.value
     assert len(exc.errors) == 50 and exc.omitted == 5950
     assert all(e.code == "S101" for e in exc.errors)
