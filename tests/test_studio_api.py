@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -465,3 +466,95 @@ def test_an_any_of_rule_from_the_forms_scores_as_the_engine_does(client, project
         marked = got["rules"][2]
         assert (marked["passed"], marked["score"]) == (passed, 0.1 if passed else 0.0)
         assert "answer" in marked["why"] and "match" in marked["why"]  # both checks ran and are named
+
+
+# ---------------------------------------------------------------------------------------------- hostile requests
+
+
+def _raw_post(c: TestClient, path: str, body: bytes):
+    return c.post(path, content=body, headers={"content-type": "application/json"})
+
+
+def test_json_infinity_and_deep_nesting_are_bounded_errors_not_500(client, project):
+    text = json.dumps(project.read_text()).encode()
+    r = _raw_post(client, "/api/rows", b'{"text": %s, "offset": Infinity}' % text)
+    assert r.status_code == 400 and r.json()["error"] == "offset must be a whole number, got inf"
+    r = _raw_post(client, "/api/check", b"[" * 100_000 + b"]" * 100_000)
+    assert r.status_code == 400 and r.json()["error"] == "the request body is nested too deeply"
+    deep = json.loads("[" * 900 + "]" * 900)  # parses as JSON, too deep for the YAML writer
+    r = client.post("/api/patch", json={"text": project.read_text(), "rules": [deep]})
+    assert r.status_code == 400 and r.json()["error"] == "refused: the request is nested too deeply"
+
+
+def test_a_metrics_line_with_nan_is_sent_as_null(project):
+    run = project.parent / "runs" / "quickstart"
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 9, "loss": NaN, "kl": -Infinity}\n')
+    r = client_for(project, run).get("/api/run/metrics?run=@run")
+    assert r.status_code == 200
+    assert r.json()["lines"][-1] == {"step": 9, "loss": None, "kl": None}
+
+
+def test_run_files_linked_out_of_the_run_folder_are_not_read(project, tmp_path):
+    run = project.parent / "runs" / "quickstart"
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"step": 1, "secret": "hunter2"}\n')
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").symlink_to(secret)
+    (run / "rollouts.jsonl").unlink()
+    (run / "rollouts.jsonl").symlink_to(secret)
+    c = client_for(project, run)
+    for url in ("/api/run/metrics?run=@run", "/api/run/metrics?run=runs/quickstart",
+                "/api/run/steps?run=@run", "/api/run/rollouts?run=@run&step=1"):
+        r = c.get(url)
+        assert r.status_code == 200 and "hunter2" not in r.text, url
+    assert c.get("/api/run/metrics?run=@run").json() == {"lines": [], "next": 0, "exists": False}
+    assert c.get("/api/run/steps?run=@run").json() == {"train": [], "eval": []}
+
+
+def test_a_fifo_in_the_run_folder_does_not_hang_the_request(project):
+    run = project.parent / "runs" / "quickstart"
+    (run / "metrics.jsonl").unlink()
+    fifo = run / "metrics.jsonl"
+    os.mkfifo(fifo)
+    blocked = []
+
+    def unblock():  # opening the write end succeeds only while a reader waits in open(): then it is let go
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            return
+        blocked.append(True)
+        os.close(fd)
+
+    timer = threading.Timer(5.0, unblock)
+    timer.start()
+    try:
+        r = client_for(project, run).get("/api/run/metrics?run=@run")
+    finally:
+        timer.cancel()
+    assert not blocked, "the request waited on the FIFO"
+    assert r.json() == {"lines": [], "next": 0, "exists": False}
+
+
+def test_source_reads_at_most_256_kib_of_a_big_file(client, project, monkeypatch):
+    big = project.parent / "big.txt"
+    with open(big, "wb") as f:
+        f.write(b"x" * (300 * 1024))
+    sizes = []
+    real_read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: sizes.append(self) or real_read(self))
+    r = client.get("/api/source?path=big.txt")
+    assert r.status_code == 200 and len(r.json()["text"]) == 256 * 1024
+    assert big not in sizes  # not read whole into memory first
+
+
+def test_save_when_the_spec_was_deleted_writes_it_anew(project):
+    c = client_for(project)
+    text = project.read_text()
+    project.unlink()
+    loaded = c.get("/api/spec").json()
+    assert loaded["disk_sha"] is None and loaded["read_problems"]
+    r = c.post("/api/save", json={"text": text, "base_sha": None})
+    assert r.status_code == 200 and r.json()["backup"] is None
+    assert project.read_text() == text

@@ -18,6 +18,7 @@ the user sees; the server caches validation, reward functions, rows and prefligh
 from __future__ import annotations
 
 import json
+import math
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +42,8 @@ async def _body(request: Request) -> dict[str, Any]:
         data = json.loads(raw or b"{}")
     except ValueError:
         raise StudioError("the request body is not valid JSON") from None
+    except RecursionError:
+        raise StudioError("the request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise StudioError("the request body must be a JSON object")
     return data
@@ -51,7 +54,7 @@ def _int(value: Any, name: str, default: int | None = None) -> int | None:
         return default
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity
         raise StudioError(f"{name} must be a whole number, got {value!r}") from None
 
 
@@ -75,13 +78,37 @@ def endpoint(fn: Callable[[Studio, Request, dict[str, Any]], Any]) -> Callable[[
             return _error(str(exc), exc.status)
         except BodyTooLarge as exc:
             return _error(f"refused: {exc}", 413)
+        except RecursionError:  # a hostile request (rules nested a thousand deep): bounded like validate's own
+            return _error("refused: the request is nested too deeply", 400)
         except Exception as exc:  # noqa: BLE001 -- never a traceback page; the server log keeps it
             traceback.print_exc()
             return _error(f"internal error (a bug in sailrl, not a problem in your files): {type(exc).__name__}: "
                           f"{exc}", 500)
-        return JSONResponse(result)
+        return _json(result)
 
     return handle
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN / infinity as None and lone surrogates as ``?``, so it encodes as strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_finite(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _json(result: Any) -> JSONResponse:
+    """A JSON answer; a value strict JSON cannot carry (NaN in a hand-edited metrics.jsonl, a lone surrogate in a
+    pasted completion) is sent as null / ``?`` instead of failing the request."""
+    try:
+        return JSONResponse(result)
+    except (ValueError, UnicodeEncodeError):
+        return JSONResponse(_finite(result))
 
 
 def _spec(studio: Studio, request: Request, body: dict[str, Any]) -> Any:

@@ -38,6 +38,7 @@ RUN_ALIAS = "@run"  # the --run folder, wherever it lies
 MAX_ROWS_SHOWN = 200
 MAX_FIELD_CHARS = 4000
 MAX_METRIC_LINES = 100_000
+MAX_SOURCE_BYTES = 256 * 1024
 _CACHE = 16
 
 
@@ -86,6 +87,19 @@ class _LRU(OrderedDict):
             while len(self) > _CACHE:
                 self.popitem(last=False)
         return value
+
+
+def _run_file(run_dir: Path, name: str) -> Path | None:
+    """``run_dir/name`` when it is a regular file inside ``run_dir`` (a symbolic link out of the run folder, or a
+    FIFO that would block the read, counts as absent); None otherwise."""
+    path = run_dir / name
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+    if not target.is_relative_to(run_dir.resolve()) or not target.is_file():
+        return None
+    return target
 
 
 class Checked:
@@ -195,6 +209,9 @@ class Studio:
                     f.write(data)
                     f.flush()
                     os.fsync(f.fileno())
+                if not self.spec_path.exists():  # gone since the page loaded it empty: written anew, no backup
+                    os.replace(tmp, self.spec_path)
+                    return {"disk_sha": hashlib.sha256(data).hexdigest(), "backup": None}
                 old = self.spec_path.read_bytes()
                 bfd, btmp = tempfile.mkstemp(prefix=f".{backup.name}.", suffix=".tmp", dir=self.spec_dir)
                 try:
@@ -228,7 +245,8 @@ class Studio:
             raise StudioError(f"refused: {exc}", 403) from None
         if not path.is_file():
             raise StudioError(f"{relative}: no such file in the spec's folder", 404)
-        raw = path.read_bytes()[:256 * 1024]
+        with path.open("rb") as f:  # at most 256 KiB read, whatever the file's size
+            raw = f.read(MAX_SOURCE_BYTES)
         return {"path": relative, "text": raw.decode("utf-8", "replace")}
 
     # ------------------------------------------------------------------------------------------ trying
@@ -453,8 +471,8 @@ class Studio:
 
     def metrics(self, run: str, after: int = 0) -> dict[str, Any]:
         """``metrics.jsonl`` lines from line ``after`` on (torn lines skipped, as ``sailrl plot`` does)."""
-        path = self._run_path(run) / METRICS_FILE
-        if not path.exists():
+        path = _run_file(self._run_path(run), METRICS_FILE)
+        if path is None:
             return {"lines": [], "next": 0, "exists": False}
         with path.open("rb") as f:
             raw = f.read(64 * 1024 * 1024)
@@ -473,13 +491,18 @@ class Studio:
         return {"lines": out, "next": len(lines), "exists": True}
 
     def steps(self, run: str) -> dict[str, Any]:
-        from sailrl.runtime.rollout_log import logged_steps
+        from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps
 
-        return logged_steps(self._run_path(run))
+        path = self._run_path(run)
+        if _run_file(path, ROLLOUTS_FILE) is None:
+            return {"train": [], "eval": []}
+        return logged_steps(path)
 
     def rollouts(self, run: str, step: int, kind: str = "train") -> dict[str, Any]:
-        from sailrl.runtime.rollout_log import read_rollouts
+        from sailrl.runtime.rollout_log import ROLLOUTS_FILE, read_rollouts
 
         if kind not in ("train", "eval"):
             raise StudioError("kind must be train or eval")
-        return {"step": step, "kind": kind, "records": read_rollouts(self._run_path(run), step=step, kind=kind)}
+        path = self._run_path(run)
+        records = read_rollouts(path, step=step, kind=kind) if _run_file(path, ROLLOUTS_FILE) is not None else []
+        return {"step": step, "kind": kind, "records": records}

@@ -759,7 +759,7 @@ async function save() {
     S.loadedText = S.text; S.baseSha = r.disk_sha;
     updateDirty();
     banner("");
-    status(`saved (the previous file is kept as ${r.backup})`, "ok");
+    status(r.backup ? `saved (the previous file is kept as ${r.backup})` : "saved (a new file: there was none to back up)", "ok");
   } catch (err) {
     if (err.status === 409) banner(err.message, "error", { label: "Reload from disk (drops your edits)", run: () => loadSpec("reloaded from disk") });
     else status(err.message, "error");
