@@ -144,8 +144,15 @@ class Verdict:
 
 
 def clean_completion(text: str) -> str:
-    """``text`` without score tags and without the prompt's delimiter tags (so it cannot close them)."""
-    return _TAG.sub("", text)
+    """``text`` without score tags and without the prompt's delimiter tags (so it cannot close them).
+
+    Removed until none is left: one pass over ``</compl</completion>etion>`` would leave a ``</completion>``.
+    Each pass that removes something shortens the text, so this ends."""
+    while True:
+        cleaned = _TAG.sub("", text)
+        if cleaned == text:
+            return cleaned
+        text = cleaned
 
 
 def scale_words(scale: Any) -> str:
@@ -189,7 +196,7 @@ def read_score(answer: str, scale: Any) -> tuple[float | None, str, str]:
         return None, "", "the judge's answer has no <score>...</score>"
     raw = tags[-1].strip()
     text = raw.strip(" .\"'*`").lower()
-    bad = f"the judge answered <score>{raw[:40]}</score>, which is not "
+    bad = f"the judge answered <score>{' '.join(raw[:40].split())}</score>, which is not "  # one line
     if scale == "binary":
         if text in _YES:
             return 1.0, raw, ""
