@@ -129,7 +129,7 @@ def run_arm(name: str, overrides: list[str], sample_groups: int, workdir: Path) 
     from sailrl.runtime.data import load_rows
     from sailrl.runtime.models import get_renderer, get_tokenizer
     from sailrl.runtime.prompts import PromptBuilder
-    from sailrl.spec.renderers import default_renderer
+    from sailrl.spec.models import default_renderer
 
     run_dir = workdir / name
     overrides = [*overrides, f"output.run_dir={run_dir}"]

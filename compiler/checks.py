@@ -24,6 +24,18 @@ from typing import Any
 
 from yaml.nodes import ScalarNode
 
+from sailrl.runtime.data.base import DatasetError
+from sailrl.runtime.data.readers import json_rows, read_text
+from sailrl.runtime.data.sources import CsvSource, JsonlSource, ListSource
+from sailrl.runtime.prompts import (
+    PromptError,
+    forbidden_names,
+    make_environment,
+    parse_template,
+    render_template,
+    template_variables,
+)
+from sailrl.spec import schema
 from sailrl.spec.constants import (
     COMPLETION_WINDOWS,
     LOCAL_DATA_SUFFIXES,
@@ -35,7 +47,12 @@ from sailrl.spec.constants import (
 from sailrl.spec.errors import SpecError, yaml_lines
 from sailrl.spec.files import special_kind
 from sailrl.spec.loader import KeyPath, LoadedSpec, dotted, resolve_plain
-from sailrl.spec.messages import did_you_mean, did_you_mean_text, number_text
+from sailrl.spec.lr_advice import far_limit, lr_advice, lr_far
+from sailrl.spec.messages import did_you_mean, did_you_mean_text, model_at, number_text
+from sailrl.spec.models import UnknownModelError, classify, context_window, default_renderer, is_remote_only
+from sailrl.spec.patterns import PatternError, compile_pattern
+from sailrl.spec.renderers import KNOWN_RENDERERS
+from sailrl.spec.schema import ModelSpec, Spec
 
 TEMPLATE_FIELDS: tuple[KeyPath, ...] = (("prompt", "system"), ("prompt", "user"), ("training", "warmup", "completion"))
 # Characters a double-quoted YAML escape produces that nobody means to type in a pattern or template.
@@ -165,8 +182,6 @@ class _Checker:
 
     def template_fields(self) -> set[str]:
         """Field names the prompt templates read (they are the question, not the reference answer)."""
-        from sailrl.runtime.prompts import template_variables
-
         names: set[str] = set()
         for path in TEMPLATE_FIELDS[:2]:
             source = self.text(path)
@@ -220,7 +235,6 @@ class _Checker:
     def templates(self) -> None:
         from jinja2 import TemplateSyntaxError, meta, nodes
 
-        from sailrl.runtime.prompts import PromptError, forbidden_names, make_environment, parse_template
 
         env = make_environment()  # the same environment the runtime renders with
         declared = self.declared_fields()
@@ -291,8 +305,6 @@ class _Checker:
 
     def judges(self) -> None:
         """A judge model that its sampler cannot serve (S231, S232)."""
-        from sailrl.spec.models import classify, is_remote_only
-
         rules = self.get(("reward", "rules"))
         for i, rule in enumerate(rules if isinstance(rules, list) else []):
             if not isinstance(rule, dict) or rule.get("kind") != "judge" or not isinstance(rule.get("judge"), dict):
@@ -326,8 +338,6 @@ class _Checker:
         ``.csv`` / ``.json`` dataset: a template that fails on every one of them (an ``OverflowError``, a forbidden
         attribute reached through ``|attr``, a limit; not a missing or empty field, which skips the row) is an
         error (S209) quoting the failure. Within :data:`DATA_RENDER_BUDGET_S` seconds of rendering."""
-        from sailrl.runtime.prompts import PromptError, render_template
-
         paths = [p for p in (("prompt", "system"), ("prompt", "user")) if self.text(p) is not None
                  and not any(e.key_path == dotted(p) for e in self.errors)]
         rows = self._data_rows() if paths else []
@@ -357,10 +367,6 @@ class _Checker:
     def _data_rows(self) -> list[dict[str, Any]]:
         """The first rows of a local dataset file under the spec's field names (``_index`` included), or ``[]``
         when there is none or it cannot be read (the run and preflight report that)."""
-        from sailrl.runtime.data.base import DatasetError
-        from sailrl.runtime.data.readers import json_rows, read_text
-        from sailrl.runtime.data.sources import CsvSource, JsonlSource, ListSource
-
         source = self.text(("dataset", "source"))
         if not source or not self.loaded.path.is_file() or not self._path_ok(("dataset", "source")):
             return []
@@ -410,8 +416,6 @@ class _Checker:
 
     def _render_example(self, path: KeyPath, source: str, names: set[str]) -> None:
         """Render ``source`` on an example row; report what fails whatever the row (sandbox, limits)."""
-        from sailrl.runtime.prompts import PromptError, render_template
-
         row = self._example_row(set(names))
         template = ".".join(map(str, path))
         try:
@@ -443,8 +447,6 @@ class _Checker:
             self._compile(p_path, pattern, [f for f in flags if f in REGEX_FLAGS])
 
     def _compile(self, path: KeyPath, pattern: str, flags: list[str]) -> Any:
-        from sailrl.spec.patterns import PatternError, compile_pattern
-
         try:
             return compile_pattern(pattern, flags)
         except PatternError as exc:
@@ -503,8 +505,6 @@ class _Checker:
                  f"Declared fields (dataset.fields): {', '.join(declared) or '(none)'}.")
 
     def model(self) -> None:
-        from sailrl.spec.renderers import KNOWN_RENDERERS, UnknownModelError, default_renderer
-
         rank = self.integer(("model", "lora_rank"))
         if rank is not None and (rank < 1 or rank & (rank - 1)):
             self.add(("model", "lora_rank"), "S213", f"LoRA rank must be a positive power of two, got {number_text(rank)}",
@@ -523,7 +523,6 @@ class _Checker:
             return  # cut by a syntax error: model.renderer may come after it
         if not self._path_ok(("model", "name")):
             return
-        from sailrl.spec.schema import ModelSpec
 
         name = self.text(("model", "name")) or ModelSpec.model_fields["name"].default
         try:
@@ -579,8 +578,6 @@ class _Checker:
     def learning_rate_advice(self) -> None:
         """W120 when the learning rate is more than 10x above (or 100x below) tinker_cookbook's ``get_lr`` for the
         model's LoRA."""
-        from sailrl.spec.lr_advice import far_limit, lr_advice, lr_far
-
         if not (self.whole("model") and self.whole("training")):
             return
         name = self.get(("model", "name"), _default("ModelSpec", "name"))
@@ -610,7 +607,6 @@ class _Checker:
         max_tokens = self.integer(("sampling", "max_tokens"))
         if max_tokens is None or not self._path_ok(("model", "name")) or not self.whole("model"):
             return
-        from sailrl.spec.models import context_window
 
         name = self.text(("model", "name")) or _default("ModelSpec", "name")
         try:
@@ -673,9 +669,6 @@ class _Checker:
 
     def usual_ranges(self) -> None:
         """A warning for each number outside its key's documented usual range (the spec stays valid)."""
-        from sailrl.spec.messages import model_at
-        from sailrl.spec.schema import Spec
-
         for path, info in self.loaded.nodes.items():
             node = info.node
             if not isinstance(node, ScalarNode) or node.style is not None or not path or not isinstance(
@@ -701,8 +694,6 @@ class _Checker:
 
 
 def _default(model: str, key: str) -> Any:
-    from sailrl.spec import schema
-
     return getattr(schema, model).model_fields[key].default
 
 

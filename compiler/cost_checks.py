@@ -18,8 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from sailrl.runtime.cost import CostModel, fmt_usd
 from sailrl.spec.errors import SpecError
 from sailrl.spec.loader import LoadedSpec
+from sailrl.spec.pricing import SAIL_WINDOWS, PricingSpec
+from sailrl.spec.schema import ModelSpec, SamplingSpec, TrainingSpec
 
 _WHAT = {
     ("tinker", "train"): "Tinker's training price",
@@ -45,8 +48,6 @@ def _run_view(loaded: LoadedSpec) -> Any:
     """The spec, or the sections the cost model reads when the whole spec did not validate (else None)."""
     if loaded.spec is not None:
         return loaded.spec
-    from sailrl.spec.pricing import PricingSpec
-    from sailrl.spec.schema import ModelSpec, SamplingSpec, TrainingSpec
 
     parts = {"model": _section(loaded, "model", ModelSpec), "training": _section(loaded, "training", TrainingSpec),
              "sampling": _section(loaded, "sampling", SamplingSpec),
@@ -86,9 +87,6 @@ def _yaml_snippet(keys: list[tuple[str, ...]]) -> str:
 
 def check_costs(loaded: LoadedSpec) -> list[SpecError]:
     """Budget errors of ``loaded`` (see the module docstring); an empty list when there is no budget or it is sound."""
-    from sailrl.runtime.cost import CostModel, fmt_usd
-    from sailrl.spec.pricing import SAIL_WINDOWS
-
     spec = _run_view(loaded)
     if spec is None or spec.training.max_cost_usd is None:
         return []

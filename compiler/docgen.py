@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from sailrl.spec.codes import CODES, ERROR_CODES
+from sailrl.spec.schema import json_schema
 
 HEADER = """\
 # Spec reference
@@ -194,8 +195,6 @@ def render_codes() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sailrl.spec.schema import json_schema
-
     args = sys.argv[1:] if argv is None else argv
     sys.stdout.write(render_codes() if args == ["--codes"] else render(json_schema()))
     return 0

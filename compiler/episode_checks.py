@@ -20,10 +20,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sailrl.runtime.prompts import PromptError, template_variables
+from sailrl.runtime.tools import ToolFunction
 from sailrl.spec.environment import ToolEntry
 from sailrl.spec.errors import SpecError
 from sailrl.spec.loader import LoadedSpec
 from sailrl.spec.messages import did_you_mean_text
+from sailrl.spec.models import BUILTIN_MODELS, UnknownModelError, default_renderer
+from sailrl.spec.renderers import NO_TOOL_CALLS, ROLE_COLON_TOOLS_RENDERER
 
 __all__ = ["check_environment"]
 
@@ -70,8 +74,6 @@ def _declared(data: dict[str, Any]) -> list[str] | None:
 
 def _renderer(data: dict[str, Any], spec_dir: Path) -> tuple[str | None, str | None]:
     """(the renderer the run will use, the model name) -- None when neither is known."""
-    from sailrl.spec.renderers import UnknownModelError, default_renderer
-
     model = data.get("model") if isinstance(data.get("model"), dict) else {}
     name = model.get("name", "moonshotai/Kimi-K2.6")
     renderer = model.get("renderer")
@@ -88,11 +90,6 @@ def _renderer(data: dict[str, Any], spec_dir: Path) -> tuple[str | None, str | N
 
 def check_environment(loaded: LoadedSpec) -> list[SpecError]:
     """Every problem of the ``environment:`` section beyond its schema (see the module docstring)."""
-    from sailrl.runtime.prompts import PromptError, template_variables
-    from sailrl.runtime.tools import ToolFunction
-    from sailrl.spec.models import BUILTIN_MODELS, ROLE_COLON_TOOLS_RENDERER
-    from sailrl.spec.renderers import NO_TOOL_CALLS
-
     data = loaded.data if isinstance(loaded.data, dict) else {}
     env = data.get("environment")
     if not isinstance(env, dict):

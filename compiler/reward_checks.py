@@ -30,7 +30,11 @@ import string
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sailrl.runtime.answers import CompiledExtractor, parse_number
+from sailrl.runtime.prompts import template_variables
+from sailrl.runtime.rewards import RewardFunction
 from sailrl.spec.errors import SpecError
+from sailrl.spec.messages import did_you_mean
 
 if TYPE_CHECKING:
     from sailrl.spec.loader import LoadedSpec
@@ -68,8 +72,6 @@ def _spec_dir(loaded: LoadedSpec) -> Path:
 
 
 def _reward_fn(loaded: LoadedSpec) -> Any:
-    from sailrl.runtime.rewards import RewardFunction
-
     spec = loaded.spec
     return RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, _spec_dir(loaded))
 
@@ -114,7 +116,6 @@ def check_reward_examples(loaded: LoadedSpec, *, fn: Any = None,
     spec = getattr(loaded, "spec", None)
     if spec is None or not spec.examples:
         return []
-    from sailrl.spec.messages import did_you_mean
 
     if fn is None:
         fn, unconnected = reward_function(loaded)
@@ -232,8 +233,6 @@ def _expects_pass(ex: RewardExample, name: str, on_pass: float, on_fail: float) 
 
 def _silent_patterns(loaded: LoadedSpec, fn: Any) -> list[SpecError]:
     """A pattern that matched none of the examples expecting its rule to pass."""
-    from sailrl.runtime.answers import CompiledExtractor
-
     spec = loaded.spec
     timeout = spec.reward.regex_timeout_s
     examples = [ex for ex in spec.examples if ex is not None]
@@ -384,8 +383,6 @@ INJECTION_PROBES: tuple[tuple[str, str], ...] = (
 
 def _probe_fields(fn: Any, name: str, examples: list[Any]) -> dict[str, Any]:
     """Fields to render a judge rule's rubric on: the first example whose fields render it, else its names."""
-    from sailrl.runtime.prompts import template_variables
-
     judge = fn.judges[name]
     for ex in examples:
         try:
@@ -491,8 +488,6 @@ def _reference(fn: Any, name: str, examples: list[Any]) -> tuple[str, dict[str, 
 
 def _decoy_and_options(ref: str) -> tuple[str, list[str], bool]:
     """(a wrong answer, the options a list of 'every option' holds, whether the reference is a choice letter)."""
-    from sailrl.runtime.answers import parse_number
-
     letter = len(ref) == 1 and ref.upper() in _LETTER_WORDS
     if letter:
         upper = ref.isupper()

@@ -23,9 +23,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from sailrl.compiler import reward_checks
 from sailrl.compiler.checks import check_spec
+from sailrl.compiler.cost_checks import check_costs
+from sailrl.compiler.episode_checks import check_environment
 from sailrl.spec.errors import SpecError, SpecErrors
 from sailrl.spec.loader import LoadedSpec, dedupe, parse_spec_text, read_spec_file
+from sailrl.spec.rewards import RewardExample, RewardRule, RewardSpec
+from sailrl.spec.schema import PromptSpec, Spec
 
 __all__ = ["problems", "validate_file", "validate_text"]
 
@@ -79,14 +84,10 @@ def problems(text: str, filename: str = "<string>", *, path: Path | None = None,
 
 
 def _cost_checks(loaded: LoadedSpec) -> list[SpecError]:
-    from sailrl.compiler.cost_checks import check_costs
-
     return list(check_costs(loaded))
 
 
 def _episode_checks(loaded: LoadedSpec) -> list[SpecError]:
-    from sailrl.compiler.episode_checks import check_environment
-
     return list(check_environment(loaded))
 
 
@@ -114,8 +115,6 @@ def _reward_checks(loaded: LoadedSpec, found: list[SpecError], judges: Any = Non
     can be gamed) and the worked examples' problems, both on the valid rules; one W104 warning names the examples
     skipped. Nothing runs on a reward section a YAML syntax error cut short.
     """
-    from sailrl.compiler import reward_checks
-
     raw = loaded.data.get("examples") if isinstance(loaded.data, dict) else None
     has_examples = isinstance(raw, list) and bool(raw)
     if not loaded.complete and "reward" not in loaded.complete_sections:
@@ -163,8 +162,6 @@ def _examples_view(loaded: LoadedSpec, found: list[SpecError]) -> tuple[Any, lis
     """
     from pydantic import TypeAdapter, ValidationError
 
-    from sailrl.spec.rewards import RewardExample, RewardRule, RewardSpec
-    from sailrl.spec.schema import PromptSpec, Spec
 
     rule_problems = [e for e in found if e.code in _RULE_CODES and e.key_path.startswith("reward.rules.")]
     if loaded.spec is not None and not rule_problems:

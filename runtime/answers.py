@@ -49,6 +49,7 @@ from typing import Any
 
 import regex
 
+from sailrl.runtime.workers import WorkerError, WorkerPool
 from sailrl.spec.errors import SailrlError
 from sailrl.spec.rewards import Extractor
 
@@ -683,7 +684,6 @@ def _math_pool() -> Any:
         if _MATH_POOL is None:
             import os
 
-            from sailrl.runtime.workers import WorkerPool
 
             _MATH_POOL = WorkerPool({"kind": "math"}, size=min(2, os.cpu_count() or 1), start_timeout_s=120.0)
         return _MATH_POOL
@@ -768,7 +768,6 @@ class Comparator:
                 raise UnreadableAnswer("answer")
             if result == "ref_unreadable":
                 raise UnreadableAnswer("reference")
-            from sailrl.runtime.workers import WorkerError
 
             raise WorkerError(f"math worker: {reply.get('message', result)}")
         return bool(ref == pred)

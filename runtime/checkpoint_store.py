@@ -24,6 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sailrl.runtime.backends import local_checkpoint_dir
+from sailrl.runtime.rundir import RunDirectory, _read_jsonl_tolerant
+
 __all__ = [
     "REGISTRY_FILE",
     "Removal",
@@ -44,8 +47,6 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 def store_dir() -> Path:
     """``$SAILRL_HOME/checkpoints`` (default ``~/.cache/sailrl/checkpoints``)."""
-    from sailrl.runtime.backends import local_checkpoint_dir
-
     return local_checkpoint_dir()
 
 
@@ -110,8 +111,6 @@ def needed_checkpoints(run_dirs: Sequence[Path]) -> dict[str, list[Path]]:
     ``sampler_path`` of a final record (the adapter the run printed as its result); with no state,
     ``training.resume_from`` and ``training.init_from`` from ``config.json``. ``tinker://`` paths are ignored.
     """
-    from sailrl.runtime.rundir import RunDirectory
-
     out: dict[str, list[Path]] = {}
     for path in run_dirs:
         rd = RunDirectory(path)
@@ -135,8 +134,6 @@ def needed_checkpoints(run_dirs: Sequence[Path]) -> dict[str, list[Path]]:
 
 
 def _jsonl(path: Path) -> list[dict]:
-    from sailrl.runtime.rundir import _read_jsonl_tolerant
-
     return _read_jsonl_tolerant(path)
 
 

@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from sailrl.runtime.judge import SailChatClient, SamplingJudgeClient
+from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
 
 __all__ = ["connect_judges", "judge_rules"]
 
@@ -72,8 +73,6 @@ def _is_local(service: Any) -> bool:
 
 
 def _renderer(model: str, renderer: str | None, spec_dir: Any, *, embedded: bool = False) -> Any:
-    from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
-
     name = renderer or default_renderer_name(model, spec_dir, embedded=embedded)
     if name is None:
         raise ValueError(f"no renderer is known for {model}: set judge.renderer")

@@ -19,14 +19,13 @@ import os
 from typing import Any
 
 from sailrl.spec.models import (
-    CHAT_TEMPLATE_RENDERER,
-    ROLE_COLON_TOOLS_RENDERER,
     TINY_MODEL_NAME,
     UnknownModelError,
     classify,
     default_renderer,
     is_builtin,
 )
+from sailrl.spec.renderers import CHAT_TEMPLATE_RENDERER, ROLE_COLON_TOOLS_RENDERER
 
 __all__ = [
     "TINY_MODEL_NAME",

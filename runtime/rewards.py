@@ -36,6 +36,8 @@ from typing import Any
 import regex
 
 from sailrl.runtime.answers import Comparator, CompiledExtractor, MathTimeout, UnreadableAnswer, cpu_time_limited
+from sailrl.runtime.judge import Judge
+from sailrl.runtime.python_rules import PythonFunction
 from sailrl.spec.rewards import (
     AllOfRule,
     AnswerRule,
@@ -454,8 +456,6 @@ class _Python(_Check):
     """A ``kind: python`` rule: the user's function, called in a worker process (see python_rules)."""
 
     def __init__(self, rule: PythonRule, spec_dir: Path | str | None) -> None:
-        from sailrl.runtime.python_rules import PythonFunction
-
         self.fn = PythonFunction(spec_dir, rule.function, rule.timeout_s, rule.memory_mb)
         self.weighted = rule.weighted
         self.weight = 1.0 if rule.weight is None else float(rule.weight)
@@ -502,8 +502,6 @@ class _JudgeCheck(_Check):
     step's concurrent judge calls), or judged here, blocking, within the budget."""
 
     def __init__(self, name: str, rule: JudgeRule) -> None:
-        from sailrl.runtime.judge import Judge
-
         self.judge = Judge(name, rule)
         self.on_pass, self.on_fail = rule.scores()
 

@@ -17,6 +17,8 @@ from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
 from tinker_cookbook.rl.rollouts import do_group_rollout
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, StepResult, TrajectoryGroup
 
+from sailrl.runtime.scoring import StepScorer
+
 
 def completion_text(renderer: Any, action: list[int], stop: list, *, mode: str = "visible") -> tuple[str, bool]:
     """(text the reward rules read, whether the completion ended cleanly) for sampled tokens ``action``.
@@ -103,8 +105,6 @@ class RuleEnv(Env):
         return self.model_input, self.stop
 
     async def step(self, action, *, extra=None) -> StepResult:
-        from sailrl.runtime.scoring import StepScorer
-
         stop_reason = (extra or {}).get("stop_reason", "stop")
         text, clean = completion_text(self.renderer, action, self.stop, mode=self.reward_fn.text_mode)
         truncated = stop_reason == "length" or not clean
@@ -141,8 +141,6 @@ class RuleGroupBuilder(EnvGroupBuilder):
     scorer: Any = None
 
     async def make_envs(self):
-        from sailrl.runtime.scoring import StepScorer
-
         scorer = self.scorer if self.scorer is not None else StepScorer(self.reward_fn)
         return [RuleEnv(self.row, self.model_input, self.stop, self.renderer, self.reward_fn, scorer)
                 for _ in range(self.group_size)]

@@ -1,7 +1,7 @@
 """Scoring worker processes: run work a thread cannot interrupt (math-verify, a user's Python reward function)
 under a hard time limit.
 
-A :class:`WorkerPool` keeps up to ``size`` child processes (``python -P -m sailrl.runtime.workers``). Each child
+A :class:`WorkerPool` keeps up to ``size`` child processes (``python -P -m sailrl.runtime.worker_child``). Each child
 loads one job once (``math``: math-verify; ``python``: one function from a file next to the spec; ``tool``:
 the tools of a file next to the spec, :mod:`sailrl.runtime.tools`) and then
 answers one request at a time over pipes: every message is a 4-byte big-endian length and a pickle
@@ -126,7 +126,7 @@ class _Child:
         env = dict(os.environ)
         env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "sailrl.runtime.workers"],
+            [sys.executable, "-P", "-m", "sailrl.runtime.worker_child"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, cwd=cwd, env=env, close_fds=True,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -351,48 +351,6 @@ class _TimeLimit:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
 
-class _MathJob:
-    """math-verify in the child: ``parse`` (is the text readable?) and ``equal`` (reference vs answer)."""
-
-    def __init__(self, init: dict[str, Any]) -> None:
-        from sailrl.runtime import answers
-
-        answers._mv()  # import math-verify (sympy) now, not in the first request's time limit
-        self.answers = answers
-        self.cache: dict[str, list[Any]] = {}
-        self.info: dict[str, Any] = {}
-
-    def _parse(self, text: str, timeout_s: float) -> list[Any]:
-        hit = self.cache.get(text)
-        if hit is not None:
-            return hit
-        with _TimeLimit(timeout_s):
-            parsed = self.answers.math_parse_unlimited(text)
-        if len(self.cache) >= 4096:
-            self.cache.clear()
-        self.cache[text] = parsed
-        return parsed
-
-    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
-        t = float(req["timeout_s"]) / 3  # up to three math-verify steps share the request's limit
-        try:
-            if req["op"] == "parse":
-                return {"result": "ok" if self._parse(req["text"], t) else "unreadable"}
-            ref = self._parse(req["ref"], t)
-            if not ref:
-                return {"result": "ref_unreadable"}
-            pred = self._parse(req["pred"], t)
-            if not pred:
-                return {"result": "pred_unreadable"}
-            with _TimeLimit(t):
-                ok = self.answers.math_equal_unlimited(ref, pred)
-            return {"result": "equal" if ok else "unequal"}
-        except _Alarm:
-            return {"result": "timeout"}
-        except Exception as exc:  # noqa: BLE001 - a math-verify bug fails this comparison only
-            return {"result": "error", "message": _short_exc(exc)}
-
-
 def _short_exc(exc: BaseException, where: str = "") -> str:
     text = f"{type(exc).__name__}: {exc}"
     text = text if len(text) <= 160 else text[:157] + "..."
@@ -494,70 +452,3 @@ def limit_memory(extra_mb: float) -> int | None:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     return limit
-
-
-def _child_main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    proto_out = os.dup(1)
-    capture = _Capture()  # print() in loaded code is captured per call, never written into the protocol
-    for stream in (sys.stdout, sys.stderr):  # flushed at each line, so a call's output is whole when it returns
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(line_buffering=True)
-    inp = sys.stdin.buffer.fileno()
-
-    def send(obj: Any) -> None:
-        data = _encode(obj)
-        view = memoryview(data)
-        while view:
-            n = os.write(proto_out, view)
-            view = view[n:]
-
-    init = _read_frame(inp)
-    if init is None:
-        return
-    try:
-        if init.get("kind") == "math":
-            job: Any = _MathJob(init)
-        elif init.get("kind") == "python":
-            from sailrl.runtime.python_rules import PythonJob
-
-            job = PythonJob(init)
-        elif init.get("kind") == "tool":
-            from sailrl.runtime.tools import ToolJob
-
-            job = ToolJob(init)
-        else:
-            send({"ok": False, "error": "bad_kind", "message": f"unknown worker kind {init.get('kind')!r}"})
-            return
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides what to say
-        reason = getattr(exc, "reason", "error")
-        send({"ok": False, "error": reason, "message": str(exc) if reason != "error" else _short_exc(exc)})
-        return
-    if init.get("memory_mb") is not None:
-        limit = limit_memory(float(init["memory_mb"]))
-        job.info = {**job.info, "memory_limit": limit}
-    output, printed, lines = capture.take()
-    send({"ok": True, **job.info, **({"output": output, "output_bytes": printed, "output_lines": lines}
-                                     if printed else {})})
-    while True:
-        req = _read_frame(inp)
-        if req is None:
-            return
-        try:
-            reply = job.handle(req)
-        except _Alarm:
-            reply = {"result": "timeout"}
-        except MemoryError:
-            reply = {"result": "memory"}
-        output, printed, lines = capture.take()
-        if printed:
-            reply = {**reply, "output": output, "output_bytes": printed, "output_lines": lines}
-        send(reply)
-
-
-if __name__ == "__main__":
-    # Run the child from the module under its real name, so that the classes the loaded jobs import
-    # (sailrl.runtime.workers._Alarm, ...) are the ones this loop catches.
-    from sailrl.runtime.workers import _child_main as _main
-
-    _main()

@@ -26,6 +26,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
+from sailrl.spec.codes import CODES
 from sailrl.spec.constants import MAX_REPORTED
 
 #: YAML's line breaks (what its marks count lines by).
@@ -287,8 +288,6 @@ def _format_one(err: SpecError, lines: list[str], color: bool) -> str:
         out.append(f"{pad} = {cyan}hint:{reset} {hint_lines[0]}")
         out += [f"{pad}         {h}" for h in hint_lines[1:]]
     if err.code:
-        from sailrl.spec.codes import CODES
-
         known = CODES.get(err.code)
         out.append(f"{' ' * width} = code: {err.code}" + (f" {known.name}" if known else ""))
     return "\n".join(out)

@@ -44,6 +44,8 @@ from sailrl.spec.constants import MAX_INT_DIGITS, MAX_NESTING, MAX_SPEC_BYTES, M
 from sailrl.spec.errors import LINE_BREAK as _LINE_BREAK
 from sailrl.spec.errors import Related, SailrlError, SpecError, SpecErrors, yaml_lines
 from sailrl.spec.files import special_kind
+from sailrl.spec.messages import pydantic_errors
+from sailrl.spec.schema import Spec
 
 if TYPE_CHECKING:
     from sailrl.spec.schema import Spec
@@ -720,8 +722,6 @@ def parse_spec_text(text: str, filename: str = "<string>", *, path: Path | None 
     """
     from pydantic import ValidationError
 
-    from sailrl.spec.messages import pydantic_errors
-    from sailrl.spec.schema import Spec
 
     the_path = path if path is not None else Path(filename)
     if len(text) > MAX_SPEC_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sailrl.spec.errors import ConfigError
+from sailrl.spec.renderers import CHAT_TEMPLATE_RENDERER, KNOWN_RENDERERS
 
 __all__ = [
     "BUILTIN_MODELS",
-    "CHAT_TEMPLATE_RENDERER",
-    "ROLE_COLON_TOOLS_RENDERER",
     "CONTEXT_WINDOWS",
     "TINY_ARITH_MODEL_NAME",
     "TINY_CONFIG",
@@ -43,10 +42,6 @@ __all__ = [
 
 TINY_MODEL_NAME = "sailrl/tiny"
 TINY_ARITH_MODEL_NAME = "sailrl/tiny-arith"
-#: sailrl's own renderer over the tokenizer's chat template (``tokenizer.apply_chat_template``).
-CHAT_TEMPLATE_RENDERER = "chat_template"
-#: sailrl's role_colon with tool calls (``sailrl.runtime.role_colon_tools``), for the built-in models' episodes.
-ROLE_COLON_TOOLS_RENDERER = "role_colon_tools"
 
 #: ``sailrl/tiny``: a Qwen3-architecture causal LM (hidden 128, 2 layers, 4 query / 2 key-value heads of 32,
 #: MLP 384, vocabulary 259 = the byte tokenizer's size, untied input/output embeddings; 0.46 M parameters).
@@ -266,8 +261,6 @@ def default_renderer(model_name: str, base_dir: str | Path | None = None, *, emb
     try:
         return get_recommended_renderer_name(model_name)
     except Exception as exc:  # ConfigurationError, KeyError, ValueError from tinker_cookbook's tables
-        from sailrl.spec.renderers import KNOWN_RENDERERS
-
         why = (f"the tokenizer of '{model_name}' in the Hugging Face cache has no chat template and no renderer "
                "is known for it" if no_template else f"no renderer is known for model '{model_name}'")
         raise UnknownModelError(f"{why}; set model.renderer to one of: " + ", ".join(KNOWN_RENDERERS)) from exc

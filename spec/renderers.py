@@ -7,30 +7,25 @@ fails when the two drift apart. ``SAILRL_RENDERERS`` are sailrl's own (``chat_te
 template, see ``sailrl.runtime.chat_template``; ``role_colon_tools``: role_colon with tool calls, see
 ``sailrl.runtime.role_colon_tools``). ``KNOWN_RENDERERS`` is both.
 
-The default-renderer rule and the model facts live in ``sailrl.spec.models``; the names here are kept for
-callers.
+The default-renderer rule and the model facts live in ``sailrl.spec.models`` (which imports these names; this
+module imports nothing of the model catalogue).
 """
 
 from __future__ import annotations
 
-from sailrl.spec.models import (
-    BUILTIN_MODELS,
-    CHAT_TEMPLATE_RENDERER,
-    ROLE_COLON_TOOLS_RENDERER,
-    UnknownModelError,
-    default_renderer,
-    is_local_model,
-)
-
 __all__ = [
+    "CHAT_TEMPLATE_RENDERER",
     "COOKBOOK_RENDERERS",
     "KNOWN_RENDERERS",
-    "LOCAL_MODELS",
+    "NO_TOOL_CALLS",
+    "ROLE_COLON_TOOLS_RENDERER",
     "SAILRL_RENDERERS",
-    "UnknownModelError",
-    "default_renderer",
-    "is_local_model",
 ]
+
+#: sailrl's own renderer over the tokenizer's chat template (``tokenizer.apply_chat_template``).
+CHAT_TEMPLATE_RENDERER = "chat_template"
+#: sailrl's role_colon with tool calls (``sailrl.runtime.role_colon_tools``), for the built-in models' episodes.
+ROLE_COLON_TOOLS_RENDERER = "role_colon_tools"
 
 COOKBOOK_RENDERERS: tuple[str, ...] = (
     "role_colon",
@@ -82,6 +77,3 @@ SAILRL_RENDERERS: tuple[str, ...] = (CHAT_TEMPLATE_RENDERER, ROLE_COLON_TOOLS_RE
 #: Renderers that cannot write or read tool calls (an environment with tools refuses them).
 NO_TOOL_CALLS: tuple[str, ...] = ("role_colon", "llama3", CHAT_TEMPLATE_RENDERER)
 KNOWN_RENDERERS: tuple[str, ...] = COOKBOOK_RENDERERS + SAILRL_RENDERERS
-
-# Models the embedded local backend builds itself; they use the plain "User: ... Assistant:" format.
-LOCAL_MODELS: tuple[str, ...] = tuple(BUILTIN_MODELS)

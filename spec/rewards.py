@@ -41,6 +41,7 @@ from pydantic import Field, field_validator, model_validator
 from sailrl.spec.base import SpecModel, Text
 from sailrl.spec.constants import REGEX_FLAGS
 from sailrl.spec.errors import SpecValueError
+from sailrl.spec.patterns import PatternError, compile_pattern, regex_flags
 
 RegexFlag = Literal[REGEX_FLAGS]  # type: ignore[valid-type]  # the one table: sailrl.spec.constants
 
@@ -51,8 +52,6 @@ FUNCTION_REF = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 def _regex_problem(pattern: str, flags: list[str] | tuple[str, ...] = ()) -> str | None:
     """Why ``pattern`` cannot be used (plain words), or None. Uses the ``regex`` module, as scoring does, within
     the pattern limits of :mod:`sailrl.spec.patterns`."""
-    from sailrl.spec.patterns import PatternError, compile_pattern
-
     try:
         compile_pattern(pattern, flags)
     except PatternError as exc:
@@ -142,8 +141,6 @@ class Extractor(SpecModel):
 
 
 def _flag_value(flags: list[str] | tuple[str, ...]) -> int:
-    from sailrl.spec.patterns import regex_flags
-
     return regex_flags(flags)
 
 

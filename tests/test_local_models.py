@@ -143,7 +143,7 @@ def test_names_are_classified(tmp_path):
 
 
 def test_one_default_renderer_rule_for_spec_and_runtime(tmp_path):
-    from sailrl.spec.renderers import default_renderer as spec_default
+    from sailrl.spec.models import default_renderer as spec_default
 
     assert spec_default is default_renderer
     (tmp_path / "chat").mkdir()

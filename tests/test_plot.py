@@ -8,7 +8,7 @@ import math
 import pytest
 
 from sailrl.cli import main
-from sailrl.runtime.plot import build_figure, plot_run
+from sailrl.plot import build_figure, plot_run
 
 
 def metrics_lines() -> list[dict]:

@@ -51,7 +51,7 @@ def test_the_starter_spec_trains_like_the_quickstart(tmp_path):
     assert main(["init", str(tmp_path / "spec.yaml")]) == 0
     quick = load_spec(QUICKSTART).spec
     starter = load_spec(tmp_path / "spec.yaml").spec
-    from sailrl.spec.renderers import default_renderer
+    from sailrl.spec.models import default_renderer
 
     def resolved_model(spec):
         return spec.model.model_copy(update={"renderer": spec.model.renderer or default_renderer(spec.model.name)})

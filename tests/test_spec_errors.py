@@ -10,13 +10,8 @@ from conftest import MINIMAL_SPEC
 
 from sailrl.compiler.validate import validate_file, validate_text
 from sailrl.spec.errors import SpecError, SpecErrors
-from sailrl.spec.renderers import (
-    COOKBOOK_RENDERERS,
-    KNOWN_RENDERERS,
-    SAILRL_RENDERERS,
-    UnknownModelError,
-    default_renderer,
-)
+from sailrl.spec.models import UnknownModelError, default_renderer
+from sailrl.spec.renderers import COOKBOOK_RENDERERS, KNOWN_RENDERERS, SAILRL_RENDERERS
 
 N = MINIMAL_SPEC.count("\n")  # lines of the minimal spec; appended sections start at line N + 1
 

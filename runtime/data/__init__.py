@@ -40,6 +40,8 @@ from sailrl.runtime.data.rows import (
     spec_mapping,
 )
 from sailrl.runtime.data.sources import RowList, load_split
+from sailrl.runtime.prompts import PromptBuilder
+from sailrl.spec.models import context_window as lookup
 
 __all__ = [
     "LOCAL_SUFFIXES",
@@ -72,8 +74,6 @@ def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
     Returns :class:`DatasetRows`. Raises :class:`DatasetError` for a missing/unreadable/malformed file, an
     unknown split or column, or when a step leaves no rows (the message names the step).
     """
-    from sailrl.runtime.prompts import PromptBuilder
-
     spec_dir = Path(spec_dir)
     ds = spec.dataset
     src, where = load_split(spec, spec_dir, ds.split, "dataset.split")
@@ -142,8 +142,6 @@ def _prompt_limit(spec: Any, spec_dir: Path, renderer: Any, context_window: int 
     if renderer is None:
         return None
     if context_window is None:
-        from sailrl.spec.models import context_window as lookup
-
         context_window = lookup(spec.model.name, spec_dir)[0]
     if context_window is None:
         return None

@@ -20,6 +20,7 @@ from typing import Any
 from sailrl.runtime.data.base import DatasetError, SkippedRow
 from sailrl.runtime.data.readers import dym
 from sailrl.runtime.data.sources import RowList, RowSource
+from sailrl.runtime.prompts import PromptError, template_variables
 
 __all__ = [
     "SKIP_KINDS",
@@ -67,8 +68,6 @@ def field_mapping(spec: Any, columns: Sequence[str]) -> dict[str, str]:
 
 def required_fields(spec: Any) -> dict[str, str]:
     """``{field name: what needs it}``: template variables, reference fields of answer rules, warm-up template."""
-    from sailrl.runtime.prompts import template_variables
-
     need: dict[str, str] = {}
     if spec.prompt.system:
         for v in sorted(template_variables(spec.prompt.system)):
@@ -191,8 +190,6 @@ class RowChecker:
 
     def problem(self, row: dict) -> tuple[str, str] | None:
         """``(kind, reason)`` when ``row`` cannot be used, else None."""
-        from sailrl.runtime.prompts import PromptError
-
         for name, user in self.need.items():
             if name not in row:
                 return "missing_field", f"field {name!r} is missing (used by {user})"

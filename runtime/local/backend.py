@@ -21,7 +21,6 @@ still decode in this process.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections import OrderedDict
@@ -32,6 +31,7 @@ import torch
 from sailrl.runtime.local.checkpoints import CheckpointStore
 from sailrl.runtime.local.futures import ThreadBudget, Worker
 from sailrl.runtime.local.lora import merge_adapter
+from sailrl.runtime.local.merged import load_merged, max_context_of, prepare_for_sampling
 from sailrl.runtime.local.sampler_process import SamplerProcess, Source, base_source, checkpoint_source
 from sailrl.runtime.local.sampling import InProcessEngine, LocalSamplingClient, ProcessEngine, SampleBatcher
 from sailrl.runtime.local.tiny import BaseModelCache, BaseModelSpec
@@ -67,32 +67,6 @@ class _LockedBaseModels:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cache, name)
-
-
-def max_context_of(model: Any) -> int:
-    """The model's context window in tokens (``config.max_position_embeddings``, else 2048)."""
-    return int(getattr(model.config, "max_position_embeddings", None) or 2048)
-
-
-def prepare_for_sampling(model: Any) -> Any:
-    """Eval mode and frozen parameters: what a sampler's own model copy needs. Returns ``model``."""
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
-
-
-def load_merged(bases: Any, directory: str) -> tuple[BaseModelSpec, Any]:
-    """The base model a checkpoint ``directory`` was trained on with its adapter merged into a fresh copy
-    (``lora.merge_adapter``), read from the files a save wrote; ``(spec, model)``. ``bases``: a
-    ``BaseModelCache``. Raises ``OSError`` / ``ValueError`` for missing or mismatched files."""
-    from safetensors.torch import load_file
-
-    spec = BaseModelSpec.read(directory)
-    with open(os.path.join(directory, "adapter_config.json")) as f:
-        adapter_config = json.load(f)
-    state = load_file(os.path.join(directory, "adapter_model.safetensors"))
-    return spec, merge_adapter(bases.get(spec), state, adapter_config)
 
 
 class LocalBackend:

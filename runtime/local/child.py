@@ -23,6 +23,7 @@ the socket) -- and ignores SIGINT, so Ctrl-C reaches only the parent, which save
 
 from __future__ import annotations
 
+import importlib
 import json
 import pickle
 import signal
@@ -53,7 +54,12 @@ class ChildProcess:
     at once, so its imports overlap the parent's own start-up; the first call waits for it.
     """
 
+    #: ``"module:Class"`` of the host that serves this role in the child (a subclass sets it; this module imports
+    #: no host, so the hosts' modules can import it).
+    HOST = ""
+
     def __init__(self, role: str, init: dict[str, Any], *, what: str, error: type[LocalProcessError]):
+        init = {**init, "host": self.HOST}
         self.what = what
         self._error = error
         parent_end, child_end = socket.socketpair()
@@ -178,14 +184,8 @@ def child_main(fd: int) -> None:
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(max(1, int(init["threads"])))
-    if init["role"] == "sampler":
-        from sailrl.runtime.local.sampler_process import SamplerHost
-
-        host: Any = SamplerHost(init)
-    else:
-        from sailrl.runtime.local.trainer_process import TrainerHost
-
-        host = TrainerHost(init)
+    module, _, name = init["host"].partition(":")  # the role's host, named by the parent's ChildProcess subclass
+    host: Any = getattr(importlib.import_module(module), name)(init)
     while True:
         try:
             request = conn.recv_bytes()

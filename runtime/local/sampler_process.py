@@ -18,6 +18,9 @@ from collections import OrderedDict
 from typing import Any
 
 from sailrl.runtime.local.child import ChildProcess, LocalProcessError
+from sailrl.runtime.local.generation import generate
+from sailrl.runtime.local.merged import load_merged, max_context_of, prepare_for_sampling
+from sailrl.runtime.local.tiny import BaseModelCache, BaseModelSpec
 
 MAX_MODELS = 3  # merged models the child keeps: the policy sampling now, the next one, and a KL reference
 
@@ -45,6 +48,8 @@ class SamplerProcess(ChildProcess):
     """A child process that decodes for the parent's samplers. ``dtype`` / ``device``: the backend's; ``seed``:
     its ``torch.Generator``'s; ``threads``: its ``torch.set_num_threads``."""
 
+    HOST = "sailrl.runtime.local.sampler_process:SamplerHost"
+
     def __init__(self, *, dtype: Any, device: str, seed: int, threads: int):
         super().__init__("sampler", {"dtype": str(dtype).removeprefix("torch."), "device": device,
                                      "seed": int(seed), "threads": int(threads)},
@@ -65,7 +70,6 @@ class SamplerHost:
     def __init__(self, init: dict[str, Any]):
         import torch
 
-        from sailrl.runtime.local.tiny import BaseModelCache
 
         self._bases = BaseModelCache(getattr(torch, init["dtype"]), init["device"])
         self._models: OrderedDict[Source, tuple[Any, Any, int]] = OrderedDict()
@@ -75,8 +79,6 @@ class SamplerHost:
         if source in self._models:
             self._models.move_to_end(source)
             return self._models[source]
-        from sailrl.runtime.local.backend import load_merged, max_context_of, prepare_for_sampling
-        from sailrl.runtime.local.tiny import BaseModelSpec
 
         kind, value = source
         if kind == "checkpoint":
@@ -96,8 +98,6 @@ class SamplerHost:
             self._get(payload)
             return None
         if op == "generate":
-            from sailrl.runtime.local.generation import generate
-
             source, requests = payload
             model, tokenizer, max_context = self._get(source)
             return generate(model, requests, tokenizer=tokenizer, max_context=max_context, generator=self._generator)

@@ -19,9 +19,10 @@ import torch
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
 
-from sailrl.runtime.local.backend import LocalBackend, max_context_of
+from sailrl.runtime.local.backend import LocalBackend
 from sailrl.runtime.local.device import local_device, local_dtype, thread_count
 from sailrl.runtime.local.futures import ClientFuture, completed
+from sailrl.runtime.local.merged import max_context_of
 from sailrl.runtime.local.rest import LocalRestClient
 from sailrl.runtime.local.sampling import LocalSamplingClient
 from sailrl.runtime.local.tiny import BaseModelSpec, resolve_base_model

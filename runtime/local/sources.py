@@ -29,12 +29,12 @@ from typing import Any
 
 from sailrl.spec.errors import ModelError
 from sailrl.spec.models import (
-    CHAT_TEMPLATE_RENDERER,
     UnknownModelError,
     classify,
     default_renderer,
     has_chat_template,
 )
+from sailrl.spec.renderers import CHAT_TEMPLATE_RENDERER
 
 __all__ = [
     "COPIES_HELD",

@@ -15,7 +15,10 @@ from typing import Any
 
 from tinker import types
 
+from sailrl.runtime.local.checkpoints import CheckpointStore
 from sailrl.runtime.local.child import ChildProcess, LocalProcessError
+from sailrl.runtime.local.tiny import BaseModelCache, BaseModelSpec
+from sailrl.runtime.local.trainer import new_trainer, trainer_from_state
 
 
 class TrainerProcessError(LocalProcessError):
@@ -26,6 +29,8 @@ class TrainerProcessError(LocalProcessError):
 
 class TrainerProcess(ChildProcess):
     """A child process holding the backend's LoRA trainers. ``base_dir``: the checkpoint store's folder."""
+
+    HOST = "sailrl.runtime.local.trainer_process:TrainerHost"
 
     def __init__(self, *, dtype: Any, device: str, threads: int, base_dir: str):
         super().__init__("trainer", {"dtype": str(dtype).removeprefix("torch."), "device": device,
@@ -89,8 +94,6 @@ class TrainerHost:
     def __init__(self, init: dict[str, Any]):
         import torch
 
-        from sailrl.runtime.local.checkpoints import CheckpointStore
-        from sailrl.runtime.local.tiny import BaseModelCache
 
         self._bases = BaseModelCache(getattr(torch, init["dtype"]), init["device"])
         self._store = CheckpointStore(init["base_dir"])
@@ -103,9 +106,6 @@ class TrainerHost:
         return {"trainer_id": trainer_id, "arch": trainer.arch, "lora_alpha": trainer.lora_alpha}
 
     def handle(self, op: str, payload: Any) -> Any:
-        from sailrl.runtime.local.tiny import BaseModelSpec
-        from sailrl.runtime.local.trainer import new_trainer, trainer_from_state
-
         if op == "new":
             spec_json, lora = payload
             spec = BaseModelSpec.from_json(json.loads(spec_json))

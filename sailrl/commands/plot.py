@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sailrl.runtime.plot import plot_run
+    from sailrl.plot import plot_run
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "metrics.jsonl").exists():
