@@ -590,8 +590,10 @@ def _mv() -> Any:
     if _math_verify is None:
         import logging
 
+        # lazy: math-verify and sympy take seconds to import; only a math comparison loads them, once
         import math_verify
-        import sympy.physics.units  # noqa: F401 -- sympy's simplify imports it on first use (0.6 s): not inside a limit
+        # lazy: sympy's simplify imports it on first use (0.6 s): load it here, not inside a time limit
+        import sympy.physics.units  # noqa: F401
 
         class _DropTimeoutNotice(logging.Filter):
             def filter(self, record: logging.LogRecord) -> bool:

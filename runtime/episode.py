@@ -118,6 +118,8 @@ class WorkerTool:
 class ToolLoadError(ConfigError):
     """A tool of ``environment.tools`` cannot be loaded (``sailrl validate`` reports it first, as S254)."""
 
+    code = "E135"
+
 
 def build_tools(environment: Any, spec_dir: str | Path) -> list[Tool]:
     """The cookbook tools of an ``environment:`` section, loaded. Raises :class:`ToolLoadError` for a tool that

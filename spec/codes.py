@@ -226,6 +226,7 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
     ErrorCode("E133", "sailrl.runtime.calculator.CalculatorError", "The calculator tool cannot evaluate an "
               "expression."),
     ErrorCode("E134", "sailrl.runtime.judge.JudgeCallError", "A judge model's call failed after its retries."),
+    ErrorCode("E135", "sailrl.runtime.episode.ToolLoadError", "A tool of environment.tools cannot be loaded."),
     ErrorCode("E140", "sailrl.runtime.sail.checkpoint_url.SailCheckpointError", "A sampler checkpoint cannot be "
               "handed to Sail; stops the run."),
     ErrorCode("E141", "sailrl.runtime.sail.checkpoint_url.CheckpointURLRefused", "Tinker refused to sign the "
