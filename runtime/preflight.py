@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.spec.errors import UserError
-from sailrl.spec.models import context_window
+from sailrl.spec.models import TINY_MODEL_NAME, context_window
 
 __all__ = [
     "STAND_IN_MAX_TOKENS",
@@ -51,7 +51,7 @@ __all__ = [
 
 SHOW_SKIPPED = 5
 #: What preflight samples when the spec's model is remote and cannot be sampled (no key, or --sampler local).
-STAND_IN_MODEL = "sailrl/tiny"
+STAND_IN_MODEL = TINY_MODEL_NAME
 #: The stand-in's completions are capped at this many tokens: they check the pipeline, not the model.
 STAND_IN_MAX_TOKENS = 64
 HUB_PROBE_TIMEOUT_S = 5.0

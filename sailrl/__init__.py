@@ -5,9 +5,12 @@ The pipeline, one folder a stage (mapped into this package by ``pyproject.toml``
 - ``sailrl.spec``      (``spec/``)      the spec language: schema, YAML loading with locations, errors.
 - ``sailrl.compiler``  (``compiler/``)  semantic validation and rendering of the training script.
 - ``sailrl.runtime``   (``runtime/``)   what generated scripts import: data, prompts, reward rules,
-                                         the RL loop, the Tinker + Sail adapters and the embedded
-                                         local backend (``sailrl.runtime.local``).
-- ``sailrl.commands``                   one module per ``sailrl`` subcommand.
+                                         the run's parts (sampler, records, checkpoints, budget), the
+                                         Tinker + Sail adapters and the embedded local backend
+                                         (``sailrl.runtime.local``). The RL loop itself is in each
+                                         generated script's ``main()``.
+- ``sailrl.commands``                   one module per ``sailrl`` subcommand; ``sailrl.launch`` is a
+                                         generated script's entry point.
 """
 
 __version__ = "0.2.0"

@@ -1,6 +1,6 @@
 """``sailrl init [PATH] [--force]``: write a commented starter spec that validates and trains locally.
 
-The starter (``sailrl/spec/starter.yaml``) trains the embedded backend's tiny model on
+The starter (``spec/starter.yaml``, package data of ``sailrl.spec``) trains the embedded backend's tiny model on
 ``data/addition.jsonl``; that file is copied next to the spec when the packaged example data exists and
 the destination does not. The starter's comments name the file as it was given (``sailrl run PATH``). An
 existing spec is never overwritten without ``--force`` (exit 1).
