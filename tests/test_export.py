@@ -579,3 +579,27 @@ def test_sample_of_a_tinker_run_uses_a_tinker_sampling_client(trained, home, tmp
     assert "TINKER_API_KEY" in _one_line(capsys)
     for svc in made:
         svc.close("done")
+
+
+def test_overwrite_never_replaces_the_run_directory_or_a_folder_holding_it(trained, home, tmp_path, capsys,
+                                                                           monkeypatch):
+    import shutil
+
+    run_dir = tmp_path / "runs" / "mine"
+    shutil.copytree(trained[0], run_dir)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for target in (run_dir, run_dir.parent, tmp_path, run_dir / "."):
+        assert main(["export", str(run_dir), "-o", str(target), "--overwrite"]) == 1
+        line = _one_line(capsys)
+        assert "holds the run directory" in line and "nothing was written" in line, line
+    monkeypatch.chdir(tmp_path / "runs")
+    assert main(["export", str(run_dir), "-o", ".", "--overwrite"]) == 1
+    assert "holds the run directory" in _one_line(capsys)
+    (tmp_path / "elsewhere" / "deep").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "mine.txt").write_text("keep")
+    monkeypatch.chdir(tmp_path / "elsewhere" / "deep")
+    for target in (".", ".."):
+        assert main(["export", str(run_dir), "-o", target, "--overwrite"]) == 1
+        assert "is the current folder or holds it" in _one_line(capsys)
+    assert (tmp_path / "elsewhere" / "mine.txt").read_text() == "keep"
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if "elsewhere" not in p.parts) == before

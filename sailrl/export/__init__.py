@@ -48,6 +48,7 @@ def export_run(run_dir: str | Path, checkpoint: str | int = "final", fmt: str = 
     ckpt = run.checkpoint(checkpoint)
     target = Path(output) if output is not None else default_output(run, ckpt, fmt)
     target = target.absolute()
+    _refuse_a_folder_that_holds_work(target, run)
     spec = run.spec()
     have = run._have()
     result: dict[str, Built] = {}
@@ -62,3 +63,14 @@ def export_run(run_dir: str | Path, checkpoint: str | int = "final", fmt: str = 
 
     write_atomically(target, overwrite, fill)
     return Exported(target, ckpt, result["built"])
+
+
+def _refuse_a_folder_that_holds_work(target: Path, run: RunInfo) -> None:
+    """:class:`ExportError` when ``target`` is the run directory, a folder above it, or the current folder or one
+    above it: ``--overwrite`` would move that folder aside and delete it with the run (or the user's files)."""
+    real = target.resolve()
+    if run.path.resolve().is_relative_to(real):
+        raise ExportError(f"-o {target} holds the run directory {run.path}: nothing was written; give a new folder "
+                          f"(the default is {run.path / 'export'}/...)")
+    if Path.cwd().resolve().is_relative_to(real):
+        raise ExportError(f"-o {target} is the current folder or holds it: nothing was written; give a new folder")
