@@ -19,7 +19,6 @@ import os
 from typing import Any
 
 from sailrl.spec.models import (
-    TINY_MODEL_NAME,
     UnknownModelError,
     classify,
     default_renderer,
@@ -27,32 +26,12 @@ from sailrl.spec.models import (
 )
 from sailrl.spec.renderers import CHAT_TEMPLATE_RENDERER, ROLE_COLON_TOOLS_RENDERER
 
-__all__ = [
-    "TINY_MODEL_NAME",
-    "TINY_RENDERER_NAME",
-    "default_renderer_name",
-    "get_renderer",
-    "get_tokenizer",
-    "is_local_model_dir",
-    "is_tiny",
-]
-
-TINY_RENDERER_NAME = "role_colon"
-
-
-def is_tiny(model_name: str) -> bool:
-    """True for a built-in model of the embedded backend (``sailrl/tiny``, ``sailrl/tiny-arith``)."""
-    return is_builtin(model_name)
-
-
-def is_local_model_dir(model_name: str) -> bool:
-    """True if ``model_name`` is an existing directory holding a Hugging Face ``config.json``."""
-    return os.path.isdir(model_name) and os.path.isfile(os.path.join(model_name, "config.json"))
+__all__ = ["default_renderer_name", "get_renderer", "get_tokenizer"]
 
 
 @functools.cache
 def _byte_tokenizer() -> Any:
-    from transformers import ByT5Tokenizer
+    from transformers import ByT5Tokenizer  # lazy: transformers takes seconds; only a tokenizer's user pays it
 
     return ByT5Tokenizer(extra_ids=0)
 
