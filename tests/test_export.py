@@ -603,3 +603,33 @@ def test_overwrite_never_replaces_the_run_directory_or_a_folder_holding_it(train
         assert "is the current folder or holds it" in _one_line(capsys)
     assert (tmp_path / "elsewhere" / "mine.txt").read_text() == "keep"
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if "elsewhere" not in p.parts) == before
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--temperature", "-1"], "--temperature takes a number 0 or above"),
+    (["--temperature", "nan"], "--temperature takes a number 0 or above"),
+    (["--temperature", "inf"], "--temperature takes a number 0 or above"),
+    (["--max-tokens", "0"], "--max-tokens takes a whole number from 1 to 1048576"),
+    (["--max-tokens", "-5"], "--max-tokens takes a whole number from 1 to 1048576"),
+    (["--seed", str(2**80)], "--seed takes a whole number from 0 to 2**63 - 1"),
+    (["--field", "answer=\udcff"], "is not UTF-8 text"),
+])
+def test_sample_refuses_values_it_cannot_sample_with_as_usage(tmp_path, capsys, argv, words):
+    with pytest.raises(SystemExit) as exc:
+        main(["sample", str(tmp_path), "--prompt", "hi", *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and words in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exc:
+        main(["sample", str(tmp_path), "--prompt", "\udcff"])
+    assert exc.value.code == 2 and "is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line(trained, home, tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    for target in (tmp_path / "afile" / "sub", Path("/proc/nope/x")):
+        assert main(["export", str(trained[0]), "-o", str(target)]) == 1
+        line = _one_line(capsys)
+        assert line.startswith(f"error: cannot write {target}: ") and "give -o a folder you can write" in line
+    assert main(["export", str(trained[0]), "-o", str(tmp_path / "x\udcff")]) == 1
+    assert "the folder's name is not UTF-8 text" in _one_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

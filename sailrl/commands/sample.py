@@ -30,19 +30,64 @@ def _positive(text: str) -> int:
     return value
 
 
+def _text(text: str) -> str:
+    """A --prompt / --field value: text the tokenizer and the terminal can take (bytes that are not UTF-8 arrive
+    from argv as lone surrogates and failed deep inside the tokenizer)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not UTF-8 text") from None
+    return text
+
+
+def _field_text(text: str) -> tuple[str, str]:
+    return _field(_text(text))
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):  # NaN fails too
+        raise argparse.ArgumentTypeError(f"--temperature takes a number 0 or above (0 = greedy), not {text!r}")
+    return value
+
+
+def _max_tokens(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1_048_576:  # sampling.max_tokens' range
+        raise argparse.ArgumentTypeError(f"--max-tokens takes a whole number from 1 to 1048576, not {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"--seed takes a whole number from 0 to 2**63 - 1, not {text!r}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (output.run_dir, e.g. runs/quickstart)")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt", metavar="TEXT", help="the user's message, as is (the spec's template is not applied)")
+    src.add_argument("--prompt", type=_text, metavar="TEXT",
+                     help="the user's message, as is (the spec's template is not applied)")
     src.add_argument("--row", type=int, metavar="N", help="row N of the spec's dataset split, through its template")
     p.add_argument("--n", type=_positive, default=4, metavar="K", help="completions to sample (default 4)")
     p.add_argument("--checkpoint", default="final", metavar="final|STEP",
                    help="which checkpoint: 'final' (default) or the step a checkpoint was saved after")
-    p.add_argument("--field", "-f", type=_field, action="append", default=[], metavar="NAME=VALUE",
+    p.add_argument("--field", "-f", type=_field_text, action="append", default=[], metavar="NAME=VALUE",
                    help="a dataset field for the rules, e.g. --field answer=7 (repeatable; overrides --row)")
-    p.add_argument("--temperature", type=float, help="override sampling.temperature (0 = greedy)")
-    p.add_argument("--max-tokens", type=int, help="override sampling.max_tokens")
-    p.add_argument("--seed", type=int, help="sampling seed (same seed, same completions on the embedded backend)")
+    p.add_argument("--temperature", type=_temperature, help="override sampling.temperature (0 = greedy)")
+    p.add_argument("--max-tokens", type=_max_tokens, help="override sampling.max_tokens")
+    p.add_argument("--seed", type=_seed, help="sampling seed (same seed, same completions on the embedded backend)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -68,6 +68,10 @@ def export_run(run_dir: str | Path, checkpoint: str | int = "final", fmt: str = 
 def _refuse_a_folder_that_holds_work(target: Path, run: RunInfo) -> None:
     """:class:`ExportError` when ``target`` is the run directory, a folder above it, or the current folder or one
     above it: ``--overwrite`` would move that folder aside and delete it with the run (or the user's files)."""
+    try:
+        str(target).encode("utf-8")
+    except UnicodeEncodeError:  # the model card names the folder
+        raise ExportError(f"-o {target!r}: the folder's name is not UTF-8 text; give another name") from None
     real = target.resolve()
     if run.path.resolve().is_relative_to(real):
         raise ExportError(f"-o {target} holds the run directory {run.path}: nothing was written; give a new folder "

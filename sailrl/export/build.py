@@ -64,8 +64,12 @@ def write_atomically(target: Path, overwrite: bool, fill: Callable[[Path], None]
     """Call ``fill(folder)`` on a fresh folder that does not exist yet, beside ``target``, then rename it to
     ``target`` (replacing an existing one only with ``overwrite``). On any failure nothing is left behind."""
     check_target(target, overwrite)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.partial-"))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.partial-"))
+    except OSError as exc:  # a file where a folder should be, a folder that cannot be made or written
+        raise ExportError(f"cannot write {target}: {exc.strerror or exc} ({exc.filename or target.parent}); "
+                          "give -o a folder you can write") from None
     try:
         built = staging / "out"
         fill(built)
