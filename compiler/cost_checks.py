@@ -107,7 +107,7 @@ def check_costs(loaded: LoadedSpec) -> list[SpecError]:
             + "\nor remove training.max_cost_usd to run without a budget (costs are then shown as tokens only).",
             code="S241",
         )]
-    bound = model.step_upper_bound(0)
+    bound = model.step_upper_bound(1)
     if bound is not None and budget < bound:
         t, s = spec.training, spec.sampling
         return [loaded.error(

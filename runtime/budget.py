@@ -41,7 +41,7 @@ class Budget:
         if budget is None:
             return
         spent = self.spent()
-        nxt = self.cost.next_step_estimate(self.records.history, step=step - 1)  # it counts steps from 0
+        nxt = self.cost.next_step_estimate(self.records.history, step=step)
         if spent is None or nxt is None:
             missing = ", ".join(p.spec_key for p in self.cost.missing_prices()) or "pricing:"
             raise ConfigError(f"training.max_cost_usd is set but these prices are unknown: {missing}; add them "

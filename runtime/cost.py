@@ -222,14 +222,15 @@ class CostModel:
 
     # ---------------------------------------------------------------------------------------------- bounds
     def eval_due(self, step: int) -> bool:
-        """Whether 0-based RL ``step`` evaluates (as the loop decides: ``(step + 1) % eval_every == 0``)."""
+        """Whether RL step ``step`` (numbered from 1, as everywhere) evaluates: as the loop decides, every
+        ``eval_every`` steps (``step % eval_every == 0``)."""
         every = self.spec.training.eval_every
-        return self.spec.dataset.eval is not None and every > 0 and (step + 1) % every == 0
+        return self.spec.dataset.eval is not None and every > 0 and step % every == 0
 
     def step_token_bound(self, step: int | None = None) -> dict[str, float]:
         """Most tokens one RL step can use, by kind: every rollout samples ``max_tokens`` and every group trains.
 
-        step: 0-based; eval kinds are included when it is an eval step (``None``: when ``eval_every`` is 1).
+        step: numbered from 1; eval kinds are included when it is an eval step (``None``: when ``eval_every`` is 1).
         Prompt tokens are the ``groups_per_step`` longest prompts x group_size, or 0 when prompt lengths were not
         given (see :attr:`counts_prompts`); eval prompts likewise.
         """
@@ -272,8 +273,8 @@ class CostModel:
     def next_step_estimate(self, history: Sequence[Mapping[str, Any]], *, step: int | None = None) -> float | None:
         """USD the next RL step is expected to cost, for the budget stop.
 
-        history: the run's per-step metrics so far (oldest first, from step 0), with ``tokens/<kind>`` counts.
-        step: the 0-based index of the next step (default: ``len(history)``); it decides whether the step evaluates.
+        history: the run's per-step metrics so far (oldest first), with ``tokens/<kind>`` counts.
+        step: the next step's number, from 1 (default: ``len(history) + 1``); it decides whether the step evaluates.
 
         Per kind, the largest count of the last :data:`RECENT_STEPS` steps (completion lengths drift slowly, and
         the largest recent step covers batches of longer prompts), never above :meth:`step_token_bound`'s bound
@@ -281,7 +282,7 @@ class CostModel:
         any step has tokens: :meth:`step_upper_bound`. ``None`` when a price it needs is unknown.
         """
         if step is None:
-            step = len(history)
+            step = len(history) + 1
         logged = [h for h in history if any(h.get(f"tokens/{k}") is not None for k in STEP_KINDS)]
         if not logged:
             return self.step_upper_bound(step)
@@ -551,7 +552,7 @@ def estimate_run(spec: Any, prompt_token_lengths: Sequence[int] | None,
         group_size=gs, rollouts=rollouts, warmup_steps=warmup_steps, eval_steps=eval_steps, eval_rows=eval_rows,
         completions=how, completion_tokens=comp, tokens=tokens, cost=cost,
         prices={k: model.prices[k] for k in model.used_kinds()}, total_usd=total,
-        step_upper_usd=model.step_upper_bound(0), max_cost_usd=t.max_cost_usd, missing_prices=missing,
+        step_upper_usd=model.step_upper_bound(1), max_cost_usd=t.max_cost_usd, missing_prices=missing,
         unmeasured=unmeasured, notes=notes,
     )
 

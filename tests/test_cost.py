@@ -162,12 +162,12 @@ def tinker_spec(**training) -> Spec:
 def test_before_any_step_the_estimate_is_the_step_upper_bound():
     cm = CostModel.from_spec(tinker_spec(), prompt_token_lengths=[50, 10, 30])
     # 2 longest prompts (50 + 30) x 4 rollouts; 8 rollouts x 100 sampled; datums prompt + 99.
-    assert cm.step_token_bound(0) == {"prompt": 320.0, "sampled": 800.0, "trained": 320.0 + 8 * 99}
+    assert cm.step_token_bound(1) == {"prompt": 320.0, "sampled": 800.0, "trained": 320.0 + 8 * 99}
     expected = (320 * 0.195 + 800 * 0.60 + (320 + 792) * 0.44) / 1e6
-    assert cm.step_upper_bound(0) == pytest.approx(expected)
+    assert cm.step_upper_bound(1) == pytest.approx(expected)
     assert cm.next_step_estimate([]) == pytest.approx(expected)
     no_prompts = CostModel.from_spec(tinker_spec())
-    assert no_prompts.step_token_bound(0) == {"prompt": 0.0, "sampled": 800.0, "trained": 792.0}
+    assert no_prompts.step_token_bound(1) == {"prompt": 0.0, "sampled": 800.0, "trained": 792.0}
 
 
 def test_next_step_estimate_is_the_largest_of_the_last_five_steps():
@@ -195,7 +195,7 @@ def test_next_step_estimate_is_capped_by_the_bound_and_adds_eval_on_eval_steps()
     history += [{"step": 2, "tokens/prompt": 100, "tokens/sampled": 10, "tokens/trained": 200,
                  "tokens/eval_prompt": 16, "tokens/eval_sampled": 30}]
     assert cm.next_step_estimate(history) == pytest.approx((100 * 0.195 + 800 * 0.60 + 200 * 0.44) / 1e6)
-    assert cm.next_step_estimate(history, step=5) == pytest.approx(
+    assert cm.next_step_estimate(history, step=6) == pytest.approx(
         (100 * 0.195 + 800 * 0.60 + 200 * 0.44 + 16 * 0.195 + 30 * 0.60) / 1e6)
 
 
@@ -271,7 +271,7 @@ def test_estimate_of_a_whole_run():
     assert e.total_usd is not None and e.total_usd.high == pytest.approx(high)
     assert e.total_usd.low <= e.total_usd.expected <= e.total_usd.high
     assert e.missing_prices == [] and e.unmeasured == []
-    assert e.step_upper_usd == pytest.approx(CostModel.from_spec(spec, prompt_token_lengths=prompts).step_upper_bound(0))
+    assert e.step_upper_usd == pytest.approx(CostModel.from_spec(spec, prompt_token_lengths=prompts).step_upper_bound(1))
 
 
 def test_estimate_without_measurements_says_what_it_leaves_out():

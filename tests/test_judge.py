@@ -461,7 +461,7 @@ def test_judge_tokens_are_priced_under_pricing_judge_and_counted_by_the_budget()
                 "tokens/judge_output": 1e4}]
     assert model.next_step_estimate(history) == pytest.approx(0.5e6 * 2 / 1e6 + 1e4 * 8 / 1e6)
     overhead = judge_overhead_tokens(spec.reward.rules[0])
-    bound = model.step_token_bound(0)
+    bound = model.step_token_bound(1)
     assert bound["judge_prompt"] == 8 * (overhead + 100) and bound["judge_output"] == 8 * 512
     est = estimate_run(spec, None)
     assert est.tokens["judge_output"].high == 10 * 8 * 512 and est.tokens["judge_output"].low == 10 * 2
