@@ -175,11 +175,13 @@ def check_reward_examples(loaded: LoadedSpec, *, fn: Any = None,
     if unchecked:
         which = ", ".join(str(i + 1) for i in unchecked)
         why = "; ".join(f"'{n}': {w}" for n, w in unconnected.items())
+        local = all(n in fn.judges and fn.judges[n].config.sampler == "local" for n in unconnected)
+        hint = ("Run `sailrl validate SPEC` to check them: it calls the local judge (no key needed)." if local else
+                "Run `sailrl validate --judge SPEC` with the judge's keys set to check them by calling the judge "
+                "(a local judge is always called).")
         errors.append(loaded.error(
             ("examples",), f"{len(unchecked)} worked example(s) (number {which}) expect a judge rule's score or the "
-            f"total and were NOT checked: {why}",
-            "Run `sailrl validate --judge SPEC` with the judge's keys set to check them by calling the judge "
-            "(a local judge is always called).", code="W112", severity="warning", at="key"))
+            f"total and were NOT checked: {why}", hint, code="W112", severity="warning", at="key"))
     errors += _silent_patterns(loaded, fn)
     return errors
 

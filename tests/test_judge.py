@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 import tinker
 from tinker import types
 
-from sailrl.compiler.validate import validate_text
+from sailrl.compiler.validate import validate_file, validate_text
 from sailrl.runtime.judge import (
     JudgeCallError,
     JudgeReply,
@@ -36,6 +37,8 @@ from sailrl.runtime.scoring import StepScorer
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.rewards import RewardSpec
 from tests.fakes.sail_server import FakeSailServer, point_sail_sdk_at
+
+ROOT = Path(__file__).resolve().parent.parent
 
 RUBRIC = "The reply answers {{ question }} politely."
 
@@ -399,6 +402,17 @@ def test_judge_examples_are_listed_as_not_checked_without_the_judge_never_as_pas
     loaded = validate_text(SPEC + EXAMPLES, "spec.yaml")
     w = [e for e in loaded.warnings if e.code == "W112"]
     assert len(w) == 1 and "(number 1, 2)" in w[0].message and "NOT checked" in w[0].message
+
+
+def test_a_local_judges_unchecked_examples_point_at_plain_validate_not_at_keys() -> None:
+    """`sailrl run` on judge_local.yaml does not call its judge for the examples: the hint names the command that
+    does (`sailrl validate SPEC`, no key), not `--judge` "with the judge's keys set"."""
+    loaded = validate_file(ROOT / "spec/examples/judge_local.yaml")
+    (w,) = [e for e in loaded.warnings if e.code == "W112"]
+    assert "(number 2)" in w.message and "not called here" in w.message
+    assert w.hint == "Run `sailrl validate SPEC` to check them: it calls the local judge (no key needed)."
+    remote = [e for e in validate_text(SPEC + EXAMPLES, "spec.yaml").warnings if e.code == "W112"]
+    assert "sailrl validate --judge SPEC` with the judge's keys set" in remote[0].hint
 
 
 def test_validate_with_the_judge_checks_examples_and_scores_injection_probes(monkeypatch: pytest.MonkeyPatch) \
