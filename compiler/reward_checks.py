@@ -417,6 +417,10 @@ def _injection_warning(loaded: LoadedSpec, j: int, name: str, probes: list[tuple
     if probes and all(v.kind == "failed" for _, v in probes):  # the judge never answered
         problem = probes[0][1].problem
         status = getattr(probes[0][1], "status", None)
+        if problem.startswith("the rubric cannot be rendered"):  # the judge was never called: not a service fault
+            return loaded.error(("reward", "rules", j, "rubric"), f"judge rule '{name}': {problem}",
+                                "Fix the rubric so it renders on the dataset's rows: only the fields it names, "
+                                "loops within the sandbox's limits.", code="S209")
         if "HTTP 404" in problem or status == 404:
             return loaded.error(("reward", "rules", j, "judge", "model"),
                                 f"judge rule '{name}': the service does not serve the judge model: {problem}",

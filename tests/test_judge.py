@@ -616,3 +616,16 @@ def test_an_unreadable_score_is_named_on_one_line():
     score, raw, why = read_score("<score>maybe\n\nyes</score>", "binary")
     assert score is None and raw == "maybe\n\nyes"
     assert why == "the judge answered <score>maybe yes</score>, which is not yes or no"
+
+
+def test_a_rubric_that_cannot_render_is_named_at_the_rubric_not_as_an_unreachable_judge():
+    golden = Path(__file__).parent / "goldens" / "judge.yaml"
+    text = golden.read_text().replace("{{ question }}. A good", "{% for x in range(10**9) %}x{% endfor %}. A good")
+    from sailrl.commands.validate import judge_connector
+
+    with pytest.raises(SpecErrors) as exc:  # the local judge is connected, as `sailrl validate` does
+        validate_text(text, "judge.yaml", path=golden, judges=judge_connector(golden, every=False))
+    [e] = [e for e in exc.value.errors if e.key_path.startswith("reward.rules.1")]
+    assert e.key_path == "reward.rules.1.rubric" and e.code == "S209", e
+    assert "judge rule 'judged': the rubric cannot be rendered for this row" in e.message
+    assert "Range too big" in e.message and "could not be reached" not in e.message
