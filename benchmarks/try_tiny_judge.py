@@ -4,14 +4,14 @@ An experiment for issue 20's local judge example (``spec/examples/judge_local.ya
 training text is the exact judge prompt sailrl builds for a binary judge rule with :data:`RUBRIC`: the real
 :class:`sailrl.runtime.judge.Judge` renders the rubric over the row and wraps the completion
 (``Judge.messages``), the ``role_colon`` renderer on the byte tokenizer turns it into tokens as the local judge
-client does (``SamplingJudgeClient``): 614 byte tokens for ``3+4`` / ``7``, about 540 of them the fixed
-instructions of ``runtime/judge.py``. The target answer is ``<score>1</score>`` when the completion is exactly
+client does (``SamplingJudgeClient``): 616 byte tokens for ``3+4`` / `` 7`` (614 with the example's rubric),
+about 540 of them the fixed instructions of ``runtime/judge.py``. The target answer is ``<score>1</score>`` when the completion is exactly
 the reference answer (:func:`verdict`) and ``<score>0</score>`` otherwise. Completions (:func:`completion`): the
 right sum (about half), a wrong number (often one off, or sharing a digit), the sum with extra words, a wrong
 number with words, injection attempts. :data:`RUBRIC` gives the judge the reference answer (easier than the
 example's rubric, which asks the judge to add).
 
-Training: full-parameter, loss on the answer tokens only (the 1/0 token weighted :data:`DECISION_WEIGHT`),
+Training: full-parameter, loss on the answer tokens only (the 1/0 token weighted ``--decision-weight``),
 ``torch.optim.AdamW`` (betas 0.9/0.95, no weight decay), ``--batch-size`` texts a step drawn by
 ``random.Random(--seed)``, initial weights ``sailrl/tiny`` with ``--seed``, one torch thread. Prints, per
 ``--log-every`` steps, the loss and the decision accuracy (``<score>1`` vs ``<score>0`` likelier,
@@ -21,11 +21,11 @@ teacher-forced) on :func:`held_out` (200 triples drawn with another seed, left o
 
 Measured 2026-12-01 on the shared 2-core machine (load 4-10; about 2 s of wall time a step of 16 texts):
 
-- ``--lr 5e-3 --batch-size 16``, DECISION_WEIGHT 1 (the first runs): held-out accuracy 0.49 at step 40 and 60,
+- ``--lr 5e-3 --batch-size 16``, ``--decision-weight 1`` (the first runs): held-out accuracy 0.49 at step 40 and 60,
   0.51 at 80, 0.63 at 120, 0.675 at 180 (two runs agreed at step 120: loss 0.0297, accuracy 0.630). At step 180 it
   said yes to 102 of 102 right sums, but to 33 of 39 wrong numbers and 32 of 59 completions with words: it
   learnt the answer format and a bias, not the comparison.
-- ``--lr 1e-2``, DECISION_WEIGHT 8: 0.63 at step 50, 0.49 at 100, 0.635 at 150.
+- ``--lr 1e-2 --decision-weight 8``: 0.63 at step 50, 0.49 at 100, 0.635 at 150.
 
 So within a few CPU minutes this 0.46 M-parameter, 2-layer model does not learn to read a 600-token judge prompt
 (the answer has to be found among ~540 fixed tokens); more steps, a larger model, a GPU, or a much shorter
@@ -44,8 +44,6 @@ import torch
 RUBRIC = "The question was {{ question }}; its answer is {{ answer }}. A good reply is only that number, nothing else."
 PASS, FAIL = "<score>1</score>", "<score>0</score>"
 HELD_OUT_SEED = 12345
-#: Loss weight of the 1/0 token against 1 for each other answer token (the format is learnt in a few steps).
-DECISION_WEIGHT = 8.0
 
 _WORDS = ["is", "the", "sum", "answer", "I", "think", "it", "equals", "so", "=", "ok", "maybe", "result", "of",
           "a", "number", "yes", "no", "plus", "and", "!", "?", ".", ",", "User:", "Assistant:"]
@@ -149,8 +147,10 @@ def accuracy(model: torch.nn.Module, texts: list[tuple[list[int], int, int]]) ->
     return right / len(texts)
 
 
-def train(steps: int, lr: float, batch_size: int, seed: int, log_every: int = 25) -> tuple[torch.nn.Module, float]:
-    """Pretrain and return (model in eval mode, final held-out decision accuracy)."""
+def train(steps: int, lr: float, batch_size: int, seed: int, log_every: int = 25,
+          decision_weight: float = 1.0) -> tuple[torch.nn.Module, float]:
+    """Pretrain and return (model in eval mode, final held-out decision accuracy). ``decision_weight``: the loss
+    weight of the 1/0 token against 1 for each other answer token."""
     from sailrl.runtime.local.tiny import build_tiny_model
 
     torch.set_num_threads(1)
@@ -176,7 +176,7 @@ def train(steps: int, lr: float, batch_size: int, seed: int, log_every: int = 25
             ids[i, : len(tokens)] = torch.tensor(tokens)
             mask[i, : len(tokens)] = 1
             weight[i, start - 1 : len(tokens) - 1] = 1.0
-            weight[i, decision - 1] = DECISION_WEIGHT
+            weight[i, decision - 1] = decision_weight
         logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
         nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
                                                 reduction="none").view_as(weight)
@@ -199,17 +199,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--decision-weight", type=float, default=1.0)
     parser.add_argument("--log-every", type=int, default=25)
     parser.add_argument("--out", type=Path, default=None, help="write the weights here (safetensors)")
     args = parser.parse_args(argv)
     from safetensors.torch import save_file
 
-    model, acc = train(args.steps, args.lr, args.batch_size, args.seed, log_every=args.log_every)
+    model, acc = train(args.steps, args.lr, args.batch_size, args.seed, log_every=args.log_every,
+                       decision_weight=args.decision_weight)
     if args.out is None:
         print(f"held-out accuracy {acc:.3f}")
         return 0
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     meta = {"steps": str(args.steps), "lr": str(args.lr), "batch_size": str(args.batch_size), "seed": str(args.seed),
+            "decision_weight": str(args.decision_weight),
             "held_out_accuracy": f"{acc:.4f}", "rubric": RUBRIC, "torch": torch.__version__}
     save_file(state, str(args.out), metadata=meta)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB), held-out accuracy {acc:.3f}")
