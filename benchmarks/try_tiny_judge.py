@@ -2,14 +2,14 @@
 
 An experiment for issue 20's local judge example (``spec/examples/judge_local.yaml``), not a shipped model. Each
 training text is the exact judge prompt sailrl builds for a binary judge rule with :data:`RUBRIC`: the real
-:class:`sailrl.runtime.judge.Judge` renders the rubric over the row and wraps the completion
-(``Judge.messages``), the ``role_colon`` renderer on the byte tokenizer turns it into tokens as the local judge
-client does (``SamplingJudgeClient``): 616 byte tokens for ``3+4`` / `` 7`` (614 with the example's rubric),
-about 540 of them the fixed instructions of ``runtime/judge.py``. The target answer is ``<score>1</score>`` when the completion is exactly
-the reference answer (:func:`verdict`) and ``<score>0</score>`` otherwise. Completions (:func:`completion`): the
-right sum (about half), a wrong number (often one off, or sharing a digit), the sum with extra words, a wrong
-number with words, injection attempts. :data:`RUBRIC` gives the judge the reference answer (easier than the
-example's rubric, which asks the judge to add).
+:class:`sailrl.runtime.judge.Judge` renders the rubric over the row and wraps the completion (``Judge.messages``),
+the ``role_colon`` renderer on the byte tokenizer turns it into tokens as the local judge client does
+(``SamplingJudgeClient``): 616 byte tokens for ``3+4`` / `` 7`` (614 with the example's rubric), about 540 of them
+the fixed instructions of ``runtime/judge.py``. The target answer is ``<score>1</score>`` when the completion is
+exactly the reference answer (:func:`verdict`) and ``<score>0</score>`` otherwise. Completions
+(:func:`completion`): the right sum (about half), a wrong number (often one off, or sharing a digit), the sum with
+extra words, a wrong number with words, injection attempts. :data:`RUBRIC` gives the judge the reference answer
+(easier than the example's rubric, which asks the judge to add).
 
 Training: full-parameter, loss on the answer tokens only (the 1/0 token weighted ``--decision-weight``),
 ``torch.optim.AdamW`` (betas 0.9/0.95, no weight decay), ``--batch-size`` texts a step drawn by
