@@ -84,7 +84,7 @@ def bench(spec: str, keystrokes: int, warmup: int, cli: int) -> dict[str, list[f
     times: dict[str, list[float]] = {"studio": [], "in-process": [], "cli": []}
     every = max(1, keystrokes // cli) if cli else 0
     try:
-        with httpx.Client(base_url=base, cookies={"sailrl_studio": token}, timeout=30) as client:
+        with httpx.Client(base_url=base, headers={"X-Studio-Token": token}, timeout=30) as client:
             for i in range(warmup + keystrokes):
                 typed = COMPLETION[: (i % len(COMPLETION)) + 1]
                 t0 = time.perf_counter()

@@ -26,7 +26,7 @@ from sailrl.compiler.validate import validate_text
 from sailrl.runtime.rollout_log import read_rollouts
 from sailrl.spec.errors import SpecErrors
 from sailrl.studio.app import build_app
-from sailrl.studio.security import COOKIE, MAX_BODY_BYTES
+from sailrl.studio.security import MAX_BODY_BYTES, cookie_name
 from sailrl.studio.session import Studio
 from tests.fakes.studio_project import make_project, write_steps
 
@@ -46,7 +46,7 @@ def client_for(spec: Path, run_dir: Path | None = None, *, token: bool = True) -
     app = build_app(Studio(spec, run_dir), token=TOKEN, host="127.0.0.1", port=PORT)
     c = TestClient(app, base_url=BASE)
     if token:
-        c.cookies.set(COOKIE, TOKEN)
+        c.cookies.set(cookie_name(PORT), TOKEN)
     return c
 
 
@@ -69,7 +69,7 @@ def test_every_path_needs_the_session_token(project):
     r = c.get(f"/?token={TOKEN}", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/"
     cookie = r.headers["set-cookie"]
-    assert cookie.startswith(f"{COOKIE}={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert cookie.startswith(f"{cookie_name(PORT)}={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
     c.cookies.clear()
     assert c.get("/api/spec", headers={"X-Studio-Token": TOKEN}).status_code == 200
     assert c.get("/api/spec", headers={"X-Studio-Token": TOKEN + "x"}).status_code == 401
@@ -558,3 +558,17 @@ def test_save_when_the_spec_was_deleted_writes_it_anew(project):
     r = c.post("/api/save", json={"text": text, "base_sha": None})
     assert r.status_code == 200 and r.json()["backup"] is None
     assert project.read_text() == text
+
+
+def test_two_studios_on_one_host_keep_their_own_session_cookie(project):
+    """A browser keeps cookies per host name, not per port: opening a second studio must not log out the first."""
+    apps = {port: build_app(Studio(project), token=f"tok-{port}", host="127.0.0.1", port=port) for port in (8765, 8766)}
+    jar: dict[str, str] = {}  # the browser's jar for 127.0.0.1: a cookie of the same name replaces the earlier one
+    for port, app in apps.items():
+        r = TestClient(app, base_url=f"http://127.0.0.1:{port}").get(f"/?token=tok-{port}", follow_redirects=False)
+        name, _, value = r.headers["set-cookie"].split(";")[0].partition("=")
+        jar[name] = value
+    header = "; ".join(f"{k}={v}" for k, v in jar.items())
+    for port, app in apps.items():
+        c = TestClient(app, base_url=f"http://127.0.0.1:{port}")
+        assert c.get("/api/disk", headers={"cookie": header}).status_code == 200, port

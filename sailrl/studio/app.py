@@ -15,7 +15,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from sailrl.studio.api import ROUTES
-from sailrl.studio.security import Guard, allowed_hosts
+from sailrl.studio.security import Guard, allowed_hosts, cookie_name
 from sailrl.studio.session import Studio
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -30,4 +30,4 @@ def build_app(studio: Studio, *, token: str, host: str, port: int) -> Guard:
     app = Starlette(routes=[Route("/", _index, methods=["GET"]), *ROUTES,
                             Mount("/static", StaticFiles(directory=STATIC), name="static")])
     app.state.studio = studio
-    return Guard(app, token=token, hosts=allowed_hosts(host, port))
+    return Guard(app, token=token, hosts=allowed_hosts(host, port), cookie=cookie_name(port))

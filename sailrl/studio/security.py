@@ -24,7 +24,8 @@ from urllib.parse import parse_qs
 
 from sailrl.spec.errors import UserError
 
-COOKIE = "sailrl_studio"
+COOKIE = "sailrl_studio"  # the cookie's name is COOKIE-PORT (cookie_name): a browser keeps one jar per host name,
+# not per port, so two studios on 127.0.0.1 with one name would overwrite each other's token (the first then 401s)
 HEADER = "x-studio-token"
 MAX_BODY_BYTES = 2 * 1024 * 1024  # a spec is at most 256 KiB; a completion at most 200,000 characters
 
@@ -42,6 +43,11 @@ class PathRefused(UserError, ValueError):
     """A path that would leave its folder (plain words in ``str(exc)``)."""
 
     code = "E210"
+
+
+def cookie_name(port: int) -> str:
+    """The session cookie's name for a studio on ``port`` (see :data:`COOKIE`)."""
+    return f"{COOKIE}-{port}"
 
 
 def new_token() -> str:
@@ -104,7 +110,7 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
     return None
 
 
-def _cookie_token(scope: dict[str, Any]) -> str | None:
+def _cookie_token(scope: dict[str, Any], name: str) -> str | None:
     raw = _header(scope, b"cookie")
     if not raw:
         return None
@@ -113,15 +119,16 @@ def _cookie_token(scope: dict[str, Any]) -> str | None:
         jar.load(raw)
     except Exception:  # noqa: BLE001 -- a malformed cookie header is no token
         return None
-    morsel = jar.get(COOKIE)
+    morsel = jar.get(name)
     return morsel.value if morsel is not None else None
 
 
 class Guard:
     """ASGI middleware: the token, Host and Origin rules of the module docstring, security headers, body cap."""
 
-    def __init__(self, app: Any, *, token: str, hosts: frozenset[str]) -> None:
+    def __init__(self, app: Any, *, token: str, hosts: frozenset[str], cookie: str = COOKIE) -> None:
         self.app = app
+        self.cookie = cookie
         self.token = token
         self.hosts = hosts
         self.origins = frozenset(f"http://{h}" for h in hosts)
@@ -150,9 +157,9 @@ class Guard:
             if not self._token_ok(given):
                 return await _plain(send, 401, "refused: wrong session token; open the URL that `sailrl studio` "
                                                "printed in this session")
-            cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
+            cookie = f"{self.cookie}={self.token}; HttpOnly; SameSite=Strict; Path=/"
             return await _plain(send, 303, "see /", extra=[(b"location", b"/"), (b"set-cookie", cookie.encode())])
-        if not (self._token_ok(_cookie_token(scope)) or self._token_ok(_header(scope, HEADER.encode()))):
+        if not (self._token_ok(_cookie_token(scope, self.cookie)) or self._token_ok(_header(scope, HEADER.encode()))):
             return await _plain(send, 401, "refused: no session token; open the URL that `sailrl studio` printed "
                                            "(it carries the token)")
         if method == "POST":
