@@ -428,6 +428,12 @@ def test_the_command_says_one_line_for_bad_input(project, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == (f"error: port {port} on 127.0.0.1 is in use: pick another with --port N, or leave --port out "
                    "for a free one")
+    for host in ("999.1.1.1", "no-such-host.invalid", "192.0.2.1"):  # not an address; no name; not this machine's
+        assert main(["studio", str(project), "--host", host]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[0].startswith(f"warning: serving on {host}") and len(err) == 2, err
+        assert err[1].startswith(f"error: --host {host}: cannot serve there (") and err[1].endswith(
+            "give an address of this machine, or leave --host out for 127.0.0.1"), err
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ Exit codes: 130 stopped with Ctrl-C; 1 the spec file or the --run folder does no
 from __future__ import annotations
 
 import argparse
+import errno
 import socket
 import sys
 from pathlib import Path
@@ -71,9 +72,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         sock = _bind("127.0.0.1" if host == "localhost" else host, args.port)
     except OSError as exc:
-        why = "is in use" if exc.errno == 98 else f"cannot be used ({exc.strerror or exc})"
-        print(f"error: port {args.port} on {host} {why}: pick another with --port N, or leave --port out for a free "
-              "one", file=sys.stderr)
+        if exc.errno == errno.EADDRINUSE:
+            print(f"error: port {args.port} on {host} is in use: pick another with --port N, or leave --port out for "
+                  "a free one", file=sys.stderr)
+        elif exc.errno in (errno.EACCES, errno.EPERM):
+            print(f"error: port {args.port} on {host} needs more rights than this user has ({exc.strerror}): pick one "
+                  "above 1023 with --port N, or leave --port out for a free one", file=sys.stderr)
+        else:  # a name that does not resolve, an address that is not this machine's
+            print(f"error: --host {host}: cannot serve there ({exc.strerror or exc}): give an address of this "
+                  "machine, or leave --host out for 127.0.0.1", file=sys.stderr)
         return 1
     port = sock.getsockname()[1]
     token = new_token()
