@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tinker
 from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
@@ -82,6 +83,7 @@ sampling: {sampler: local, max_tokens: 3}
 """
 
 
+@pytest.mark.slow
 def test_a_run_that_never_learns_anything_is_warned_once(tmp_path: Path) -> None:
     (tmp_path / "rows.jsonl").write_text("".join(f'{{"question": "{i}+1=", "answer": "{i + 1}"}}\n'
                                                  for i in range(8)))

@@ -272,6 +272,7 @@ def test_reward_rules_read_as_the_spec_wrote_them_defaults_included():
     assert '"regex_timeout_s": 0.1,  # reward.regex_timeout_s' in block  # section keys: every value
 
 
+@pytest.mark.slow
 def test_a_script_whose_spec_changed_says_so_in_one_line_with_the_recompile_command(tmp_path):
     spec = tmp_path / "s.yaml"
     shutil.copy(ROOT / "spec/examples/quickstart.yaml", spec)

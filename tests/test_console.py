@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sailrl.runtime.console import PIPE_WIDTH, make_console, panel_expand
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +35,7 @@ def test_a_terminal_and_columns_keep_their_width(monkeypatch) -> None:
     assert console.width == 120 and panel_expand(console)
 
 
+@pytest.mark.slow
 def test_preflight_into_a_pipe_keeps_each_line_whole() -> None:
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     done = subprocess.run([sys.executable, "-m", "sailrl", "preflight", "spec/examples/quickstart.yaml"], cwd=ROOT,

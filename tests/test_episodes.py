@@ -271,6 +271,7 @@ def lookup(city: str, units: str = "C") -> str:
 '''
 
 
+@pytest.mark.slow
 def test_user_tool_runs_in_a_worker_and_its_failures_are_tool_errors(tmp_path: Path):
     (tmp_path / "tools.py").write_text(TOOLS_PY)
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SAIL_GUIDE = ROOT / "spec" / "examples" / "sail_guide.yaml"
 
@@ -29,6 +31,7 @@ def header_command(spec: Path, marker: str) -> list[str]:
     return shlex.split(" ".join(parts))
 
 
+@pytest.mark.slow
 def test_the_sail_guide_runs_locally_without_the_hub(tmp_path: Path) -> None:
     argv = header_command(SAIL_GUIDE, "Try it locally")
     assert argv[:3] == ["sailrl", "run", "spec/examples/sail_guide.yaml"], argv

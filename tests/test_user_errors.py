@@ -162,6 +162,7 @@ def test_a_run_refused_for_a_missing_key_writes_nothing(tmp_path, monkeypatch, c
     assert not run_dir.exists()  # no train.py, no config.json: nothing of a run that never started
 
 
+@pytest.mark.slow
 def test_an_unreachable_tinker_is_one_line_within_the_connect_timeout(tmp_path):
     import subprocess
     import sys
