@@ -578,3 +578,22 @@ def test_two_studios_on_one_host_keep_their_own_session_cookie(project):
     for port, app in apps.items():
         c = TestClient(app, base_url=f"http://127.0.0.1:{port}")
         assert c.get("/api/disk", headers={"cookie": header}).status_code == 200, port
+
+
+def test_a_save_the_disk_refuses_is_one_message_and_changes_nothing(project, monkeypatch):
+    import tempfile
+
+    c = client_for(project)
+    loaded = c.get("/api/spec").json()
+    before = sorted(p.name for p in project.parent.iterdir())
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(project.parent))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    r = c.post("/api/save", json={"text": loaded["text"] + "# edit\n", "base_sha": loaded["disk_sha"]})
+    assert r.status_code == 507
+    assert r.json()["error"] == (f"{project.name} was not written: Permission denied ({project.parent}); the file on "
+                                 "disk is unchanged")
+    assert sorted(p.name for p in project.parent.iterdir()) == before
+    assert project.read_text() == loaded["text"]

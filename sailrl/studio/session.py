@@ -192,6 +192,13 @@ class Studio:
 
     def save(self, text: str, base_sha: str | None) -> dict[str, Any]:
         """Write ``text`` over the spec when it validates and the file is still the one loaded (``base_sha``)."""
+        try:
+            return self._save(text, base_sha)
+        except OSError as exc:  # a read-only folder, a full disk: nothing replaced (the temporary file is removed)
+            raise StudioError(f"{self.spec_path.name} was not written: {exc.strerror or exc} "
+                              f"({exc.filename or self.spec_dir}); the file on disk is unchanged", 507) from None
+
+    def _save(self, text: str, base_sha: str | None) -> dict[str, Any]:
         with self._lock:
             _, current, _ = self.disk()
             if current != base_sha:
