@@ -597,3 +597,29 @@ def test_a_save_the_disk_refuses_is_one_message_and_changes_nothing(project, mon
                                  "disk is unchanged")
     assert sorted(p.name for p in project.parent.iterdir()) == before
     assert project.read_text() == loaded["text"]
+
+
+def test_a_save_over_a_spec_replaced_by_a_fifo_is_refused_without_blocking(project):
+    c = client_for(project)
+    text = project.read_text()
+    project.unlink()
+    os.mkfifo(project)
+    blocked = []
+
+    def unblock():  # succeeds only while a reader waits in open() on the FIFO: then it is let go
+        try:
+            fd = os.open(project, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            return
+        blocked.append(True)
+        os.close(fd)
+
+    timer = threading.Timer(5.0, unblock)
+    timer.start()
+    try:
+        r = c.post("/api/save", json={"text": text, "base_sha": None})
+    finally:
+        timer.cancel()
+    assert not blocked, "the save waited on the FIFO"
+    assert r.status_code == 409 and "is no longer a file" in r.json()["error"]
+    assert sorted(p.name for p in project.parent.iterdir() if p.name.startswith(".")) == []  # no temporary left

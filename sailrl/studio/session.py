@@ -216,6 +216,9 @@ class Studio:
                     f.write(data)
                     f.flush()
                     os.fsync(f.fileno())
+                if self.spec_path.exists() and not self.spec_path.is_file():  # a pipe or a device would block
+                    raise StudioError(f"{self.spec_path.name} on disk is no longer a file (a pipe, a device or a "
+                                      "folder): nothing was written; put the spec file back", 409)
                 if not self.spec_path.exists():  # gone since the page loaded it empty: written anew, no backup
                     os.replace(tmp, self.spec_path)
                     return {"disk_sha": hashlib.sha256(data).hexdigest(), "backup": None}
