@@ -507,7 +507,8 @@ class _Checker:
     def model(self) -> None:
         rank = self.integer(("model", "lora_rank"))
         if rank is not None and (rank < 1 or rank & (rank - 1)):
-            self.add(("model", "lora_rank"), "S213", f"LoRA rank must be a positive power of two, got {number_text(rank)}",
+            self.add(("model", "lora_rank"), "S213",
+                     f"LoRA rank must be a positive power of two, got {number_text(rank)}",
                      "Use 1, 2, 4, 8, 16, 32 (the Tinker default), 64, 128, ... For RL small ranks are enough.")
         renderer = self.text(("model", "renderer"))
         if renderer is not None:
@@ -586,7 +587,8 @@ class _Checker:
             lr = _default("TrainingSpec", "learning_rate")
         if not isinstance(name, str) or lr is None or not lr_far(name, lr):
             return
-        self.warn(("training", "learning_rate"), "W120", f"{lr_advice(name, lr)}, more than {far_limit(name, lr):g}x away",
+        self.warn(("training", "learning_rate"), "W120",
+                  f"{lr_advice(name, lr)}, more than {far_limit(name, lr):g}x away",
                   "get_lr is calibrated on supervised LoRA fine-tuning (10x the full fine-tuning rate); RL runs "
                   "often use a few times less. If the value is meant, keep it: this is a warning, and "
                   "`sailrl validate` still passes.")

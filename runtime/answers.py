@@ -592,6 +592,7 @@ def _mv() -> Any:
 
         # lazy: math-verify and sympy take seconds to import; only a math comparison loads them, once
         import math_verify
+
         # lazy: sympy's simplify imports it on first use (0.6 s): load it here, not inside a time limit
         import sympy.physics.units  # noqa: F401
 

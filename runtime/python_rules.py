@@ -121,33 +121,37 @@ def _exc_text(exc: BaseException) -> str:
     return text if len(text) <= 140 else text[:137] + "..."
 
 
+def import_user_module(spec_dir: str | Path, module: str) -> tuple[Path, str, Any]:
+    """Import ``module`` from the file next to the spec, in a worker: ``(spec folder, file relative to it, the
+    module)``. Raises :class:`_LoadError` with a reason (missing file, an import that raises or overruns
+    ``IMPORT_TIMEOUT_S``, a name shadowed by an installed module). Python rules and user tools load this way."""
+    root = Path(spec_dir).resolve()
+    path = module_file(root, module)
+    if path is None:
+        want = module.replace(".", "/") + ".py"
+        raise _LoadError("missing_module", f"there is no file {want} next to the spec (in {root})")
+    rel = path.resolve().relative_to(root).as_posix()
+    sys.path.insert(0, str(root))
+    try:
+        with _TimeLimit(IMPORT_TIMEOUT_S):
+            mod = importlib.import_module(module)
+    except _Alarm:
+        raise _LoadError("import_error", f"importing {rel} took longer than {IMPORT_TIMEOUT_S:g} s") from None
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: the user's file is reported, not raised
+        raise _LoadError("import_error", f"importing {rel} raised {_exc_text(exc)}{_user_frame(exc, root)}") from None
+    loaded_from = Path(getattr(mod, "__file__", "") or "").resolve()
+    if loaded_from != path.resolve():
+        raise _LoadError("shadowed", f"the name '{module}' is taken by the installed module {loaded_from}, so "
+                         f"{rel} is never loaded: rename {rel} (and the function: key)")
+    return root, rel, mod
+
+
 class PythonJob:
     """The child side: import the module once (raising _LoadError with a reason), then answer ``load`` (check one
     function) and ``call`` requests."""
 
     def __init__(self, init: dict[str, Any]) -> None:
-        self.root = Path(init["spec_dir"]).resolve()
-        module = init["module"]
-        path = module_file(self.root, module)
-        if path is None:
-            want = module.replace(".", "/") + ".py"
-            raise _LoadError("missing_module", f"there is no file {want} next to the spec (in {self.root})")
-        self.rel = path.resolve().relative_to(self.root).as_posix()
-        sys.path.insert(0, str(self.root))
-        try:
-            with _TimeLimit(IMPORT_TIMEOUT_S):
-                mod = importlib.import_module(module)
-        except _Alarm:
-            raise _LoadError("import_error",
-                             f"importing {self.rel} took longer than {IMPORT_TIMEOUT_S:g} s") from None
-        except BaseException as exc:  # noqa: BLE001 - SystemExit too: the user's file is reported, not raised
-            raise _LoadError("import_error",
-                             f"importing {self.rel} raised {_exc_text(exc)}{_user_frame(exc, self.root)}") from None
-        loaded_from = Path(getattr(mod, "__file__", "") or "").resolve()
-        if loaded_from != path.resolve():
-            raise _LoadError("shadowed", f"the name '{module}' is taken by the installed module {loaded_from}, so "
-                             f"{self.rel} is never loaded: rename {self.rel} (and the function: key)")
-        self.module = mod
+        self.root, self.rel, self.module = import_user_module(init["spec_dir"], init["module"])
         self.functions: dict[str, Any] = {}
         self.info: dict[str, Any] = {"file": self.rel}
 

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import inspect
 import io
 import json
 import os
 import resource
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +40,7 @@ from sailrl.runtime.python_rules import (
     _LoadError,
     _user_frame,
     describe,
+    import_user_module,
     module_file,
     split_ref,
 )
@@ -125,25 +124,7 @@ class ToolJob:
 
         self._FunctionTool, self._ToolInput = FunctionTool, ToolInput
         self._error, self._ok = error_tool_result, simple_tool_result
-        self.root = Path(init["spec_dir"]).resolve()
-        module = init["module"]
-        path = module_file(self.root, module)
-        if path is None:
-            want = module.replace(".", "/") + ".py"
-            raise _LoadError("missing_module", f"there is no file {want} next to the spec (in {self.root})")
-        self.rel = path.resolve().relative_to(self.root).as_posix()
-        sys.path.insert(0, str(self.root))
-        try:
-            with _TimeLimit(IMPORT_TIMEOUT_S):
-                self.module = importlib.import_module(module)
-        except _Alarm:
-            raise _LoadError("import_error", f"importing {self.rel} took longer than {IMPORT_TIMEOUT_S:g} s") from None
-        except BaseException as exc:  # noqa: BLE001 - SystemExit too: the user's file is reported, not raised
-            raise _LoadError("import_error",
-                             f"importing {self.rel} raised {_exc_text(exc)}{_user_frame(exc, self.root)}") from None
-        if Path(getattr(self.module, "__file__", "") or "").resolve() != path.resolve():
-            raise _LoadError("shadowed", f"the name '{module}' is taken by an installed module, so {self.rel} is "
-                             f"never loaded: rename {self.rel} (and the function: key)")
+        self.root, self.rel, self.module = import_user_module(init["spec_dir"], init["module"])
         self.tools: dict[str, Any] = {}
         self.info: dict[str, Any] = {"file": self.rel}
 

@@ -17,11 +17,10 @@ answers one request at a time over pipes: every message is a 4-byte big-endian l
 So a call never takes longer than its limit plus ``GRACE_S``, plus the child's start (at most
 ``start_timeout_s``) when it is the first call of that child. The child reads requests on stdin and answers
 on a private copy of its stdout; what user code prints (fd 1 and 2) is captured per call (:class:`_Capture`: the
-first :data:`MAX_OUTPUT_BYTES` and a byte count, sent back with the answer as ``output`` / ``output_bytes`` / ``output_lines``), so
-it can neither corrupt the protocol nor flood the parent's terminal. An ``init`` with ``memory_mb`` caps the
-child's address space at its size after loading plus that much (:func:`limit_memory`); a ``MemoryError`` that
-escapes the job answers ``{"result": "memory"}``. The
-child ignores SIGINT (Ctrl-C stops the parent, which then closes the pipes) and exits when its stdin closes,
+first :data:`MAX_OUTPUT_BYTES` and a byte count, sent back with the answer as ``output`` / ``output_bytes`` /
+``output_lines``), so it can neither corrupt the protocol nor flood the parent's terminal. An ``init`` with
+``memory_mb`` caps the child's address space at its size after loading plus that much (:func:`limit_memory`); a
+``MemoryError`` that escapes the job answers ``{"result": "memory"}``. The child ignores SIGINT (Ctrl-C stops the parent, which then closes the pipes) and exits when its stdin closes,
 also when the parent was killed.
 
 Uses ``select`` on pipes, so POSIX only (Linux, macOS).

@@ -31,7 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("preflight", "check data, prompts and (optionally) base-policy rewards before training"),
     "plot": ("plot", "write a PNG of reward (total, per rule, eval) and degenerate / truncated fractions per step"),
     "show": ("show", "print a run's logged rollouts: completions with each rule's verdict, best or worst first"),
-    "export": ("export", "write a run's checkpoint as a PEFT adapter or a merged Hugging Face model, with a model card"),
+    "export": ("export", "write a run's checkpoint as a PEFT adapter or a merged Hugging Face model, with a model "
+                         "card"),
     "sample": ("sample", "sample the trained policy of a run on a prompt or a dataset row and score it with the rules"),
     "studio": ("studio", "a local web page to write reward rules, try them on dataset rows and read a run's rollouts"),
     "clean": ("clean", "list and remove the embedded backend's checkpoints under $SAILRL_HOME/checkpoints"),

@@ -301,7 +301,7 @@ def untagged_function_imports(root: Path = ROOT) -> dict[str, list[str]]:
     """File -> ``line: import`` for each import inside a function of a sailrl module or a :data:`HEAVY` library
     without a ``# lazy: <reason>`` comment on its line or the line above."""
     out: dict[str, list[str]] = {}
-    for module, path in _modules(root).items():
+    for path in _modules(root).values():
         text = path.read_text(encoding="utf-8")
         lines = text.splitlines()
         tree = ast.parse(text)

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from sailrl.cli import main
-from sailrl.runtime.data import DatasetError, RowList, load_rows
-from sailrl.runtime.data import readers, sources
+from sailrl.runtime.data import DatasetError, RowList, load_rows, readers, sources
 from sailrl.spec.schema import Spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -92,13 +92,15 @@ class _Lines:
             self.offset += len(raw)
             if len(raw) > MAX_LINE_BYTES and not (len(raw) == MAX_LINE_BYTES + 1 and raw.endswith(b"\n")):
                 raise DatasetError(
-                    f"{self.path}:{self.lineno}: line {self.lineno} is longer than {size_text(MAX_LINE_BYTES)}, the most "
-                    f"sailrl reads in one line; a .jsonl or .csv file has one row per line (is this a data file?)",
+                    f"{self.path}:{self.lineno}: line {self.lineno} is longer than {size_text(MAX_LINE_BYTES)}, "
+                    f"the most sailrl reads in one line; a .jsonl or .csv file has one row per line "
+                    f"(is this a data file?)",
                     path=str(self.path), line=self.lineno)
             if self.offset > MAX_STREAM_BYTES:
                 raise DatasetError(
-                    f"{self.path}:{self.lineno}: the file is larger than {size_text(MAX_STREAM_BYTES)}, the most sailrl "
-                    f"reads from one data file; select rows with dataset.range / dataset.limit or split the file",
+                    f"{self.path}:{self.lineno}: the file is larger than {size_text(MAX_STREAM_BYTES)}, the most "
+                    f"sailrl reads from one data file; select rows with dataset.range / dataset.limit or split the "
+                    f"file",
                     path=str(self.path), line=self.lineno)
             try:
                 text = raw.decode("utf-8")
