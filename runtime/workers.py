@@ -20,8 +20,8 @@ on a private copy of its stdout; what user code prints (fd 1 and 2) is captured 
 first :data:`MAX_OUTPUT_BYTES` and a byte count, sent back with the answer as ``output`` / ``output_bytes`` /
 ``output_lines``), so it can neither corrupt the protocol nor flood the parent's terminal. An ``init`` with
 ``memory_mb`` caps the child's address space at its size after loading plus that much (:func:`limit_memory`); a
-``MemoryError`` that escapes the job answers ``{"result": "memory"}``. The child ignores SIGINT (Ctrl-C stops the parent, which then closes the pipes) and exits when its stdin closes,
-also when the parent was killed.
+``MemoryError`` that escapes the job answers ``{"result": "memory"}``. The child ignores SIGINT (Ctrl-C stops the
+parent, which then closes the pipes) and exits when its stdin closes, also when the parent was killed.
 
 Uses ``select`` on pipes, so POSIX only (Linux, macOS).
 """
