@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(f"sailrl.commands.{COMMANDS[args.command][0]}")
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # a block-buffered pipe is written here: a reader that left must end quietly too
+        return code
     except BrokenPipeError:
         return _closed_pipe()
     except SystemExit as exc:

@@ -129,6 +129,7 @@ def test_hub_failure_is_one_plain_sentence(tmp_path, monkeypatch, reachable_hub)
         raise ConnectionError("Couldn't reach 'someone/missing' on the Hub (LocalEntryNotFoundError)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)  # a reachable hub, even where CI sets it offline
     with pytest.raises(DatasetError) as err:
         load_rows(make_spec("someone/missing"), tmp_path)
     msg = str(err.value)
