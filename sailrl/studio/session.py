@@ -56,6 +56,21 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _durable_temp(folder: Path, name: str, data: bytes) -> str:
+    """``data`` written and synced to a fresh temporary file beside ``name`` in ``folder`` (for an ``os.replace``
+    onto it); its path. Nothing is left behind when the write fails."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
 def problem_json(e: SpecError) -> dict[str, Any]:
     """A problem as the page shows it: the CLI's headline, message, hint and code, and where it is."""
     from sailrl.spec.codes import CODES
@@ -210,25 +225,16 @@ class Studio:
                                   "problem(s) (shown at their fields); fix them first", 422)
             data = text.encode("utf-8")
             backup = self.spec_path.with_name(self.spec_path.name + ".bak")
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.spec_path.name}.", suffix=".tmp", dir=self.spec_dir)
+            tmp = _durable_temp(self.spec_dir, self.spec_path.name, data)
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
                 if self.spec_path.exists() and not self.spec_path.is_file():  # a pipe or a device would block
                     raise StudioError(f"{self.spec_path.name} on disk is no longer a file (a pipe, a device or a "
                                       "folder): nothing was written; put the spec file back", 409)
                 if not self.spec_path.exists():  # gone since the page loaded it empty: written anew, no backup
                     os.replace(tmp, self.spec_path)
                     return {"disk_sha": hashlib.sha256(data).hexdigest(), "backup": None}
-                old = self.spec_path.read_bytes()
-                bfd, btmp = tempfile.mkstemp(prefix=f".{backup.name}.", suffix=".tmp", dir=self.spec_dir)
+                btmp = _durable_temp(self.spec_dir, backup.name, self.spec_path.read_bytes())
                 try:
-                    with os.fdopen(bfd, "wb") as f:
-                        f.write(old)
-                        f.flush()
-                        os.fsync(f.fileno())
                     os.replace(btmp, backup)
                 except BaseException:
                     Path(btmp).unlink(missing_ok=True)
