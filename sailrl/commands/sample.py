@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 
 def _field(text: str) -> tuple[str, str]:
@@ -20,14 +21,25 @@ def _field(text: str) -> tuple[str, str]:
     return name.strip(), value
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 256:
-        raise argparse.ArgumentTypeError(f"--n takes a whole number from 1 to 256, not {text!r}")
-    return value
+def _whole_number(flag: str, low: int, high: int, shown_high: str | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number from ``low`` to ``high``, else one line naming ``flag`` and the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{flag} takes a whole number from {low} to {shown_high or high}, not {text!r}")
+        return value
+
+    return parse
+
+
+_positive = _whole_number("--n", 1, 256)
+_max_tokens = _whole_number("--max-tokens", 1, 1_048_576)  # sampling.max_tokens' range
+_seed = _whole_number("--seed", 0, 2**63 - 1, "2**63 - 1")
 
 
 def _text(text: str) -> str:
@@ -51,26 +63,6 @@ def _temperature(text: str) -> float:
         value = -1.0
     if not 0 <= value < float("inf"):  # NaN fails too
         raise argparse.ArgumentTypeError(f"--temperature takes a number 0 or above (0 = greedy), not {text!r}")
-    return value
-
-
-def _max_tokens(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 1_048_576:  # sampling.max_tokens' range
-        raise argparse.ArgumentTypeError(f"--max-tokens takes a whole number from 1 to 1048576, not {text!r}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"--seed takes a whole number from 0 to 2**63 - 1, not {text!r}")
     return value
 
 
