@@ -357,11 +357,7 @@ class EpisodeGroupBuilder(EnvGroupBuilder):
                                    max_generation_tokens=self.max_tokens))
         return envs
 
-    async def compute_group_rewards(self, trajectory_group, env_group):
-        return [(0.0, {}) for _ in trajectory_group]
-
-    async def cleanup(self):
-        return None
+    # compute_group_rewards and cleanup: EnvGroupBuilder's (no group-level bonus, nothing to release).
 
     def logging_tags(self):
         return list(self.tags)

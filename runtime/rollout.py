@@ -145,12 +145,8 @@ class RuleGroupBuilder(EnvGroupBuilder):
         return [RuleEnv(self.row, self.model_input, self.stop, self.renderer, self.reward_fn, scorer)
                 for _ in range(self.group_size)]
 
-    async def compute_group_rewards(self, trajectory_group, env_group):
-        # The reward lives in RuleEnv.step; there is no group-level bonus.
-        return [(0.0, {}) for _ in trajectory_group]
-
-    async def cleanup(self):
-        return None
+    # compute_group_rewards and cleanup: EnvGroupBuilder's. The reward lives in RuleEnv.step; there is no
+    # group-level bonus, and nothing to release.
 
     def logging_tags(self):
         return list(self.tags)
