@@ -4,8 +4,8 @@ Arms, interleaved (each repetition runs every arm once, in turn), same data, sam
 
 - jsonl: ``sailrl.runtime.data.readers.json_rows`` (duplicate keys, integer digits and nesting depth checked,
   every problem located) vs ``json.loads`` per line (the reader before those checks).
-- csv: ``sailrl.runtime.data.readers.csv_rows`` (Python's ``csv`` module, ragged records located) vs
-  ``datasets.load_dataset("csv", ...)`` with string features (the reader it replaced).
+- csv: ``sailrl.runtime.data.sources.CsvSource`` (Python's ``csv`` module, record by record, ragged records
+  located) vs ``datasets.load_dataset("csv", ...)`` with string features (the reader it replaced).
 - prompt length: ``load_rows`` with the tiny model's renderer (every prompt rendered to tokens and checked
   against the context window) vs without.
 
@@ -61,7 +61,8 @@ def datasets_csv(path: Path) -> list[dict]:
 
 def main() -> None:
     from sailrl.runtime.data import load_rows
-    from sailrl.runtime.data.readers import csv_rows, json_rows
+    from sailrl.runtime.data.readers import json_rows
+    from sailrl.runtime.data.sources import CsvSource
     from sailrl.runtime.models import get_renderer, get_tokenizer
     from sailrl.spec.schema import Spec
 
@@ -77,7 +78,6 @@ def main() -> None:
         w.writerow(["question", "answer"])
         w.writerows([r["question"], r["answer"]] for r in data)
     text = jsonl.read_text()
-    csv_text = csv_path.read_text()
     spec = Spec.model_validate({
         "name": "bench", "model": {"name": "sailrl/tiny", "renderer": "role_colon"},
         "dataset": {"source": "rows.jsonl", "fields": ["question", "answer"]},
@@ -87,12 +87,16 @@ def main() -> None:
         "sampling": {"max_tokens": 512},
     })
     renderer = get_renderer("role_colon", get_tokenizer("sailrl/tiny"))
+
+    def csv_rows(path: Path) -> list[dict]:
+        return [row for _, _, row in CsvSource(path).scan(0, None)]
+
     assert json_rows(text, jsonl, lines=True) == plain_jsonl(text)
-    assert csv_rows(csv_text, csv_path) == datasets_csv(csv_path)
+    assert csv_rows(csv_path) == datasets_csv(csv_path)
     arms = {
         "jsonl: sailrl json_rows": lambda: json_rows(text, jsonl, lines=True),
         "jsonl: json.loads per line": lambda: plain_jsonl(text),
-        "csv: sailrl csv_rows": lambda: csv_rows(csv_text, csv_path),
+        "csv: sailrl CsvSource": lambda: csv_rows(csv_path),
         "csv: datasets csv builder": lambda: datasets_csv(csv_path),
         "load_rows with prompt-length check": lambda: load_rows(spec, tmp, renderer=renderer),
         "load_rows without": lambda: load_rows(spec, tmp),

@@ -8,7 +8,8 @@ Sources (relative paths are relative to the spec file's folder):
   Lines. Values keep their JSON types. Refused, each with ``file:line``: malformed JSON, a line that is not an
   object, an object with the same key twice (JSON would keep only the last value), an integer of more than
   :data:`MAX_NUMBER_DIGITS` digits, a value nested more than :data:`MAX_JSON_DEPTH` levels.
-- ``.csv``: read with Python's ``csv`` module. The first record is the header; every cell stays the text typed
+- ``.csv``: read with Python's ``csv`` module, record by record
+  (:class:`~sailrl.runtime.data.sources.CsvSource`). The first record is the header; every cell stays the text typed
   (``"007"`` stays ``"007"``), an empty cell becomes ``None``, blank lines are ignored. Refused, each with its
   line: a record whose cell count differs from the header's, a duplicate or empty column name, a cell longer
   than :data:`MAX_CSV_CELL_CHARS` characters, a header with no rows under it.
@@ -22,7 +23,6 @@ Every failure is a :class:`~sailrl.runtime.data.base.DatasetError` in plain word
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import json.decoder
@@ -43,7 +43,6 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_NUMBER_DIGITS",
     "csv_header_problem",
-    "csv_rows",
     "is_local",
     "json_line",
     "json_rows",
@@ -290,15 +289,6 @@ def json_rows(text: str, path: Path, *, lines: bool) -> list[dict]:
 # --------------------------------------------------------------------------------------------- CSV
 
 
-def csv_rows(text: str, path: Path) -> list[dict]:
-    """Rows of a CSV file (see the module docstring). Raises :class:`DatasetError` with ``file:line``."""
-    old_limit = csv.field_size_limit(MAX_CSV_CELL_CHARS)
-    try:
-        return _csv_records(text, path)
-    finally:
-        csv.field_size_limit(old_limit)
-
-
 def csv_header_problem(header: Sequence[str]) -> str | None:
     """What is wrong with a CSV header (a column without a name, a name twice), or None."""
     for col, name in enumerate(header, start=1):
@@ -307,53 +297,6 @@ def csv_header_problem(header: Sequence[str]) -> str | None:
         if header.index(name) != col - 1:
             return f"column {name!r} appears twice in the header"
     return None
-
-
-def _csv_records(text: str, path: Path) -> list[dict]:
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header: list[str] | None = None
-    header_line = 1
-    rows: list[dict] = []
-    last = 0  # reader.line_num after the previous record
-    while True:
-        start = last + 1
-        try:
-            record = next(reader, None)
-        except csv.Error as exc:
-            line = reader.line_num or start
-            msg = str(exc)
-            if "field larger than field limit" in msg:
-                msg = f"a cell is longer than {MAX_CSV_CELL_CHARS:,} characters, the most sailrl reads from one cell"
-            elif "NUL" in msg:
-                msg = "the line contains a NUL byte; is this a CSV text file?"
-            raise DatasetError(f"{path}:{line}: cannot read the CSV record: {msg}", path=str(path),
-                               line=line) from None
-        if record is None:
-            break
-        last = reader.line_num
-        if not record:  # a blank line
-            continue
-        if header is None:
-            header, header_line = record, start
-            problem = csv_header_problem(header)
-            if problem:
-                raise DatasetError(f"{path}:{start}: {problem}", path=str(path), line=start)
-            continue
-        if len(record) != len(header):
-            where = f"{start}" if last == start else f"{start}-{last}"
-            raise DatasetError(
-                f"{path}:{start}: the record on line{'s' if last != start else ''} {where} has {len(record)} "
-                f"cell{'s' if len(record) != 1 else ''}, but the header (line {header_line}) has {len(header)} "
-                f"columns ({', '.join(header)}); a cell that contains a comma must be in double quotes, e.g. "
-                '"3,4"',
-                path=str(path), line=start)
-        rows.append({name: (cell if cell != "" else None) for name, cell in zip(header, record, strict=True)})
-    if header is None:
-        raise DatasetError(f"{path}: the CSV file is empty (no header line)", path=str(path), line=1)
-    if not rows:
-        raise DatasetError(f"{path} has a header and no rows; add rows under the header line "
-                           f"({', '.join(header)})", path=str(path), line=header_line)
-    return rows
 
 
 # --------------------------------------------------------------------------------------------- datasets
