@@ -90,18 +90,23 @@ def resolve(source: str, spec_dir: Path) -> Path:
     return p if p.is_absolute() else (spec_dir / p)
 
 
+def unreadable(path: Path, exc: OSError) -> DatasetError:
+    """The :class:`DatasetError` for a dataset file that cannot be opened (missing, no permission, ...)."""
+    if isinstance(exc, FileNotFoundError):
+        return DatasetError(f"dataset file not found: {path}. Relative paths are relative to the spec file's "
+                            f"folder.", key="dataset.source", path=str(path))
+    return DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}", key="dataset.source",
+                        path=str(path))
+
+
 def read_text(path: Path) -> str:
     """The file's text (UTF-8, an optional BOM dropped). Raises :class:`DatasetError` naming the path (and the
     line of the first byte that is not UTF-8)."""
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_JSON_BYTES + 1)
-    except FileNotFoundError:
-        raise DatasetError(f"dataset file not found: {path}. Relative paths are relative to the spec file's "
-                           f"folder.", key="dataset.source", path=str(path)) from None
     except OSError as exc:
-        raise DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}", key="dataset.source",
-                           path=str(path)) from None
+        raise unreadable(path, exc) from None
     if len(data) > MAX_JSON_BYTES:
         line = data.count(b"\n") + 1
         raise DatasetError(f"{path}:{line}: the file is larger than {size_text(MAX_JSON_BYTES)}, the most sailrl "

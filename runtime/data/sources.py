@@ -37,6 +37,7 @@ from sailrl.runtime.data.readers import (
     json_rows,
     read_text,
     size_text,
+    unreadable,
 )
 from sailrl.spec.files import special_kind
 
@@ -67,12 +68,8 @@ def regular_file(path: Path) -> os.stat_result:
                            f".parquet file", key="dataset.source", path=str(path))
     try:
         return os.stat(path)
-    except FileNotFoundError:
-        raise DatasetError(f"dataset file not found: {path}. Relative paths are relative to the spec file's "
-                           f"folder.", key="dataset.source", path=str(path)) from None
     except OSError as exc:
-        raise DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}", key="dataset.source",
-                           path=str(path)) from None
+        raise unreadable(path, exc) from None
 
 
 class _Lines:
