@@ -181,6 +181,7 @@ class Studio:
         self._rows: _LRU = _LRU()
         self._tools: _LRU = _LRU()
         self._preflight: _LRU = _LRU()
+        self._steps: _LRU = _LRU()
 
     # ------------------------------------------------------------------------------------------ the spec
 
@@ -510,9 +511,16 @@ class Studio:
         from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps
 
         path = self._run_path(run)
-        if _run_file(path, ROLLOUTS_FILE) is None:
+        log = _run_file(path, ROLLOUTS_FILE)
+        if log is None:
             return {"train": [], "eval": []}
-        return logged_steps(path)
+        try:
+            st = log.stat()
+        except OSError:
+            return {"train": [], "eval": []}
+        # the page asks every 2 s while a run is followed: the whole log is scanned again only once it changed
+        key = (str(log), st.st_ino, st.st_size, st.st_mtime_ns)
+        return self._steps.get_or(key, lambda: logged_steps(path), self._lock)
 
     def rollouts(self, run: str, step: int, kind: str = "train") -> dict[str, Any]:
         from sailrl.runtime.rollout_log import ROLLOUTS_FILE, read_rollouts
