@@ -345,10 +345,11 @@ class EpisodeGroupBuilder(EnvGroupBuilder):
     async def make_envs(self):
         scorer = self.scorer if self.scorer is not None else StepScorer(self.reward_fn)
         env = self.environment
+        messages = self.initial_messages()  # the tools' declaration rendered once per group, not per episode
         envs = []
         for _ in range(self.group_size):
             msg_env = EpisodeMessageEnv(
-                tools=list(self.tools), initial_messages=self.initial_messages(), max_turns=env.max_turns,
+                tools=list(self.tools), initial_messages=[dict(m) for m in messages], max_turns=env.max_turns,
                 reward_fn=None,  # type: ignore[arg-type] - set in __post_init__
                 max_tool_calls=env.max_tool_calls, terminate_on_parse_error=True,
                 row=self.row, rules=self.reward_fn, scorer=scorer, feedback=list(env.feedback),
