@@ -169,6 +169,26 @@ class Checked:
                 "complete": bool(self.loaded.complete)}
 
 
+class _Listing:
+    """A loaded dataset's rows for the page: ``every`` (row, which: train / eval / skipped, skip reason) in source
+    order, made once per dataset; :meth:`texts`, each row's fields as lower-case JSON for the search box, made on
+    the first search (the page searches as the user types)."""
+
+    def __init__(self, rows: Any) -> None:
+        self.rows = rows
+        out = [(r, "train", None) for r in rows.train] + [(r, "eval", None) for r in rows.eval]
+        out += [({**s.row, "_index": s.index}, "skipped", s.reason) for s in rows.skipped]
+        self.every: list[tuple[dict[str, Any], str, str | None]] = sorted(
+            out, key=lambda t: (t[0].get("_index", 0), t[1]))
+        self._texts: list[str] | None = None
+
+    def texts(self) -> list[str]:
+        if self._texts is None:
+            self._texts = [json.dumps({k: v for k, v in t[0].items() if k != "_index"}, ensure_ascii=False).lower()
+                           for t in self.every]
+        return self._texts
+
+
 class Studio:
     """The state behind one ``sailrl studio`` server (thread-safe: handlers run in a thread pool)."""
 
@@ -338,7 +358,7 @@ class Studio:
         key = (spec.model.name, spec.model.renderer)
         return self._tools.get_or(key, lambda: _load_text_tools(spec, self.spec_dir), self._lock)
 
-    def rows(self, text: str) -> Any:
+    def rows(self, text: str) -> tuple[Checked, _Listing]:
         from sailrl.runtime.data import DatasetError, load_rows
 
         checked = self._spec_or_raise(text)
@@ -347,28 +367,21 @@ class Studio:
 
         def make() -> Any:
             try:
-                return load_rows(spec, self.spec_dir, checked.reward_fn)
+                return _Listing(load_rows(spec, self.spec_dir, checked.reward_fn))
             except DatasetError as exc:
                 return exc
 
-        rows = self._rows.get_or(key, make, self._lock)
-        if isinstance(rows, Exception):
-            raise StudioError(f"the dataset cannot be read: {rows}", 422)
-        return checked, rows
-
-    def _all_rows(self, rows: Any) -> list[tuple[dict[str, Any], str, str | None]]:
-        """(row, which: train / eval / skipped, skip reason) in source order."""
-        out = [(r, "train", None) for r in rows.train] + [(r, "eval", None) for r in rows.eval]
-        out += [({**s.row, "_index": s.index}, "skipped", s.reason) for s in rows.skipped]
-        return sorted(out, key=lambda t: (t[0].get("_index", 0), t[1]))
+        listing = self._rows.get_or(key, make, self._lock)
+        if isinstance(listing, Exception):
+            raise StudioError(f"the dataset cannot be read: {listing}", 422)
+        return checked, listing
 
     def row_list(self, text: str, query: str = "", offset: int = 0, limit: int = 20) -> dict[str, Any]:
-        checked, rows = self.rows(text)
-        every = self._all_rows(rows)
+        checked, listing = self.rows(text)
+        rows, every = listing.rows, listing.every
         q = (query or "").strip().lower()
         if q:
-            every = [t for t in every if q in json.dumps({k: v for k, v in t[0].items() if k != "_index"},
-                                                           ensure_ascii=False).lower()]
+            every = [t for t, found in zip(every, listing.texts(), strict=True) if q in found]
         limit = max(1, min(int(limit), MAX_ROWS_SHOWN))
         offset = max(0, int(offset))
         page = every[offset:offset + limit]
@@ -382,8 +395,8 @@ class Studio:
         """One row with its rendered prompt (the runtime's sandboxed template), token length and reference."""
         from sailrl.runtime.prompts import PromptBuilder, PromptError
 
-        checked, rows = self.rows(text)
-        every = self._all_rows(rows)
+        checked, listing = self.rows(text)
+        every = listing.every
         if not every:
             raise StudioError("the dataset has no rows", 404)
         if pick_random:
