@@ -363,7 +363,7 @@ UNTAGGED_BASELINE: dict[str, int] = {
     "sailrl/commands/validate.py": 2,
     "sailrl/export/build.py": 9,
     "sailrl/export/card.py": 8,
-    "sailrl/export/sample.py": 13,
+    "sailrl/export/sample.py": 11,
     "sailrl/launch.py": 4,
     "sailrl/studio/api.py": 1,
     "sailrl/studio/session.py": 9,

@@ -90,7 +90,9 @@ def _files(folder: Path) -> list[str]:
 # ------------------------------------------------------------------------------------------------ embedded backend
 
 
-def _local_directory(ckpt: Checkpoint, have: str) -> str:
+def local_checkpoint_directory(ckpt: Checkpoint, have: str) -> str:
+    """The folder of the ``local://`` checkpoint ``ckpt`` in the embedded backend's store; :class:`ExportError`
+    (ending with ``have``, the checkpoints the run has) when it is gone."""
     from sailrl.runtime.backends import local_checkpoint_dir
     from sailrl.runtime.local.checkpoints import CheckpointPathError, CheckpointStore
 
@@ -172,7 +174,7 @@ def _untie_output_embedding(model: Any, targets: list[str]) -> None:
 
 def build_local(ckpt: Checkpoint, fmt: str, out: Path, final_target: Path, have: str) -> Built:
     """Write ``ckpt`` (a ``local://`` checkpoint) to the new folder ``out`` as ``fmt``."""
-    directory = _local_directory(ckpt, have)
+    directory = local_checkpoint_directory(ckpt, have)
     quiet_progress_bars()
     with open(os.path.join(directory, "adapter_config.json"), encoding="utf-8") as f:
         adapter_config = json.load(f)

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from sailrl.export.build import local_checkpoint_directory, quiet_progress_bars
 from sailrl.export.runinfo import Checkpoint, ExportError, RunInfo
 
 #: Seconds a sampling request may take before ``sailrl sample`` gives up.
@@ -64,16 +65,11 @@ def _sampling_client(spec: Any, ckpt: Checkpoint, spec_dir: Any, have: str) -> A
     if ckpt.is_local:
         from sailrl.runtime.backends import local_checkpoint_dir
         from sailrl.runtime.local import LocalServiceClient
-        from sailrl.runtime.local.checkpoints import CheckpointPathError, CheckpointStore
         from sailrl.runtime.local.sources import BaseModelError
 
-        store = local_checkpoint_dir()
-        try:
-            CheckpointStore(str(store)).existing(ckpt.path)
-        except CheckpointPathError:
-            raise ExportError(f"the checkpoint {ckpt.path} is no longer in the embedded backend's store ({store}: "
-                              f"removed by `sailrl clean`, or SAILRL_HOME differs from the run's); {have}") from None
-        service = LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed, model_dir=spec_dir)
+        local_checkpoint_directory(ckpt, have)
+        service = LocalServiceClient(spec.model.name, base_dir=local_checkpoint_dir(), seed=spec.model.seed,
+                                     model_dir=spec_dir)
         try:
             return service, service.create_sampling_client(model_path=ckpt.path).result()
         except BaseModelError as exc:
@@ -110,8 +106,6 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
 
     if (prompt is None) == (row is None):
         raise ExportError("give the prompt as --prompt TEXT or take it from the data with --row N (one of them)")
-    from sailrl.export.build import quiet_progress_bars
-
     quiet_progress_bars()
     spec = run.spec()
     spec_dir = run.spec_dir
