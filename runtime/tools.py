@@ -44,7 +44,7 @@ from sailrl.runtime.python_rules import (
     module_file,
     split_ref,
 )
-from sailrl.runtime.workers import WorkerPool, WorkerStartError, _Alarm, _TimeLimit
+from sailrl.runtime.workers import WorkerPool, WorkerStartError, _Alarm, _TimeLimit, limit_memory
 from sailrl.spec.errors import SailrlError
 
 __all__ = ["POOL_SIZE", "ToolFunction", "ToolOutcome"]
@@ -75,29 +75,14 @@ class _BoundedText(io.StringIO):
         return super().write(s)
 
 
-def _vm_bytes() -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 @contextlib.contextmanager
 def _memory_limit(mb: int):
-    """Lets the block allocate about ``mb`` MiB more address space (RLIMIT_AS, soft limit); no-op off Linux."""
-    now = _vm_bytes()
-    if now is None:
+    """Lets the block allocate about ``mb`` MiB more address space (:func:`~sailrl.runtime.workers.limit_memory`),
+    then puts the limit back; no-op off Linux."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if limit_memory(mb) is None:
         yield
         return
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    want = now + mb * 1024 * 1024
-    if hard != resource.RLIM_INFINITY:
-        want = min(want, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (want, hard))
     try:
         yield
     finally:
