@@ -40,13 +40,12 @@ import math
 import numbers
 import os
 import sys
-import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sailrl.runtime.workers import GRACE_S, WorkerPool, WorkerStartError, _Alarm, _TimeLimit
+from sailrl.runtime.workers import GRACE_S, PoolCache, WorkerPool, WorkerStartError, _Alarm, _TimeLimit
 from sailrl.spec.errors import SailrlError
 
 __all__ = [
@@ -270,8 +269,7 @@ class PythonResult:
     output_lines: int = 0
 
 
-_POOLS: dict[tuple[Any, ...], WorkerPool] = {}
-_POOLS_LOCK = threading.Lock()
+_POOLS = PoolCache()
 #: Seconds a worker may take to check a function (the module is already imported).
 _LOAD_TIMEOUT_S = 10.0
 
@@ -300,16 +298,9 @@ class PythonFunction:
             st = None
         key = (str(self.spec_dir), self.module, self.memory_mb, str(path), st.st_size if st else None,
                st.st_mtime_ns if st else None)
-        with _POOLS_LOCK:
-            pool = _POOLS.get(key)
-            if pool is None:
-                for old in [k for k in _POOLS if k[:3] == key[:3]]:  # an older version of the same file
-                    _POOLS.pop(old).close()
-                pool = WorkerPool({"kind": "python", "spec_dir": str(self.spec_dir), "module": self.module,
-                                   "memory_mb": self.memory_mb},
-                                  size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 10, cwd=str(self.spec_dir))
-                _POOLS[key] = pool
-            return pool
+        return _POOLS.get(key, key[:3], lambda: WorkerPool(
+            {"kind": "python", "spec_dir": str(self.spec_dir), "module": self.module, "memory_mb": self.memory_mb},
+            size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 10, cwd=str(self.spec_dir)))
 
     def load_problem(self) -> tuple[str, str] | None:
         """``(code, plain words)`` when the function cannot be loaded, else None (it is then loaded and ready).

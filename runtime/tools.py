@@ -29,7 +29,6 @@ import io
 import json
 import os
 import resource
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ from sailrl.runtime.python_rules import (
     module_file,
     split_ref,
 )
-from sailrl.runtime.workers import WorkerPool, WorkerStartError, _Alarm, _TimeLimit, limit_memory
+from sailrl.runtime.workers import PoolCache, WorkerPool, WorkerStartError, _Alarm, _TimeLimit, limit_memory
 from sailrl.spec.errors import SailrlError
 
 __all__ = ["POOL_SIZE", "ToolFunction", "ToolOutcome"]
@@ -206,8 +205,7 @@ class ToolOutcome:
     error: str | None = None
 
 
-_POOLS: dict[tuple[Any, ...], WorkerPool] = {}
-_POOLS_LOCK = threading.Lock()
+_POOLS = PoolCache()
 
 
 def error_text(message: str) -> str:
@@ -238,15 +236,9 @@ class ToolFunction:
             st = None
         key = (str(self.spec_dir), self.module, str(path), st.st_size if st else None,
                st.st_mtime_ns if st else None)
-        with _POOLS_LOCK:
-            pool = _POOLS.get(key)
-            if pool is None:
-                for old in [k for k in _POOLS if k[:2] == key[:2]]:
-                    _POOLS.pop(old).close()
-                pool = WorkerPool({"kind": "tool", "spec_dir": str(self.spec_dir), "module": self.module},
-                                  size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 30, cwd=str(self.spec_dir))
-                _POOLS[key] = pool
-            return pool
+        return _POOLS.get(key, key[:2], lambda: WorkerPool(
+            {"kind": "tool", "spec_dir": str(self.spec_dir), "module": self.module},
+            size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 30, cwd=str(self.spec_dir)))
 
     def load(self) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
         """(the tool's ToolSpec: name, description, parameters) or (None, (code, plain words)). Bounded in time."""

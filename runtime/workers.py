@@ -38,12 +38,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from sailrl.spec.errors import ServiceError
 
-__all__ = ["GRACE_S", "MAX_FRAME_BYTES", "MAX_OUTPUT_BYTES", "WorkerError", "WorkerPool", "WorkerStartError",
-           "close_all", "limit_memory"]
+__all__ = ["GRACE_S", "MAX_FRAME_BYTES", "MAX_OUTPUT_BYTES", "PoolCache", "WorkerError", "WorkerPool",
+           "WorkerStartError", "close_all", "limit_memory"]
 
 #: Seconds a child may overrun a request's time limit before it is killed.
 GRACE_S = 0.5
@@ -308,6 +310,41 @@ class WorkerPool:
 
 
 _POOLS: set[WorkerPool] = set()
+
+
+class PoolCache:
+    """Worker pools by key (one per version of a user's file), at most ``max_pools`` open in this process.
+
+    :meth:`get` returns the pool for ``key``, making it with ``make()`` when there is none. A pool of the same
+    ``family`` (the same file, an older version) is closed when a new one is made, and past ``max_pools`` the
+    least recently used pool is closed, so a long process that meets many spec folders (the studio, a test
+    session) keeps a bounded number of child processes. Thread-safe.
+    """
+
+    def __init__(self, max_pools: int = 8) -> None:
+        self.max_pools = max(1, int(max_pools))
+        self._pools: OrderedDict[Hashable, tuple[Hashable, WorkerPool]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, family: Hashable, make: Callable[[], WorkerPool]) -> WorkerPool:
+        with self._lock:
+            found = self._pools.get(key)
+            if found is not None:
+                self._pools.move_to_end(key)
+                return found[1]
+            stale = [k for k, (fam, _) in self._pools.items() if fam == family]
+            while len(self._pools) - len(stale) >= self.max_pools:
+                oldest = next(k for k in self._pools if k not in stale)
+                stale.append(oldest)
+            closing = [self._pools.pop(k)[1] for k in stale]
+            pool = make()
+            self._pools[key] = (family, pool)
+        for old in closing:
+            old.close()
+        return pool
+
+    def __len__(self) -> int:
+        return len(self._pools)
 
 
 def close_all() -> None:

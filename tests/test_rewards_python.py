@@ -193,6 +193,27 @@ def test_an_edited_file_is_loaded_afresh(spec_dir: Path) -> None:
     assert reward(spec_dir, py("score")).score("yes", {}).total == 0.75
 
 
+def test_many_spec_folders_keep_a_bounded_number_of_worker_processes(tmp_path: Path) -> None:
+    """A process that meets many spec folders (the studio, a test session) closes the least recently used pool
+    past PoolCache.max_pools: its children exit, and the folder still scores when it comes back."""
+    cache = python_rules._POOLS
+    folders = []
+    for i in range(cache.max_pools + 2):
+        folder = tmp_path / f"spec{i}"
+        folder.mkdir()
+        (folder / "myrules.py").write_text(RULES_PY, encoding="utf-8")
+        folders.append(folder)
+        assert reward(folder, py("score")).score("yes", {}).total == 0.5
+        if i == 0:
+            (first_pool,) = [pool for key, (_, pool) in cache._pools.items() if key[0] == str(folder.resolve())]
+            children = list(first_pool._idle)
+            assert children and all(child.alive for child in children)
+    assert len(cache) == cache.max_pools
+    assert first_pool._closed and not any(child.alive for child in children)  # its processes were stopped
+    assert reward(folders[0], py("score")).score("no", {}).total == -0.5  # and the folder scores again
+    assert len(cache) == cache.max_pools
+
+
 def test_a_dotted_module_is_a_package_folder(spec_dir: Path) -> None:
     (spec_dir / "pkg").mkdir()
     (spec_dir / "pkg" / "__init__.py").write_text("", encoding="utf-8")
