@@ -285,11 +285,13 @@ def test_preflight_findings_name_unusable_rows(client, project):
 def test_run_metrics_and_rollouts_are_the_run_files(client, project):
     run = project.parent / "runs" / "quickstart"
     m = client.get("/api/run/metrics", params={"run": "runs/quickstart"}).json()
-    assert [x["step"] for x in m["lines"]] == [1, 2, 3] and m["next"] == 3
+    size = (run / "metrics.jsonl").stat().st_size
+    assert [x["step"] for x in m["lines"]] == [1, 2, 3] and m["next"] == size and not m["reset"]
     with (run / "metrics.jsonl").open("a") as f:
         f.write('{"step": 4, "reward/tot')  # a line still being written
-    assert client.get("/api/run/metrics", params={"run": "runs/quickstart", "after": 3}).json() == {
-        "lines": [], "next": 3, "exists": True}
+    again = client.get("/api/run/metrics", params={"run": "runs/quickstart", "after": size, "file": m["file"]})
+    assert again.json() == {"lines": [], "next": size, "file": m["file"], "reset": False, "more": False,
+                            "skipped": 0, "exists": True}
     write_steps(project, run, range(4, 5))  # RolloutLog cuts nothing from metrics: finish the torn line first
     got = client.get("/api/run/rollouts", params={"run": "runs/quickstart", "step": 2}).json()
     assert got["records"] == read_rollouts(run, step=2, kind="train") and len(got["records"]) == 16
@@ -492,6 +494,105 @@ def test_json_infinity_and_deep_nesting_are_bounded_errors_not_500(client, proje
     assert r.status_code == 400 and r.json()["error"] == "refused: the request is nested too deeply"
 
 
+def _poll(c, after, file_id):
+    params = {"run": "@run", "after": after}
+    if file_id:
+        params["file"] = file_id
+    return c.get("/api/run/metrics", params=params).json()
+
+
+def test_the_metrics_poll_reads_only_what_was_appended(project, monkeypatch):
+    """``next`` is a byte offset: each poll reads from where the last one stopped, so a growing metrics.jsonl is
+    read once in all, whatever its size; a line still being written waits for its newline."""
+    run = project.parent / "runs" / "quickstart"
+    metrics = run / "metrics.jsonl"
+    c = client_for(project, run)
+    first = _poll(c, 0, None)
+    assert [x["step"] for x in first["lines"]] == [1, 2, 3] and first["next"] == metrics.stat().st_size
+    read: list[int] = []  # bytes each poll read, from the file object the studio opened
+    real_open = Path.open
+
+    def spy_open(self, *args, **kwargs):
+        f = real_open(self, *args, **kwargs)
+        if self.name == "metrics.jsonl":
+            real_read = f.read
+            f.read = lambda n=-1: (lambda b: (read.append(len(b)), b)[1])(real_read(n))
+        return f
+
+    monkeypatch.setattr(Path, "open", spy_open)
+    nxt, fid = first["next"], first["file"]
+    for step in range(4, 9):
+        with metrics.open("a") as f:
+            f.write(json.dumps({"step": step, "reward/total": step / 10}) + "\n" + '{"step": ' + str(step + 1))
+        read.clear()
+        got = _poll(c, nxt, fid)
+        assert [x["step"] for x in got["lines"]] == [step] and not got["reset"] and got["file"] == fid
+        appended = metrics.stat().st_size - nxt
+        assert sum(read) == appended + 1  # the new bytes, and the one newline before them that proves the offset
+        nxt = got["next"]
+        assert metrics.read_bytes()[:nxt].endswith(b"\n") and metrics.read_bytes()[nxt:].startswith(b'{"step": ')
+        with metrics.open("rb+") as f:  # the torn line is finished and a new one is begun by the next step
+            f.truncate(nxt)
+
+
+def test_a_rotated_or_truncated_metrics_file_is_read_again_from_the_start(project):
+    run = project.parent / "runs" / "quickstart"
+    metrics = run / "metrics.jsonl"
+    c = client_for(project, run)
+    first = _poll(c, 0, None)
+    # truncated and rewritten shorter (a run restarted with --overwrite writing in place)
+    metrics.write_text(json.dumps({"step": 1, "reward/total": 0.5}) + "\n")
+    cut = _poll(c, first["next"], first["file"])
+    assert cut["reset"] is True and [x["reward/total"] for x in cut["lines"]] == [0.5]
+    # replaced by another file at least as long (rotated: a new inode), the old offset must not be trusted
+    tmp = run / "metrics.new"
+    tmp.write_text("".join(json.dumps({"step": s, "new": True}) + "\n" for s in range(1, 40)))
+    os.replace(tmp, metrics)
+    rot = _poll(c, cut["next"], cut["file"])
+    assert rot["reset"] is True and rot["file"] != cut["file"] and [x["step"] for x in rot["lines"]] == \
+        list(range(1, 40)) and all(x["new"] for x in rot["lines"])
+    # cut and rewritten in place longer than before, between two polls: the offset no longer follows a newline
+    same = _poll(c, rot["next"], rot["file"])
+    assert same["lines"] == [] and not same["reset"]
+    with metrics.open("r+") as f:
+        f.seek(0)
+        f.write(json.dumps({"step": 1, "rewritten": "x" * 300}) + "\n")
+        f.truncate()
+    with metrics.open("a") as f:
+        f.write("y" * (rot["next"] - metrics.stat().st_size + 10) + "\n")
+    redo = _poll(c, rot["next"], rot["file"])
+    assert redo["reset"] is True and redo["lines"][0]["rewritten"] == "x" * 300 and redo["skipped"] == 1
+    # an offset past the end, or one that is not a number, from a hand-made request
+    assert _poll(c, 10**9, None)["reset"] is True
+    assert c.get("/api/run/metrics", params={"run": "@run", "after": "x"}).status_code == 400
+
+
+def test_one_metrics_answer_is_bounded_and_says_there_is_more(project, monkeypatch):
+    from sailrl.studio import session
+
+    run = project.parent / "runs" / "quickstart"
+    metrics = run / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"step": s, "pad": "p" * 100}) + "\n" for s in range(1, 201)))
+    monkeypatch.setattr(session, "METRICS_CHUNK_BYTES", 4096)
+    c = client_for(project, run)
+    steps, after, fid, answers = [], 0, None, 0
+    while True:
+        got = _poll(c, after, fid)
+        answers += 1
+        assert not got["reset"] and len(json.dumps(got["lines"])) < 4096 + 200
+        steps += [x["step"] for x in got["lines"]]
+        after, fid = got["next"], got["file"]
+        if not got["more"]:
+            break
+    assert steps == list(range(1, 201)) and after == metrics.stat().st_size and answers > 5
+    # one line longer than a whole answer's bytes is skipped whole (and counted); the lines after it are read
+    with metrics.open("a") as f:
+        f.write(json.dumps({"step": 201, "huge": "h" * 10_000}) + "\n" + json.dumps({"step": 202}) + "\n")
+    big = _poll(c, after, fid)
+    assert big["lines"] == [] and big["skipped"] == 1 and big["more"]
+    assert _poll(c, big["next"], fid)["lines"] == [{"step": 202}]
+
+
 def test_a_metrics_line_with_nan_is_sent_as_null(project):
     run = project.parent / "runs" / "quickstart"
     with open(run / "metrics.jsonl", "a") as f:
@@ -514,7 +615,8 @@ def test_run_files_linked_out_of_the_run_folder_are_not_read(project, tmp_path):
                 "/api/run/steps?run=@run", "/api/run/rollouts?run=@run&step=1"):
         r = c.get(url)
         assert r.status_code == 200 and "hunter2" not in r.text, url
-    assert c.get("/api/run/metrics?run=@run").json() == {"lines": [], "next": 0, "exists": False}
+    assert c.get("/api/run/metrics?run=@run").json() == {"lines": [], "next": 0, "file": None, "reset": False,
+                                                          "more": False, "exists": False}
     assert c.get("/api/run/steps?run=@run").json() == {"train": [], "eval": []}
 
 
@@ -540,7 +642,7 @@ def test_a_fifo_in_the_run_folder_does_not_hang_the_request(project):
     finally:
         timer.cancel()
     assert not blocked, "the request waited on the FIFO"
-    assert r.json() == {"lines": [], "next": 0, "exists": False}
+    assert r.json()["lines"] == [] and r.json()["exists"] is False
 
 
 def test_source_reads_at_most_256_kib_of_a_big_file(client, project, monkeypatch):

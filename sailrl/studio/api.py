@@ -11,7 +11,8 @@ the user sees; the server caches validation, reward functions, rows and prefligh
 - ``POST /api/examples {text}``: the worked examples, scored. ``POST /api/rows``, ``/api/row``, ``/api/preflight``.
 - ``POST /api/save {text, base_sha}``: write the spec (see :meth:`sailrl.studio.session.Studio.save`).
 - ``GET /api/source?path=``: a file of the spec's folder (a python rule's module), read-only.
-- ``POST /api/runs {text}``; ``GET /api/run/metrics?run=&after=``, ``/api/run/steps?run=``,
+- ``POST /api/runs {text}``; ``GET /api/run/metrics?run=&after=&file=`` (``after``: a byte offset, the ``next``
+  of the last answer, so a poll reads only what was appended), ``/api/run/steps?run=``,
   ``/api/run/rollouts?run=&step=&kind=``.
 """
 
@@ -184,7 +185,8 @@ def _run(request: Request) -> str:
 
 
 def _metrics(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
-    return studio.metrics(_run(request), _int(request.query_params.get("after"), "after", 0) or 0)
+    return studio.metrics(_run(request), max(0, _int(request.query_params.get("after"), "after", 0) or 0),
+                          request.query_params.get("file") or None)
 
 
 def _steps(studio: Studio, request: Request, body: dict[str, Any]) -> Any:

@@ -37,7 +37,7 @@ from sailrl.studio.security import PathRefused, confined
 RUN_ALIAS = "@run"  # the --run folder, wherever it lies
 MAX_ROWS_SHOWN = 200
 MAX_FIELD_CHARS = 4000
-MAX_METRIC_LINES = 100_000
+METRICS_CHUNK_BYTES = 4 * 1024 * 1024  # the most of metrics.jsonl one answer reads
 MAX_SOURCE_BYTES = 256 * 1024
 _CACHE = 16
 
@@ -115,6 +115,69 @@ def _run_file(run_dir: Path, name: str) -> Path | None:
     if not target.is_relative_to(run_dir.resolve()) or not target.is_file():
         return None
     return target
+
+
+def read_metrics(path: Path, after: int = 0, file_id: str | None = None,
+                 chunk: int | None = None) -> dict[str, Any]:
+    """The whole lines of ``path`` (a ``metrics.jsonl``) from byte offset ``after`` on, at most ``chunk`` bytes of
+    them (``chunk``, default :data:`METRICS_CHUNK_BYTES`): ``{"lines", "next", "file", "reset", "more", "skipped",
+    "exists"}``.
+
+    The page polls a followed run every 2 s with the ``next`` and ``file`` of its last answer, so each poll reads
+    only what was appended since. ``file`` names the file (device and inode); when it is another file (the run was
+    restarted with ``--overwrite``, or the file rotated), when the file is now shorter than ``after`` (truncated),
+    or when ``after`` does not follow a line end, it is read again from the start and the answer says
+    ``reset: true`` (the page then drops the lines it had). A line still being written (no newline yet) waits for
+    the next poll; ``more`` says the chunk was full and more lines follow at ``next``. A line that does not parse
+    (torn, hand-edited) is skipped and counted in ``skipped``, as ``sailrl plot`` skips it; a single line longer
+    than ``chunk`` is skipped whole.
+    """
+    after = max(0, int(after))
+    chunk = chunk or METRICS_CHUNK_BYTES
+    with path.open("rb") as f:
+        st = os.fstat(f.fileno())
+        here = f"{st.st_dev}:{st.st_ino}"
+        reset = False
+        if after > 0:
+            if (file_id is not None and file_id != here) or after > st.st_size:
+                reset = True
+            else:
+                f.seek(after - 1)
+                reset = f.read(1) != b"\n"
+        if reset:
+            after = 0
+        f.seek(after)
+        raw = f.read(chunk)
+        end = raw.rfind(b"\n")
+        skipped = 0
+        if end >= 0:
+            body, nxt = raw[:end + 1], after + end + 1
+        elif len(raw) == chunk:  # one line longer than a whole chunk: skip to its end (if it has one yet)
+            body, nxt, pos = b"", after, after + len(raw)
+            while True:
+                part = f.read(chunk)
+                if not part:
+                    break
+                cut = part.find(b"\n")
+                if cut >= 0:
+                    nxt, skipped = pos + cut + 1, 1
+                    break
+                pos += len(part)
+        else:
+            body, nxt = b"", after
+    lines = []
+    for ln in body.split(b"\n"):
+        if not ln.strip():
+            continue
+        try:
+            obj = json.loads(ln)
+        except ValueError:
+            skipped += 1
+            continue
+        if isinstance(obj, dict):
+            lines.append(obj)
+    return {"lines": lines, "next": nxt, "file": here, "reset": reset, "more": len(raw) == chunk and nxt > after,
+            "skipped": skipped, "exists": True}
 
 
 class Checked:
@@ -499,26 +562,12 @@ class Studio:
             add(rel, path)
         return {"runs": list(found.values())}
 
-    def metrics(self, run: str, after: int = 0) -> dict[str, Any]:
-        """``metrics.jsonl`` lines from line ``after`` on (torn lines skipped, as ``sailrl plot`` does)."""
+    def metrics(self, run: str, after: int = 0, file_id: str | None = None) -> dict[str, Any]:
+        """``metrics.jsonl`` lines from byte ``after`` on: see :func:`read_metrics`."""
         path = _run_file(self._run_path(run), METRICS_FILE)
         if path is None:
-            return {"lines": [], "next": 0, "exists": False}
-        with path.open("rb") as f:
-            raw = f.read(64 * 1024 * 1024)
-        lines = raw.split(b"\n")
-        if not raw.endswith(b"\n"):
-            lines = lines[:-1]  # a line still being written
-        lines = [ln for ln in lines if ln.strip()][:MAX_METRIC_LINES]
-        out = []
-        for ln in lines[after:]:
-            try:
-                obj = json.loads(ln)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-        return {"lines": out, "next": len(lines), "exists": True}
+            return {"lines": [], "next": 0, "file": None, "reset": False, "more": False, "exists": False}
+        return read_metrics(path, after, file_id)
 
     def steps(self, run: str) -> dict[str, Any]:
         from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps

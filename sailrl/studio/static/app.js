@@ -23,7 +23,7 @@ function h(tag, attrs = {}, ...children) {
 
 const S = {
   text: "", loadedText: "", baseSha: null, check: null, rules: [], examples: [],
-  row: null, fields: {}, lastTry: null, run: null, runMetrics: [], runNext: 0, runSteps: { train: [], eval: [] },
+  row: null, fields: {}, lastTry: null, run: null, runMetrics: [], runNext: 0, runFile: null, runSteps: { train: [], eval: [] },
   records: [], dataOffset: 0, tab: "rules", diskNotice: null,
 };
 
@@ -636,7 +636,7 @@ async function loadRuns() {
 }
 
 async function openRun(id) {
-  S.run = id; S.runMetrics = []; S.runNext = 0; S.runSteps = { train: [], eval: [] }; S.records = [];
+  S.run = id; S.runMetrics = []; S.runNext = 0; S.runFile = null; S.runSteps = { train: [], eval: [] }; S.records = [];
   $("#run-select").value = id;
   await pollRun(true);
 }
@@ -644,8 +644,18 @@ async function openRun(id) {
 async function pollRun(first = false) {
   if (!S.run) return;
   try {
-    const m = await api(`/api/run/metrics?run=${encodeURIComponent(S.run)}&after=${S.runNext}`);
-    if (m.lines.length || first) { S.runMetrics.push(...m.lines); S.runNext = m.next; drawCurves(); }
+    // after: a byte offset into metrics.jsonl, so each poll reads only what was appended (at most a few MiB;
+    // "more" says to ask again at once); "reset": the file was replaced or cut, read again from its start
+    let changed = first;
+    for (let i = 0; i < 64; i++) {
+      const m = await api(`/api/run/metrics?run=${encodeURIComponent(S.run)}&after=${S.runNext}` +
+        (S.runFile ? `&file=${encodeURIComponent(S.runFile)}` : ""));
+      if (m.reset) { S.runMetrics = []; changed = true; }
+      if (m.lines.length) { S.runMetrics.push(...m.lines); changed = true; }
+      S.runNext = m.next; S.runFile = m.file;
+      if (!m.more) break;
+    }
+    if (changed) drawCurves();
     const steps = await api(`/api/run/steps?run=${encodeURIComponent(S.run)}`);
     const kind = $("#kind-select").value;
     const before = S.runSteps[kind] || [];
