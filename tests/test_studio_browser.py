@@ -241,6 +241,8 @@ def runs_tab_draws_curves_filters_rollouts_and_follows_the_run(page, studio, sho
     text = first.inner_text()
     assert "sampler checkpoint local://studio-test/sampler_weights/000011" in text and "advantage" in text
     assert first.locator("pre.completion").inner_text() in {r["completion"] for r in failed}
+    # single-turn rollouts look as before: no turns, no episode line, no "scored text" label
+    assert pg.locator("#rollouts .turns, #rollouts .episode-summary, #rollouts .scored-label").count() == 0
     pg.screenshot(path=str(shots / "studio-runs.png"), full_page=True)
     pg.select_option("#verdict-filter", "")
     write_steps(spec, run, range(13, 15))  # the run goes on: the page follows without a reload

@@ -693,6 +693,65 @@ async function loadRollouts() {
   renderRollouts();
 }
 
+// Why an episode ended (rollouts.jsonl episode.end; sailrl.runtime.episode.END_REASONS), in plain words.
+const END_WORDS = {
+  answered: "the model answered (a reply without tool calls, and no feedback rule failed)",
+  max_turns: "it reached environment.max_turns",
+  max_tool_calls: "it reached environment.max_tool_calls",
+  max_tokens: "a reply was cut off at sampling.max_tokens",
+  max_episode_tokens: "the next turn would not fit in the episode's token budget (max_episode_tokens)",
+  parse_error: "a reply could not be parsed (its tool calls were not well formed)",
+};
+
+// Every turn of an episode (rollouts.jsonl episode.turns): assistant text and its tool calls, tool results (errors
+// marked), feedback turns; then why it ended. All of it is model or tool text: textContent only.
+function episodeView(ep) {
+  const turns = (ep.turns || []).filter((t) => t && typeof t === "object");
+  const box = h("div", { class: "turns" });
+  turns.forEach((t, i) => {
+    const n = i + 1, role = String(t.role ?? "");
+    let label, kind;
+    if (role === "assistant") { label = `turn ${n} · assistant`; kind = "assistant"; }
+    else if (role === "tool") { label = `turn ${n} · tool ${t.name ?? ""}` + (t.error ? " · error" : ""); kind = t.error ? "tool error" : "tool"; }
+    else if (role === "user") { label = `turn ${n} · feedback`; kind = "feedback"; }
+    else { label = `turn ${n} · ${role}`; kind = "note"; }
+    const calls = Array.isArray(t.tool_calls) && t.tool_calls.length ?
+      h("ul", { class: "tool-calls" }, t.tool_calls.map((c) => h("li", { class: "tool-call" }, "→ tool call ",
+        h("code", { class: "call-name" }, String(c.name ?? "")), h("code", { class: "call-args" }, `(${c.arguments ?? ""})`)))) : null;
+    const text = String(t.text ?? "");
+    box.append(h("div", { class: `turn ${kind}`, dataset: { role, turn: n } },
+      h("div", { class: "turn-head" }, label),
+      text ? h("pre", { class: "text turn-text" }, text) : h("div", { class: "help turn-text" }, "(empty)"),
+      calls));
+  });
+  const end = String(ep.end ?? "");
+  box.append(h("div", { class: "episode-end" }, `episode ended: ${end || "?"} after ${turns.length} turn${turns.length === 1 ? "" : "s"}`,
+    END_WORDS[end] ? ` (${END_WORDS[end]})` : ""));
+  return box;
+}
+
+function episodeSummary(ep) {
+  const turns = (ep.turns || []).filter((t) => t && typeof t === "object");
+  const calls = turns.reduce((k, t) => k + (Array.isArray(t.tool_calls) ? t.tool_calls.length : 0), 0);
+  const errors = turns.filter((t) => t.role === "tool" && t.error).length;
+  const feedback = turns.filter((t) => t.role === "user").length;
+  return `episode: ${turns.filter((t) => t.role === "assistant").length} replies, ${calls} tool call${calls === 1 ? "" : "s"}` +
+    (errors ? ` (${errors} failed)` : "") + (feedback ? `, ${feedback} feedback` : "") + ` · ended: ${ep.end ?? "?"}`;
+}
+
+function episodeText(ep) {
+  return (ep.turns || []).map((t) => [t && t.text, ...((t && t.tool_calls) || []).map((c) => `${c.name} ${c.arguments}`)].join("\n")).join("\n");
+}
+
+// What the rules read in an episode: its final reply, or (environment.score: all_turns) every reply joined.
+function scoredLabel(x) {
+  const replies = (x.episode.turns || []).filter((t) => t && t.role === "assistant");
+  const last = replies.length ? String(replies[replies.length - 1].text ?? "") : null;
+  return (last !== null && last.trim() === String(x.completion ?? "").trim()) ?
+    "scored text: the final reply (the rules' verdicts below are on it)" :
+    "scored text: the episode's replies (the rules' verdicts below are on it)";
+}
+
 function renderRollouts() {
   const box = $("#rollouts");
   box.replaceChildren();
@@ -701,7 +760,7 @@ function renderRollouts() {
   const order = $("#order-select").value;
   let recs = S.records.slice();
   if (rule && verdict) recs = recs.filter((x) => ((x.rules || {})[rule] || {}).passed === (verdict === "pass"));
-  if (q) recs = recs.filter((x) => `${x.completion}\n${x.prompt}\n${x.reference}`.toLowerCase().includes(q));
+  if (q) recs = recs.filter((x) => `${x.completion}\n${x.prompt}\n${x.reference}\n${x.episode ? episodeText(x.episode) : ""}`.toLowerCase().includes(q));
   if (order !== "logged") {
     const val = (x) => { const v = rule ? ((x.rules || {})[rule] || {}).score : x.total; return typeof v === "number" ? v : null; };
     const known = recs.filter((x) => val(x) !== null), unknown = recs.filter((x) => val(x) === null);
@@ -725,9 +784,12 @@ function renderRollouts() {
         h("span", {}, `group ${x.group} · sample ${x.sample} · row ${x.row ?? "-"}`),
         x.truncated ? h("span", { class: "fail" }, "cut off at max_tokens") : null,
         x.degenerate ? h("span", {}, "degenerate group") : null,
+        x.episode ? h("span", { class: "episode-summary" }, episodeSummary(x.episode)) : null,
         h("span", { class: "mono" }, `sampler checkpoint ${x.sampler_path ?? "-"} (policy step ${x.sampler_step ?? "-"}, staleness ${x.staleness ?? "-"})`),
         h("button", { type: "button", onclick: () => tryRecord(x) }, "Try it")),
       h("details", {}, h("summary", {}, "prompt"), h("pre", { class: "text" }, x.prompt ?? "")),
+      x.episode ? episodeView(x.episode) : null,
+      x.episode ? h("div", { class: "scored-label" }, scoredLabel(x)) : null,
       h("pre", { class: "text completion" }, x.completion ?? ""),
       x.reference != null ? h("div", { class: "help" }, `reference: ${x.reference}`) : null,
       verdicts));
