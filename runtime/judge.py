@@ -38,6 +38,7 @@ import asyncio
 import hashlib
 import math
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -304,7 +305,10 @@ class Judge:
         self.pass_at = rule.pass_at
         self.client: JudgeClient | None = None
         self.cache = _Cache()
-        self._semaphores: dict[int, asyncio.Semaphore] = {}
+        # one per event loop (judge_blocking runs each call on a fresh loop): a closed loop's entry goes with it
+        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = \
+            weakref.WeakKeyDictionary()
+        self.unavailable: str | None = None  # why it is not connected, when that is known (a missing key)
         self.label = f"{self.config.sampler}: {self.config.model}"
 
     def connect(self, client: JudgeClient | None) -> None:
@@ -339,9 +343,9 @@ class Judge:
 
     def _semaphore(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
-        sem = self._semaphores.get(id(loop))
+        sem = self._semaphores.get(loop)
         if sem is None:
-            sem = self._semaphores[id(loop)] = asyncio.Semaphore(CONCURRENCY)
+            sem = self._semaphores[loop] = asyncio.Semaphore(CONCURRENCY)
         return sem
 
     async def judge(self, completion: str, fields: dict[str, Any], *, budget: Any = None,
@@ -358,7 +362,7 @@ class Judge:
         except PromptError as exc:
             return Verdict("failed", problem=f"the rubric cannot be rendered for this row: {exc}"[:200])
         if self.client is None:
-            return Verdict("failed", problem=f"the judge ({self.label}) is not connected")
+            return Verdict("failed", problem=self.unavailable or f"the judge ({self.label}) is not connected")
         key = self._key(messages)
         hit = self.cache.get(key)
         if hit is not None:

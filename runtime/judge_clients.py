@@ -3,7 +3,8 @@
 :func:`connect_judges` gives each ``kind: judge`` rule its client:
 
 - ``sampler: sail`` -> :class:`~sailrl.runtime.judge.SailChatClient` (Sail's chat completions on the hosted model;
-  ``SAIL_API_KEY`` / ``SAIL_API_URL`` as the sail SDK reads them);
+  ``SAIL_API_KEY`` / ``SAIL_API_URL`` as the sail SDK reads them); without a key the rule is left unconnected with
+  that reason (its judgements fail at once, counted, instead of each call failing after its retries);
 - ``sampler: tinker`` -> a :class:`~sailrl.runtime.judge.SamplingJudgeClient` over a Tinker sampling client on
   the base model (``create_sampling_client_async(base_model=...)``; the run's service client, or a new
   ``tinker.ServiceClient``), with the model's renderer;
@@ -21,7 +22,7 @@ from typing import Any
 from sailrl.runtime.judge import SailChatClient, SamplingJudgeClient
 from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
 
-__all__ = ["connect_judges", "judge_rules"]
+__all__ = ["connect_judges", "judge_rules", "sail_key_set"]
 
 
 def judge_rules(reward_fn: Any) -> dict[str, Any]:
@@ -45,6 +46,12 @@ def connect_judges(reward_fn: Any, *, service_client: Any = None, local_service:
         c = judge.config
         try:
             if c.sampler == "sail":
+                if not sail_key_set():  # every call would fail (and be retried): it fails at once, said so
+                    judge.connect(None)
+                    judge.unavailable = problems[name] = (
+                        f"the judge ({judge.label}) needs a Sail API key: SAIL_API_KEY is not set (export it, or "
+                        "run `sail auth login`)")
+                    continue
                 judge.connect(SailChatClient(c.model))
                 continue
             renderer = _renderer(c.model, c.renderer, spec_dir, embedded=c.sampler == "local")
@@ -59,6 +66,14 @@ def connect_judges(reward_fn: Any, *, service_client: Any = None, local_service:
         except Exception as exc:  # noqa: BLE001 - a judge that cannot be opened fails its rule, said once
             problems[name] = f"the judge ({judge.label}) cannot be opened: {type(exc).__name__}: {exc}"[:300]
     return problems
+
+
+def sail_key_set() -> bool:
+    """Whether the sail SDK has an API key to call Sail with (``SAIL_API_KEY``, or a ``sail auth login``), as the
+    SDK itself resolves it."""
+    from sail._core_client import resolved_api_key  # lazy: the sail SDK loads only for a Sail judge
+
+    return bool(resolved_api_key())
 
 
 def _opener(service: Any, model: str) -> Any:

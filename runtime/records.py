@@ -52,7 +52,7 @@ class Records:
 
     def __init__(self, *, spec: Spec, run_dir: RunDirectory, rule_names: Sequence[str], tokenizer: Any,
                  console: Console, is_local: bool, cost: CostModel, rollout_log: RolloutLog | None,
-                 completed: int, wandb_run: Any = None) -> None:
+                 completed: int, wandb_run: Any = None, said_at_start: Sequence[str] = ()) -> None:
         self.spec = spec
         self.run_dir = run_dir
         self.rule_names = list(rule_names)
@@ -63,6 +63,9 @@ class Records:
         self.rollout_log = rollout_log
         self.wandb_run = wandb_run
         self.completed = completed
+        # rules whose failure the run's start already said in one line (a judge that could not be connected): their
+        # failures are counted each step (judge/failed) but not said again
+        self.said_at_start = set(said_at_start)
         self.history: list[dict[str, Any]] = run_dir.read_metrics()
         self._steps: dict[int, StepRecord] = {}
         self._started: dict[int, float] = {}
@@ -208,6 +211,8 @@ class Records:
         rollouts = sum(len(g.trajectories_G) for kind, batch, _, _ in rec.rollouts if kind == "train"
                        for g in batch.groups)
         for rule, (count, why) in rec.rule_errors.items():
+            if rule in self.said_at_start:
+                continue
             self.console.print(
                 f"[yellow]warning: step {step}: rule '{rule}' could not be scored on {count} of {rollouts} "
                 f"completions (it counts as failed): {why}; `sailrl show {self.run_dir.path} --rule {rule}` shows "

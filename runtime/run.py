@@ -167,7 +167,8 @@ def _assemble(spec: Spec, options: RunOptions, console: Console, run_dir: RunDir
         rollout_log.truncate(start.completed + 1)
     records = Records(spec=spec, run_dir=run_dir, rule_names=inputs.reward_fn.rule_names, tokenizer=inputs.tokenizer,
                       console=console, is_local=backend.is_local, cost=cost, rollout_log=rollout_log,
-                      completed=start.completed, wandb_run=opening.open_wandb(spec, console))
+                      completed=start.completed, wandb_run=opening.open_wandb(spec, console),
+                      said_at_start=[n for n, j in inputs.reward_fn.judges.items() if not j.connected])
     warmup = Warmup(spec=spec, train_rows=inputs.rows.train, prompts=inputs.prompts, run_dir=run_dir,
                     console=console, completed=warmup_completed)
     sampler = Sampler(spec=spec, backend=backend, training_client=training_client, tokenizer=inputs.tokenizer,
