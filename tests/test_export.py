@@ -633,3 +633,42 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(trained, home, tmp_pat
     assert main(["export", str(trained[0]), "-o", str(tmp_path / "x\udcff")]) == 1
     assert "the folder's name is not UTF-8 text" in _one_line(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("config_torn", "adapter_config.json cannot be read"),
+    ("config_list", "adapter_config.json is not a JSON object"),
+    ("weights_torn", "adapter_model.safetensors cannot be read"),
+    ("weights_gone", "adapter_model.safetensors is missing"),
+])
+def test_a_half_written_local_checkpoint_is_one_line_for_export_and_sample(trained, home, tmp_path, capsys,
+                                                                          monkeypatch, damage, words):
+    """A run killed while it saved leaves a checkpoint folder with torn files: export and sample say which file
+    and which checkpoints the run has (were exit 70 with a JSONDecodeError / SafetensorError traceback, or, for a
+    truncated adapter exported as peft, a broken adapter written with exit 0)."""
+    import shutil
+
+    run_dir = trained[0]
+    moved_home = tmp_path / "home-copy"
+    shutil.copytree(home, moved_home)
+    monkeypatch.setenv("SAILRL_HOME", str(moved_home))
+    final = _final_dir(moved_home, run_dir)
+    config, weights = final / "adapter_config.json", final / "adapter_model.safetensors"
+    if damage == "config_torn":
+        config.write_text(config.read_text()[:10])
+    elif damage == "config_list":
+        config.write_text("[]")
+    elif damage == "weights_torn":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    else:
+        weights.unlink()
+    for fmt in ("peft", "merged"):
+        assert main(["export", str(run_dir), "--format", fmt, "-o", str(tmp_path / fmt)]) == 1
+        err = _one_line(capsys)
+        assert err.startswith("error: the checkpoint local://") and "is damaged: " + words in err, err
+        assert err.endswith("it has checkpoints at step 1, 2 (final): pass --checkpoint STEP")
+        assert not (tmp_path / fmt).exists() and not list(tmp_path.glob(f".{fmt}.partial-*"))
+    assert main(["sample", str(run_dir), "--prompt", "1+1=", "--n", "1"]) == 1
+    assert "is damaged: " + words in _one_line(capsys)
+    assert main(["export", str(run_dir), "--checkpoint", "1", "-o", str(tmp_path / "step1")]) == 0
+    assert (tmp_path / "step1" / "adapter_model.safetensors").is_file()

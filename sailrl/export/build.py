@@ -98,11 +98,41 @@ def local_checkpoint_directory(ckpt: Checkpoint, have: str) -> str:
 
     store = CheckpointStore(str(local_checkpoint_dir()))
     try:
-        return store.existing(ckpt.path)
+        directory = store.existing(ckpt.path)
     except CheckpointPathError:
         raise ExportError(
             f"the checkpoint {ckpt.path} is no longer in the embedded backend's store ({store.directory(ckpt.path)}"
             f" is gone: removed by `sailrl clean`, or SAILRL_HOME differs from the run's); {have}") from None
+    damage = _local_damage(directory)
+    if damage is not None:
+        raise ExportError(f"the checkpoint {ckpt.path} is damaged: {damage} (in {directory}; a run killed while it "
+                          f"saved leaves one half-written); {have}")
+    return directory
+
+
+def _local_damage(directory: str) -> str | None:
+    """What is wrong with the adapter files of the checkpoint in ``directory`` (None: they read): its
+    ``adapter_config.json`` is a JSON object and its ``adapter_model.safetensors`` has a whole header and as many
+    bytes as the header's tensors need (safetensors' own check on opening; no tensor is read)."""
+    from safetensors import SafetensorError, safe_open  # lazy: only a local checkpoint's check needs it
+
+    config = os.path.join(directory, "adapter_config.json")
+    try:
+        with open(config, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        return f"adapter_config.json cannot be read ({exc})"
+    if not isinstance(data, dict):
+        return "adapter_config.json is not a JSON object"
+    weights = os.path.join(directory, "adapter_model.safetensors")
+    try:
+        with safe_open(weights, framework="np"):  # checks the header and that the file holds every tensor's bytes
+            pass
+    except FileNotFoundError:
+        return "adapter_model.safetensors is missing"
+    except (OSError, SafetensorError, ValueError) as exc:
+        return f"adapter_model.safetensors cannot be read ({exc})"
+    return None
 
 
 def quiet_progress_bars() -> None:
