@@ -19,8 +19,8 @@ from typing import Any
 
 import jinja2
 
-from sailrl import __version__
 from sailrl.spec.schema import Spec
+from sailrl.spec.version import __version__
 
 SECTIONS = ("model", "dataset", "prompt", "reward", "training", "sampling", "pricing", "output")
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+-]+")

@@ -14,10 +14,10 @@ other name is tinker-cookbook's.
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
+from sailrl.runtime.local.sources import ResolvedModel, byte_tokenizer, load_tokenizer, missing_gguf, require_gguf
 from sailrl.spec.models import (
     UnknownModelError,
     classify,
@@ -27,13 +27,6 @@ from sailrl.spec.models import (
 from sailrl.spec.renderers import CHAT_TEMPLATE_RENDERER, ROLE_COLON_TOOLS_RENDERER
 
 __all__ = ["default_renderer_name", "get_renderer", "get_tokenizer"]
-
-
-@functools.cache
-def _byte_tokenizer() -> Any:
-    from transformers import ByT5Tokenizer  # lazy: transformers takes seconds; only a tokenizer's user pays it
-
-    return ByT5Tokenizer(extra_ids=0)
 
 
 def get_tokenizer(model_name: str, base_dir: str | os.PathLike | None = None) -> Any:
@@ -46,11 +39,9 @@ def get_tokenizer(model_name: str, base_dir: str | os.PathLike | None = None) ->
       ``OSError`` from transformers when a hub name cannot be loaded, e.g. offline).
     """
     if is_builtin(model_name):
-        return _byte_tokenizer()
+        return byte_tokenizer()
     source = classify(model_name, base_dir)
     if source.kind in ("local_dir", "gguf"):
-        from sailrl.runtime.local.sources import ResolvedModel, load_tokenizer, missing_gguf, require_gguf
-
         if source.kind == "gguf":
             require_gguf()
             if source.path is None or not source.path.is_file():

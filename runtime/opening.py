@@ -29,7 +29,6 @@ from typing import Any
 import tinker
 from rich.console import Console
 
-from sailrl import __version__
 from sailrl.runtime.backends import Backend, BackendError, check_keys, open_backend
 from sailrl.runtime.checkpoint_store import note_run_directory
 from sailrl.runtime.cost import CostModel
@@ -43,6 +42,7 @@ from sailrl.runtime.rundir import RunDirectory
 from sailrl.spec.errors import ConfigError
 from sailrl.spec.models import default_renderer
 from sailrl.spec.schema import Spec
+from sailrl.spec.version import __version__
 
 __all__ = ["CONNECT_TIMEOUT_S", "CREATE_TIMEOUT_S", "Inputs", "ResumePoint", "call_with_deadline", "connect",
            "connect_timeout_s", "cost_model", "load_inputs", "open_training_client", "open_wandb", "resume_point",

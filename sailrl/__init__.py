@@ -13,4 +13,6 @@ The pipeline, one folder a stage (mapped into this package by ``pyproject.toml``
                                          generated script's entry point.
 """
 
-__version__ = "0.2.0"
+from sailrl.spec.version import __version__
+
+__all__ = ["__version__"]

@@ -243,14 +243,14 @@ def test_sample_scores_the_trained_policy_with_the_rules(trained, home, capsys):
     assert out.count("completion 1") == 1 and "completion 2" in out and "correct" in out and "format" in out
     assert "2 completions, mean total" in out and "user: '" in out
 
-    from sailrl.commands._common import dataset_row
+    from sailrl.runtime.data import dataset_row
     from sailrl.export import RunInfo
     from sailrl.export.sample import sample_run
     from sailrl.spec.loader import load_spec
 
     info = RunInfo.read(run_dir)
     result = sample_run(info, info.checkpoint(), row=3, n=2, temperature=0.0)
-    row = dataset_row(load_spec(trained[3]).spec, trained[3].parent, 3)
+    row, _ = dataset_row(load_spec(trained[3]).spec, trained[3].parent, 3)
     assert result.messages == [{"role": "user", "content": f"{row['question']}="}]
     greedy = _greedy_embedded(home, base, run_dir, _row_prompt(base, row), 12)
     assert result.completions[0].tokens == result.completions[1].tokens == greedy

@@ -50,6 +50,7 @@ __all__ = [
     "RowList",
     "SkippedRow",
     "batches",
+    "dataset_row",
     "field_mapping",
     "load_rows",
     "required_fields",
@@ -127,6 +128,29 @@ def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
             eval_rows = eval_rows[: int(ev.limit)]
     return DatasetRows(train=train, eval=eval_rows, skipped=skipped, columns=columns, source=where,
                        loaded=src.total, selected=selected, notes=notes)
+
+
+def dataset_row(spec: Any, spec_dir: Path | str, n: int) -> tuple[dict[str, Any], str | None]:
+    """Row ``n`` (its index in the split) of the spec's dataset, as training selects it, and a note when training
+    skips that row (else None); ``LookupError`` (one line) when the data cannot be loaded or the row is not
+    selected (``sailrl rewards --row``, ``sailrl sample --row``)."""
+    try:
+        rows = load_rows(spec, spec_dir)
+    except DatasetError as exc:
+        raise LookupError(f"cannot load the dataset: {exc}") from None
+    ev = spec.dataset.eval
+    carved = rows.eval if ev is not None and ev.split is None else []  # eval rows of the same split
+    for row in [*rows.train, *carved]:
+        if row.get("_index") == n:
+            return {k: v for k, v in row.items() if k != "_index"}, None
+    for skipped in rows.skipped:
+        if skipped.index == n and skipped.split == spec.dataset.split:
+            return ({k: v for k, v in skipped.row.items() if k != "_index"},
+                    f"row {n} is skipped in training: {skipped.reason}")
+    have = sorted(r["_index"] for r in [*rows.train, *carved])
+    span = f"{have[0]}..{have[-1]}" if have else "none"
+    raise LookupError(f"row {n} is not among the selected rows of split '{spec.dataset.split}' "
+                      f"(rows {span}; dataset.range / dataset.limit select them)")
 
 
 def _field_names(spec: Any, src: Any, need: Any) -> list[str] | None:

@@ -17,6 +17,7 @@ line saying what to do. Call it before a run writes anything.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -42,6 +43,7 @@ __all__ = [
     "HUB_TIMEOUT_S",
     "ResolvedModel",
     "available_memory",
+    "byte_tokenizer",
     "check_memory",
     "check_model_source",
     "check_parameters",
@@ -315,6 +317,14 @@ def check_parameters(name: str, params: int | None, device: str, dtype: Any) -> 
 
 
 # ------------------------------------------------------------------------------------------------ loading
+
+
+@functools.cache
+def byte_tokenizer() -> Any:
+    """The built-in models' tokenizer: ``ByT5Tokenizer(extra_ids=0)`` (259 ids, EOS id 1), built once."""
+    from transformers import ByT5Tokenizer  # lazy: transformers takes seconds; only a tokenizer's user pays it
+
+    return ByT5Tokenizer(extra_ids=0)
 
 
 def load_tokenizer(resolved: ResolvedModel) -> Any:

@@ -28,11 +28,11 @@ import torch
 from sailrl.runtime.local.sources import (
     BaseModelError,
     ResolvedModel,
+    byte_tokenizer,
     load_model,
     load_tokenizer,
     resolve_model,
 )
-from sailrl.runtime.models import get_tokenizer
 from sailrl.spec.models import BUILTIN_MODELS, TINY_CONFIG, is_builtin
 
 __all__ = [
@@ -190,7 +190,7 @@ class BaseModelCache:
         key = self._key(spec)
         if key not in self._tokenizers:
             if is_builtin(spec.model_name):
-                self._tokenizers[key] = get_tokenizer(spec.model_name)
+                self._tokenizers[key] = byte_tokenizer()
             else:
                 self._tokenizers[key] = load_tokenizer(_resolved(spec))
         return self._tokenizers[key]

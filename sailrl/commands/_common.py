@@ -1,5 +1,5 @@
-"""Helpers several ``sailrl`` subcommands share: colour choice, printing spec problems, lenient spec loading, a
-dataset row by index, per-rule score tables."""
+"""Helpers several ``sailrl`` subcommands share: colour choice, printing spec problems, lenient spec loading,
+per-rule score tables."""
 
 from __future__ import annotations
 
@@ -65,30 +65,6 @@ def load_spec_lenient(path: str, color: bool) -> Any:
         return None
     print("(the reward examples disagree; scoring anyway)\n", file=sys.stderr)
     return loaded.spec
-
-
-def dataset_row(spec: Any, spec_dir: Path, n: int) -> dict[str, Any]:
-    """Row ``n`` (its index in the split) of the spec's dataset, as training selects it; ``LookupError`` (one line)
-    when the data cannot be loaded or the row is not selected. A row training skips is returned with a note."""
-    from sailrl.runtime.data import DatasetError, load_rows
-
-    try:
-        rows = load_rows(spec, spec_dir)
-    except DatasetError as exc:
-        raise LookupError(f"cannot load the dataset: {exc}") from None
-    ev = spec.dataset.eval
-    carved = rows.eval if ev is not None and ev.split is None else []  # eval rows of the same split
-    for row in [*rows.train, *carved]:
-        if row.get("_index") == n:
-            return {k: v for k, v in row.items() if k != "_index"}
-    for skipped in rows.skipped:
-        if skipped.index == n and skipped.split == spec.dataset.split:
-            print(f"note: row {n} is skipped in training: {skipped.reason}", file=sys.stderr)
-            return {k: v for k, v in skipped.row.items() if k != "_index"}
-    have = sorted(r["_index"] for r in [*rows.train, *carved])
-    span = f"{have[0]}..{have[-1]}" if have else "none"
-    raise LookupError(f"row {n} is not among the selected rows of split '{spec.dataset.split}' "
-                      f"(rows {span}; dataset.range / dataset.limit select them)")
 
 
 def _quoted(text: str) -> str:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sailrl.runtime.data import dataset_row
 from sailrl.spec.errors import UserError
 
 
@@ -75,7 +76,7 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from sailrl.commands._common import dataset_row, load_spec_lenient, print_score_tables, spec_missing, use_color
+    from sailrl.commands._common import load_spec_lenient, print_score_tables, spec_missing, use_color
 
     color = use_color("auto", sys.stderr)
     try:
@@ -101,10 +102,12 @@ def run(args: argparse.Namespace) -> int:
     row: dict[str, Any] = {}
     if args.row is not None:
         try:
-            row = dataset_row(spec, Path(args.spec).resolve().parent, args.row)
+            row, note = dataset_row(spec, Path(args.spec).resolve().parent, args.row)
         except LookupError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     base = {**row, **fields}
 
     from sailrl.runtime.rewards import RewardFunction

@@ -18,11 +18,11 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from sailrl import __version__
 from sailrl.export.build import BASE_SUBFOLDER, Built
 from sailrl.export.runinfo import Checkpoint, RunInfo
 from sailrl.runtime.rundir import METRICS_FILE
 from sailrl.spec.models import is_builtin
+from sailrl.spec.version import __version__
 
 LIBRARIES = ("torch", "transformers", "peft", "tinker", "tinker-cookbook")
 SPEC_COPY = "spec.yaml"

@@ -17,6 +17,7 @@ from typing import Any
 
 from sailrl.export.build import local_checkpoint_directory, quiet_progress_bars
 from sailrl.export.runinfo import Checkpoint, ExportError, RunInfo
+from sailrl.runtime.data import dataset_row
 
 #: Seconds a sampling request may take before ``sailrl sample`` gives up.
 SAMPLE_TIMEOUT_S = 600.0
@@ -99,7 +100,6 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
     """Sample ``n`` completions of ``ckpt`` for a prompt and score them (see the module docstring)."""
     import tinker
 
-    from sailrl.commands._common import dataset_row
     from sailrl.runtime.prompts import PromptBuilder
     from sailrl.runtime.rewards import RewardFunction
     from sailrl.runtime.rollout import completion_text
@@ -114,9 +114,11 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
     values: dict[str, Any] = {}
     if row is not None:
         try:
-            values = dataset_row(spec, spec_dir, row)
+            values, note = dataset_row(spec, spec_dir, row)
         except LookupError as exc:
             raise ExportError(str(exc)) from None
+        if note:
+            print(f"note: {note}", file=sys.stderr)
         messages = builder.messages(values)
     else:
         messages = [{"role": "user", "content": str(prompt)}]
