@@ -48,7 +48,7 @@ from sailrl.spec.errors import SpecError, yaml_lines
 from sailrl.spec.files import special_kind
 from sailrl.spec.loader import KeyPath, LoadedSpec, dotted, resolve_plain
 from sailrl.spec.lr_advice import far_limit, lr_advice, lr_far
-from sailrl.spec.messages import did_you_mean, did_you_mean_text, model_at, number_text
+from sailrl.spec.messages import did_you_mean_text, model_at, number_text
 from sailrl.spec.models import UnknownModelError, classify, context_window, default_renderer, is_remote_only
 from sailrl.spec.patterns import PatternError, compile_pattern
 from sailrl.spec.renderers import KNOWN_RENDERERS
@@ -500,8 +500,8 @@ class _Checker:
             shown = self.template_fields()
             preferred = [f for f in self.reference_fields() if f in declared]
             preferred += [f for f in declared if f not in shown and f not in preferred]
-        guess = did_you_mean(name, declared, preferred=preferred)
-        self.add(path, "S219", f"'{name}' is not a dataset field" + (f" -- did you mean '{guess}'?" if guess else ""),
+        self.add(path, "S219",
+                 f"'{name}' is not a dataset field" + did_you_mean_text(name, declared, preferred=preferred),
                  f"Declared fields (dataset.fields): {', '.join(declared) or '(none)'}.")
 
     def model(self) -> None:

@@ -34,7 +34,7 @@ from sailrl.runtime.answers import CompiledExtractor, parse_number
 from sailrl.runtime.prompts import template_variables
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.spec.errors import SpecError
-from sailrl.spec.messages import did_you_mean
+from sailrl.spec.messages import did_you_mean_text
 
 if TYPE_CHECKING:
     from sailrl.spec.loader import LoadedSpec
@@ -131,11 +131,10 @@ def check_reward_examples(loaded: LoadedSpec, *, fn: Any = None,
         path: tuple[Any, ...] = ("examples", i)
         unknown = [k for k in ex.expect if k not in fn.rule_names]
         for name in unknown:
-            guess = did_you_mean(name, fn.rule_names)
             errors.append(loaded.error(
                 (*path, "expect", name),
                 f"example {i + 1} expects a score for rule '{name}', but no rule has that name"
-                + (f" -- did you mean '{guess}'?" if guess else ""),
+                + did_you_mean_text(name, fn.rule_names),
                 f"The rules are: {', '.join(fn.rule_names)}.", at="key", code="S302",
             ))
         if ex.expect_total is None and not ex.expect:

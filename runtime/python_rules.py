@@ -33,7 +33,6 @@ the process, so an edited file is loaded afresh.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import math
@@ -162,8 +161,10 @@ class PythonJob:
         if fn is None:
             names = [n for n, v in vars(mod).items() if callable(v) and not n.startswith("_")
                      and getattr(v, "__module__", None) == mod.__name__]
-            guess = difflib.get_close_matches(func, names, n=1)
-            hint = f" -- did you mean '{guess[0]}'?" if guess else (
+            # lazy: spec.messages pulls in pydantic (~0.2 s); a worker child needs it only for this message
+            from sailrl.spec.messages import did_you_mean_text
+
+            hint = did_you_mean_text(func, names) or (
                 f" (its functions: {', '.join(sorted(names)[:8])})" if names else "")
             raise _LoadError("missing_function", f"{self.rel} has no function '{func}'{hint}")
         if not callable(fn):

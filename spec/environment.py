@@ -21,7 +21,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sailrl.spec.base import SpecModel, Text
 from sailrl.spec.errors import SpecValueError
-from sailrl.spec.rewards import FUNCTION_REF
+from sailrl.spec.rewards import function_ref
 
 #: Built-in tools this version runs. (``python`` is planned; the schema refuses it with a plain message.)
 BUILTIN_TOOLS: tuple[str, ...] = ("calculator",)
@@ -82,14 +82,7 @@ class ToolEntry(SpecModel):
     @field_validator("function")
     @classmethod
     def _function_ref(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        if not FUNCTION_REF.fullmatch(v.strip()):
-            raise ValueError(
-                f"function {v!r} must be written module:function, e.g. 'tools:lookup' for the function lookup in "
-                "tools.py next to the spec"
-            )
-        return v.strip()
+        return None if v is None else function_ref(v, module="tools", function="lookup")
 
     @model_validator(mode="after")
     def _one_source(self) -> ToolEntry:

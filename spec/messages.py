@@ -45,7 +45,8 @@ def did_you_mean(word: str, choices: typing.Iterable[str], *, preferred: typing.
 
 
 def did_you_mean_text(word: str, choices: typing.Iterable[str], *, preferred: typing.Iterable[str] = ()) -> str:
-    """The suggestion as message text: ``" -- did you mean 'answer'?"``, or ``""`` when there is none."""
+    """The suggestion as message text: ``" -- did you mean 'answer'?"``, or ``""`` when there is none. Every
+    did-you-mean in sailrl's messages (spec problems, data, python rules, commands) is worded by this function."""
     guess = did_you_mean(word, choices, preferred=preferred)
     return f" -- did you mean '{guess}'?" if guess else ""
 
@@ -209,17 +210,15 @@ def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath,
     if etype == "extra_forbidden":
         parent, _ = model_at(root, loaded.data, path[:-1])
         known = list(field_map(parent)) if isinstance(parent, type) and issubclass(parent, BaseModel) else []
-        guess = did_you_mean(name, known)
         section = ".".join(map(str, path[:-1])) or "the top level"
-        message = f"unknown key '{name}'" + (f" -- did you mean '{guess}'?" if guess else f" in {section}")
+        message = f"unknown key '{name}'" + (did_you_mean_text(name, known) or f" in {section}")
         hint = f"Keys allowed here: {', '.join(known)}." if known else None
         return path, message, hint, "key", "S101"
     if etype == "union_tag_invalid":
         tags = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip()]
         tag = str(ctx.get("tag", ""))
-        guess = did_you_mean(tag, tags)
         kind_path = (*path, "kind") if isinstance(value, dict) and "kind" in value else path
-        message = f"unknown kind '{tag}'" + (f" -- did you mean '{guess}'?" if guess else "")
+        message = f"unknown kind '{tag}'" + did_you_mean_text(tag, tags)
         return kind_path, message, f"kind must be one of: {', '.join(tags)}.", "value", "S105"
     if etype == "union_tag_not_found":
         annotation, _ = model_at(root, loaded.data, path[:-1]) if path else (None, None)
@@ -230,10 +229,8 @@ def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath,
     if etype == "literal_error":
         choices = [c.strip(" '") for c in str(ctx.get("expected", "")).replace(" or ", ", ").split(",")]
         choices = [c for c in choices if c]
-        guess = did_you_mean(str(getattr(value, "raw", value)), choices)
-        message = f"must be one of {_join([repr(c) for c in choices])}; got {shown}"
-        if guess:
-            message += f" -- did you mean '{guess}'?"
+        message = (f"must be one of {_join([repr(c) for c in choices])}; got {shown}"
+                   + did_you_mean_text(str(getattr(value, "raw", value)), choices))
         return path, message, None, "value", "S104"
     expected = _expected_of(etype)
     if expected:

@@ -49,6 +49,15 @@ RegexFlag = Literal[REGEX_FLAGS]  # type: ignore[valid-type]  # the one table: s
 FUNCTION_REF = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
 
+def function_ref(v: str, *, module: str, function: str) -> str:
+    """``v`` stripped when it is written ``module:function`` (:data:`FUNCTION_REF`), else ``ValueError`` whose
+    example names ``function`` in ``module``.py (a python rule's and an environment tool's ``function:``)."""
+    if not FUNCTION_REF.fullmatch(v.strip()):
+        raise ValueError(f"function {v!r} must be written module:function, e.g. '{module}:{function}' for the "
+                         f"function {function} in {module}.py next to the spec")
+    return v.strip()
+
+
 def _regex_problem(pattern: str, flags: list[str] | tuple[str, ...] = ()) -> str | None:
     """Why ``pattern`` cannot be used (plain words), or None. Uses the ``regex`` module, as scoring does, within
     the pattern limits of :mod:`sailrl.spec.patterns`."""
@@ -340,12 +349,7 @@ class PythonRule(_RuleBase):
     @field_validator("function")
     @classmethod
     def _function_ref(cls, v: str) -> str:
-        if not FUNCTION_REF.fullmatch(v.strip()):
-            raise ValueError(
-                f"function {v!r} must be written module:function, e.g. 'rewards:score' for the function score in "
-                "rewards.py next to the spec"
-            )
-        return v.strip()
+        return function_ref(v, module="rewards", function="score")
 
     @property
     def weighted(self) -> bool:

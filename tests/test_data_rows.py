@@ -54,7 +54,7 @@ def test_missing_column_names_columns_and_did_you_mean(tmp_path):
     with pytest.raises(DatasetError) as err:
         load_rows(spec, tmp_path)
     assert str(err.value) == ("field 'question' maps to column 'problme', but the dataset has no such column "
-                              "(did you mean 'problem'?). The dataset's columns are: problem, solution, extra")
+                              "-- did you mean 'problem'? The dataset's columns are: problem, solution, extra")
     assert err.value.key == "dataset.fields.question"
 
 
@@ -64,7 +64,7 @@ def test_template_field_not_in_columns_without_mapping(tmp_path):
         load_rows(make_spec(src), tmp_path)
     msg = str(err.value)
     assert msg.startswith("prompt.user uses field 'question', but the dataset has no column 'question' "
-                          "(did you mean 'questoin'?). The dataset's columns are: questoin, answer")
+                          "-- did you mean 'questoin'? The dataset's columns are: questoin, answer")
 
 
 def test_reference_field_must_be_mapped(tmp_path):

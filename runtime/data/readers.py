@@ -34,7 +34,7 @@ from typing import Any
 from sailrl.runtime.data.base import DatasetError
 from sailrl.spec.constants import LOCAL_DATA_SUFFIXES, MAX_INT_DIGITS
 from sailrl.spec.errors import SailrlError
-from sailrl.spec.messages import did_you_mean
+from sailrl.spec.messages import did_you_mean_text
 
 __all__ = [
     "LOCAL_SUFFIXES",
@@ -65,12 +65,6 @@ def size_text(n: int) -> str:
     if n >= 2**30:
         return f"{n / 2**30:g} GiB"
     return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n:,} bytes"
-
-
-def dym(name: str, candidates: Sequence[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest candidate, or ``""``."""
-    close = did_you_mean(name, candidates)
-    return f" (did you mean {close!r}?)" if close else ""
 
 
 # --------------------------------------------------------------------------------------------- files
@@ -349,8 +343,8 @@ def split_of(obj: Any, split: str, where: str, key: str) -> Any:
     if isinstance(obj, Mapping):  # DatasetDict is a dict of split name -> Dataset
         names = list(obj.keys())
         if split not in names:
-            raise DatasetError(f"{where} has no split {split!r}{dym(split, names)}; its splits are: "
-                               f"{', '.join(names)}", key=key)
+            raise DatasetError(f"{where} has no split {split!r}{did_you_mean_text(split, names) or '.'} Its splits "
+                               f"are: {', '.join(names)}", key=key)
         return obj[split]
     if split != "train":
         raise DatasetError(f"{where} holds a single split of rows, so split {split!r} does not exist; use the "

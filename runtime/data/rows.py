@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sailrl.runtime.data.base import DatasetError, SkippedRow
-from sailrl.runtime.data.readers import dym
 from sailrl.runtime.data.sources import RowList, RowSource
 from sailrl.runtime.prompts import PromptError, template_variables
+from sailrl.spec.messages import did_you_mean_text
 
 __all__ = [
     "SKIP_KINDS",
@@ -59,7 +59,8 @@ def field_mapping(spec: Any, columns: Sequence[str]) -> dict[str, str]:
         key = ("dataset.source" if fields is None else
                f"dataset.fields.{i}" if isinstance(fields, list) else f"dataset.fields.{name}")
         raise DatasetError(
-            f"{which}, but the dataset has no such column{dym(col, columns)}. The dataset's columns are: "
+            f"{which}, but the dataset has no such column{did_you_mean_text(col, columns) or '.'} The dataset's "
+            "columns are: "
             f"{', '.join(columns) or '(none)'}",
             key=key,
         )
@@ -93,11 +94,13 @@ def check_required(need: Mapping[str, str], mapping: Mapping[str, str], columns:
             continue
         if spec.dataset.fields is None:
             raise DatasetError(
-                f"{user} uses field {name!r}, but the dataset has no column {name!r}{dym(name, columns)}. The "
+                f"{user} uses field {name!r}, but the dataset has no column {name!r}"
+                f"{did_you_mean_text(name, columns) or '.'} The "
                 f"dataset's columns are: {', '.join(columns) or '(none)'}. Map it under dataset.fields "
                 f"(e.g. {name}: <column>)", key="dataset.fields")
         raise DatasetError(
-            f"{user} uses field {name!r}, but dataset.fields does not declare it{dym(name, names)}. Declared "
+            f"{user} uses field {name!r}, but dataset.fields does not declare it"
+            f"{did_you_mean_text(name, names) or '.'} Declared "
             f"fields: {', '.join(names) or '(none)'}; the dataset's columns are: {', '.join(columns)}",
             key="dataset.fields")
 

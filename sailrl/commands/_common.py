@@ -20,8 +20,6 @@ def use_color(choice: str, stream: TextIO) -> bool:
 
 def spec_missing(path: str) -> bool:
     """True when nothing exists at ``path`` (a path the file system refuses, e.g. too long, is not "missing")."""
-    from pathlib import Path
-
     try:
         return not Path(path).exists()
     except OSError:
@@ -53,8 +51,6 @@ def load_spec_lenient(path: str, color: bool) -> Any:
     except SpecErrors as exc:
         print(exc.format(color=color), file=sys.stderr)
         return None
-    from pathlib import Path
-
     loaded, found = problems(text, path, path=Path(path), sha256=digest)
     if found:
         print(format_problems(found, loaded.text, color=color), file=sys.stderr)

@@ -96,7 +96,7 @@ def _list(runs: list[Any], store: Any, console: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from sailrl.runtime.checkpoint_store import find_run_directories, list_store, plan_removals, remove, store_dir
     from sailrl.runtime.console import make_console
-    from sailrl.spec.messages import did_you_mean
+    from sailrl.spec.messages import did_you_mean_text
 
     console = make_console(highlight=False, soft_wrap=True)
     store = store_dir()
@@ -125,8 +125,7 @@ def run(args: argparse.Namespace) -> int:
     args.run_ids = resolved_ids
     unknown = [i for i in args.run_ids if i not in by_id]
     if unknown:
-        close = did_you_mean(unknown[0], list(by_id))
-        hint = f" -- did you mean {close!r}?" if close else ""
+        hint = did_you_mean_text(unknown[0], list(by_id))
         print(f"sailrl clean: no store run {unknown[0]!r} in {store}{hint} (`sailrl clean` lists them)",
               file=sys.stderr)
         return 1

@@ -306,15 +306,14 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
 
 def run(args: argparse.Namespace) -> int:
     from sailrl.runtime.console import make_console  # lazy: rich only when printing
-    from sailrl.spec.messages import did_you_mean
+    from sailrl.spec.messages import did_you_mean_text
 
     try:
         step, kind, records = choose(args.run_dir, args.step, args.kind)
         if args.rule is not None:
             names = rule_names(records)
             if args.rule not in names:
-                guess = did_you_mean(args.rule, names)
-                hint = f" -- did you mean '{guess}'?" if guess else ""
+                hint = did_you_mean_text(args.rule, names)
                 raise ShowError(f"no rule '{visible(args.rule)}' in the {kind} rollouts of step {step}{hint} "
                                 f"(rules logged: {', '.join(map(visible, names)) or 'none'})")
     except ShowError as exc:
