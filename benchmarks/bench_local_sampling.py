@@ -70,7 +70,7 @@ class Workload:
 
     def __init__(self, sampler: Any, renderer: Any, groups: int, samples: int, tokens: int):
         self.sampler = sampler
-        self.model = sampler._batcher._model  # the merged weights the sampler decodes with
+        self.model = sampler._batcher.engine.model  # the merged weights the sampler decodes with
         self.tok = sampler.get_tokenizer()
         self.stop = list(renderer.get_stop_sequences())
         self.groups, self.samples, self.tokens = groups, samples, tokens

@@ -167,6 +167,14 @@ class SamplingPolicy(TokenCompleter):
     seed: int | None = None
     _calls: int = field(default=0, repr=False)
 
+    def expect(self, calls: int) -> None:
+        """Tell a sampling client that batches concurrent calls (the embedded backend's ``expect_requests``) that
+        the next ``calls`` calls belong together, so their batch does not depend on the machine's load; a no-op
+        for clients without it (Tinker)."""
+        announce = getattr(self.sampling_client, "expect_requests", None)
+        if announce is not None:
+            announce(calls)
+
     async def __call__(self, model_input: tinker.ModelInput, stop, *, max_tokens: int | None = None):
         # With a seed, call k samples with seed + k: the event loop issues calls in a fixed order, so a run is
         # reproducible however the sampler batches concurrent calls.

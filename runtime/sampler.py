@@ -230,6 +230,9 @@ class Sampler:
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
         scorer = StepScorer(self.reward_fn)
+        expect = getattr(policy.completer, "expect", None)  # the embedded backend: one batch, whatever the load
+        if expect is not None:
+            expect(len(rows) * gs)
         with phase(step, phase_name, timings):
             batch = await rollout_groups(policy.completer, [self.group_builder(r, gs, scorer) for r in rows])
         batch.seconds = time.perf_counter() - t0

@@ -82,6 +82,7 @@ NOT_IN_SDK = {
     "get_checkpoint_archive_url_from_tinker_path",
     "get_checkpoint_archive_url_from_tinker_path_async",
     "peft_model",
+    "expect_requests",
 }
 
 

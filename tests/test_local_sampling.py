@@ -541,3 +541,35 @@ def test_workers_share_the_service_thread_count(tmp_path):
         svc.close("success")
     assert alone == [("sailrl-local-train", 2), ("sailrl-local-sample", 2)]
     assert beside == ("sailrl-local-sample", 1) and after == ("sailrl-local-sample", 2)
+
+
+def test_announced_requests_are_one_batch_however_slowly_they_arrive(sampler, prompt):
+    # what a busy machine does to the event loop: calls 20 ms apart, far past the 3 ms coalescing window
+    params = types.SamplingParams(max_tokens=4, stop=[], seed=3)
+
+    async def trickle(n):
+        calls = []
+        for _ in range(n):
+            calls.append(asyncio.ensure_future(sampler.sample_async(types.ModelInput.from_ints(prompt), 1, params)))
+            await asyncio.sleep(0.02)
+        return await asyncio.gather(*calls)
+
+    before = len(sampler._batcher.batch_sizes)
+    asyncio.run(trickle(5))
+    assert len(sampler._batcher.batch_sizes) - before > 1  # unannounced: split by the window
+    before = len(sampler._batcher.batch_sizes)
+    sampler.expect_requests(5)
+    sampler.expect_requests(2)
+    asyncio.run(trickle(8))  # 5 + 2 announced, then one more that is not
+    assert sampler._batcher.batch_sizes[before:] == [5, 2, 1]
+
+
+def test_an_announced_batch_that_never_fills_is_served_after_the_timeout(tmp_path, prompt):
+    svc = LocalServiceClient(base_dir=tmp_path, seed=0)
+    client = svc.create_sampling_client(base_model="sailrl/tiny").result()
+    client._batcher._expect_timeout = 0.2
+    client.expect_requests(4)
+    params = types.SamplingParams(max_tokens=2, stop=[], seed=1)
+    response = client.sample(types.ModelInput.from_ints(prompt), 1, params).result(timeout=30)
+    assert len(response.sequences[0].tokens) == 2
+    assert client._batcher.batch_sizes == [1]

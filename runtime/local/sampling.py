@@ -2,10 +2,13 @@
 
 Concurrent ``sample`` calls are coalesced: each call queues its request and, if none is pending,
 one batch job on the backend's sampling worker thread (``backend.LocalBackend.sample_worker``,
-separate from the training worker, so sampling runs while a step trains). The job first waits until
-no new request has arrived for ``coalesce_window_s`` (default 3 ms, at most ``max_wait_s`` = 50 ms),
-then serves every queued request with ONE ``generation.generate`` call (each distinct prompt
-prefilled once).
+separate from the training worker, so sampling runs while a step trains). A caller that knows how many
+calls are coming (the loop: every rollout of a step) announces them with ``expect_requests(n)``: the job then
+waits for those ``n`` calls, however slowly a busy machine delivers them, and serves exactly them as one batch
+(at most ``expect_timeout_s`` = 2 s, then what has arrived), so a step's batch, and hence its numbers, do not
+depend on the load. Otherwise the job waits until no new request has arrived for ``coalesce_window_s`` (default
+3 ms, at most ``max_wait_s`` = 50 ms). Either way the batch is ONE ``generation.generate`` call (each distinct
+prompt prefilled once).
 ``tinker_cookbook.rl.rollout_strategy.FailFast`` runs a group's rollouts with ``asyncio.gather``,
 one ``sample_async(num_samples=1)`` per env, so a whole group (or a whole step, when groups are
 gathered too) becomes one batched generation. The batch is decoded by the batcher's engine: in this process
@@ -17,6 +20,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -59,7 +63,10 @@ class ProcessEngine:
 
 class SampleBatcher:
     """Collects sample requests for one model and serves them in batches on ``worker``; ``engine`` decodes a
-    batch (``InProcessEngine`` or ``ProcessEngine``): a list of ``SampleRequest`` -> one ``SampleResponse`` each."""
+    batch (``InProcessEngine`` or ``ProcessEngine``): a list of ``SampleRequest`` -> one ``SampleResponse`` each.
+
+    Batches are announced ones (:meth:`expect`: the next ``n`` requests, one batch) or, with none announced,
+    what arrives within the coalescing window (see the module docstring)."""
 
     def __init__(
         self,
@@ -67,27 +74,53 @@ class SampleBatcher:
         engine: Callable[[list[SampleRequest]], list[types.SampleResponse]],
         coalesce_window_s: float = 0.003,
         max_wait_s: float = 0.05,
+        expect_timeout_s: float = 2.0,
     ):
         self._worker = worker
         self.engine = engine
         self._window = coalesce_window_s
         self._max_wait = max_wait_s
+        self._expect_timeout = expect_timeout_s
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
         self._pending: list[tuple[SampleRequest, Future]] = []
+        self._expected: deque[int] = deque()  # sizes (in requests) of the announced batches, in order
         self._scheduled = False
         self.batch_sizes: list[int] = []  # rows served per batch, for tests and benchmarks
+
+    def expect(self, requests: int) -> None:
+        """The next ``requests`` submitted requests form one batch (after any batches announced before)."""
+        if requests > 0:
+            with self._lock:
+                self._expected.append(int(requests))
 
     def submit(self, request: SampleRequest) -> AwaitableConcurrentFuture[types.SampleResponse]:
         fut: Future = Future()
         with self._lock:
             self._pending.append((request, fut))
+            self._arrived.notify_all()
             schedule = not self._scheduled
             self._scheduled = True
         if schedule:
             self._worker.submit(self._serve)
         return AwaitableConcurrentFuture(fut)
 
-    def _serve(self) -> None:
+    def _take_announced(self) -> list[tuple[SampleRequest, Future]] | None:
+        """With the lock held: wait for the first announced batch and take it; ``None`` when none is announced."""
+        if not self._expected:
+            return None
+        size = self._expected[0]
+        deadline = time.monotonic() + self._expect_timeout
+        while len(self._pending) < size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._arrived.wait(left)
+        self._expected.popleft()
+        batch, self._pending = self._pending[:size], self._pending[size:]
+        return batch
+
+    def _take_coalesced(self) -> list[tuple[SampleRequest, Future]]:
         deadline = time.monotonic() + self._max_wait
         seen = -1
         while True:
@@ -99,7 +132,18 @@ class SampleBatcher:
             time.sleep(self._window)
         with self._lock:
             batch, self._pending = self._pending, []
-            self._scheduled = False
+        return batch
+
+    def _serve(self) -> None:
+        with self._lock:
+            batch = self._take_announced()
+        if batch is None:
+            batch = self._take_coalesced()
+        with self._lock:
+            more = bool(self._pending)
+            self._scheduled = more
+        if more:  # requests past an announced batch: their own job, queued behind this one
+            self._worker.submit(self._serve)
         if not batch:
             return
         requests = [req for req, _ in batch]
@@ -231,6 +275,11 @@ class LocalSamplingClient:
     ) -> list[float | None]:
         """Async ``compute_logprobs``: returns the list itself (as the SDK)."""
         return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
+
+    def expect_requests(self, count: int) -> None:
+        """Not in the SDK: the next ``count`` ``sample`` calls (say every rollout of a step) are served as one
+        batch, whenever they arrive (within 2 s) -- a batch that does not depend on the machine's load."""
+        self._batcher.expect(count)
 
     def get_tokenizer(self) -> Any:
         """The tokenizer of the base model (``runtime.models.get_tokenizer``)."""
