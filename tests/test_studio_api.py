@@ -725,3 +725,26 @@ def test_a_save_over_a_spec_replaced_by_a_fifo_is_refused_without_blocking(proje
     assert not blocked, "the save waited on the FIFO"
     assert r.status_code == 409 and "is no longer a file" in r.json()["error"]
     assert sorted(p.name for p in project.parent.iterdir() if p.name.startswith(".")) == []  # no temporary left
+
+
+def test_a_save_keeps_the_spec_files_permissions(project):
+    """The save writes a temporary file (``mkstemp``: mode 0600) and renames it over the spec: the spec and its
+    backup keep the spec's own mode (was: a group-readable 0644 spec became 0600, a shared 0664 one unwritable by
+    the group), and a spec written anew gets the umask's mode, as an editor would give it."""
+    project.chmod(0o664)
+    c = client_for(project)
+    loaded = c.get("/api/spec").json()
+    new = loaded["text"].replace("  steps: 100\n", "  steps: 90\n")
+    r = c.post("/api/save", json={"text": new, "base_sha": loaded["disk_sha"]})
+    assert r.status_code == 200, r.text
+    assert project.stat().st_mode & 0o7777 == 0o664
+    assert (project.parent / "quickstart.yaml.bak").stat().st_mode & 0o7777 == 0o664
+    project.unlink()
+    old = os.umask(0o027)
+    try:
+        c = client_for(project)  # the studio reads the umask when it starts
+    finally:
+        os.umask(old)
+    assert c.post("/api/save", json={"text": new, "base_sha": None}).status_code == 200
+    assert project.stat().st_mode & 0o7777 == 0o640 and project.read_text() == new
+

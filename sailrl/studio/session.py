@@ -56,11 +56,21 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _durable_temp(folder: Path, name: str, data: bytes) -> str:
+def _new_file_mode() -> int:
+    """The permission bits ``open`` gives a new file under this process's umask (read by setting it and putting it
+    back: call it before threads start, as :class:`Studio` does)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _durable_temp(folder: Path, name: str, data: bytes, mode: int) -> str:
     """``data`` written and synced to a fresh temporary file beside ``name`` in ``folder`` (for an ``os.replace``
-    onto it); its path. Nothing is left behind when the write fails."""
+    onto it), with permission bits ``mode`` (``mkstemp`` makes it 0600); its path. Nothing is left behind when
+    the write fails."""
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -260,6 +270,7 @@ class Studio:
         self.spec_dir = self.spec_path.parent
         self.run_dir = run_dir.resolve() if run_dir is not None else None
         self._lock = threading.RLock()
+        self._new_mode = _new_file_mode()
         self._checked: _LRU = _LRU()
         self._rows: _LRU = _LRU()
         self._tools: _LRU = _LRU()
@@ -309,7 +320,11 @@ class Studio:
                                   "problem(s) (shown at their fields); fix them first", 422)
             data = text.encode("utf-8")
             backup = self.spec_path.with_name(self.spec_path.name + ".bak")
-            tmp = _durable_temp(self.spec_dir, self.spec_path.name, data)
+            try:  # a saved spec keeps its permissions (who else may read or edit it)
+                mode = self.spec_path.stat().st_mode & 0o7777
+            except OSError:
+                mode = self._new_mode
+            tmp = _durable_temp(self.spec_dir, self.spec_path.name, data, mode)
             try:
                 if self.spec_path.exists() and not self.spec_path.is_file():  # a pipe or a device would block
                     raise StudioError(f"{self.spec_path.name} on disk is no longer a file (a pipe, a device or a "
@@ -317,7 +332,7 @@ class Studio:
                 if not self.spec_path.exists():  # gone since the page loaded it empty: written anew, no backup
                     os.replace(tmp, self.spec_path)
                     return {"disk_sha": hashlib.sha256(data).hexdigest(), "backup": None}
-                btmp = _durable_temp(self.spec_dir, backup.name, self.spec_path.read_bytes())
+                btmp = _durable_temp(self.spec_dir, backup.name, self.spec_path.read_bytes(), mode)
                 try:
                     os.replace(btmp, backup)
                 except BaseException:
