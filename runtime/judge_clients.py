@@ -22,7 +22,7 @@ from typing import Any
 from sailrl.runtime.judge import SailChatClient, SamplingJudgeClient
 from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
 
-__all__ = ["connect_judges", "judge_rules", "sail_key_set"]
+__all__ = ["connect_judges", "judge_connector", "judge_rules", "not_checked", "sail_key_set"]
 
 
 def judge_rules(reward_fn: Any) -> dict[str, Any]:
@@ -66,6 +66,32 @@ def connect_judges(reward_fn: Any, *, service_client: Any = None, local_service:
         except Exception as exc:  # noqa: BLE001 - a judge that cannot be opened fails its rule, said once
             problems[name] = f"the judge ({judge.label}) cannot be opened: {type(exc).__name__}: {exc}"[:300]
     return problems
+
+
+def judge_connector(spec_dir: str | os.PathLike | None, *, every: bool) -> Any:
+    """What connects a spec's judge rules where nothing is trained (validate, preflight, the studio): a callable
+    ``(reward_fn) -> {rule: why not connected}`` that connects local judges always and the others (which cost
+    money and need keys) only when ``every`` (the command's ``--judge``)."""
+
+    def connect(reward_fn: Any) -> dict[str, str]:
+        names = {n for n, j in judge_rules(reward_fn).items() if every or j.config.sampler == "local"}
+        if not names:
+            return {}
+        return connect_judges(reward_fn, spec_dir=spec_dir, only=names)
+
+    return connect
+
+
+def not_checked(reward_fn: Any, problems: dict[str, str], flag: str) -> dict[str, str]:
+    """Judge rule -> why it is not checked, for every judge rule of ``reward_fn`` left unconnected: the reason
+    ``connect_judges`` gave (``problems``), else that it was not called and that ``flag`` (e.g.
+    "`sailrl preflight --judge`") calls it."""
+    out: dict[str, str] = {}
+    for name, judge in judge_rules(reward_fn).items():
+        if not judge.connected:
+            out[name] = problems.get(name) or judge.unavailable or (
+                f"the judge ({judge.label}) was not called; {flag} calls it (its keys set)")
+    return out
 
 
 def sail_key_set() -> bool:

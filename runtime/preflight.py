@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sailrl.runtime.judge_clients import not_checked
 from sailrl.spec.errors import UserError
 from sailrl.spec.models import TINY_MODEL_NAME, context_window
 
@@ -445,7 +446,8 @@ def _sample_problems(spec: Any, sample: dict[str, Any]) -> list[dict[str, Any]]:
 
 def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int = 3, sampler: str | None = None,
                  spec_path: str | None = None, loaded: Any = None, policy: Any = None,
-                 max_rows_measured: int = 5000, spec_warnings: Sequence[Any] = ()) -> dict[str, Any]:
+                 max_rows_measured: int = 5000, spec_warnings: Sequence[Any] = (),
+                 judges: Any = None) -> dict[str, Any]:
     """Check the spec's data, prompts and reward (and, with ``sample`` > 0, the base policy's rewards).
 
     spec: a validated Spec. spec_dir: the spec file's folder. show: prompts / skipped rows / completions to
@@ -453,7 +455,10 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
     ``LoadedSpec`` (to locate dataset problems in the file). policy: a TokenCompleter to sample from instead of
     opening a backend (tests). max_rows_measured: training rows whose prompt lengths feed the token section and
     the cost estimate (a sample of them beyond that). spec_warnings: the validation stage's warnings
-    (``SpecError`` s, e.g. a value outside its usual range); each becomes a warning of the report.
+    (``SpecError`` s, e.g. a value outside its usual range); each becomes a warning of the report. judges: a
+    callable ``(reward_fn) -> {rule: why not connected}`` that connects the ``kind: judge`` rules before sampling
+    (:func:`sailrl.runtime.judge_clients.judge_connector`; ``sailrl preflight`` connects local judges, and every
+    judge with ``--judge``); a judge rule left unconnected is reported as not checked, never as passed or failed.
 
     Returns the report dict (see the module docstring). Raises :class:`PreflightError` when sampling cannot
     start (unknown sampler, missing or malformed key).
@@ -549,10 +554,12 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
     sampled_lengths: list[int] | None = None
     degenerate: tuple[int, int] | None = None
     if plan is not None:
+        unchecked = _connect_judges(reward_fn, judges, problems)
         section = _sample_with(plan, spec, train, seed, sample, show, spec_path, policy, reward_fn,
                                tokenizer, renderer, problems)
         if section is None:
             return _finish(report)
+        _mark_not_checked(section, unchecked)
         report["sample"] = section
         if plan.stand_in is None:
             problems.extend(_sample_problems(spec, section))
@@ -563,6 +570,41 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
     report["cost"] = _cost_section(spec, prompt_lengths, sampled_lengths, eval_lengths, warm_lengths, len(train),
                                    degenerate)
     return _finish(report)
+
+
+def _connect_judges(reward_fn: Any, judges: Any, problems: list[dict[str, Any]]) -> dict[str, str]:
+    """Connect the judge rules with ``judges`` (None: none is called); judge rule -> why it is not checked, each
+    also a warning of the report."""
+    if not reward_fn.judges:
+        return {}
+    found: dict[str, str] = {}
+    if judges is not None:
+        try:
+            found = dict(judges(reward_fn) or {})
+        except Exception as exc:  # noqa: BLE001 - a connector fault leaves the judges unconnected, said so
+            found = {n: f"connecting the judge raised {type(exc).__name__}: {exc}" for n in reward_fn.judges}
+    unchecked = not_checked(reward_fn, found, "`sailrl preflight --judge`")
+    for name, why in unchecked.items():
+        fail = reward_fn.pass_fail_scores(name)[1]
+        problems.append(_problem(
+            "warning", f"judge rule {name!r} was not checked on the sampled completions (needs the judge: {why}); "
+            f"each sampled total counts it at its fail score ({fail:g}), and the degenerate groups are counted "
+            "without it",
+            "run `sailrl preflight --judge` with the judge's keys set to call it (a local judge is always called)",
+            f"judge rule {name!r} not checked"))
+    return unchecked
+
+
+def _mark_not_checked(section: dict[str, Any], unchecked: dict[str, str]) -> None:
+    """Judge rules that were not called: no pass count, pass rate or mean (they are unknown), and the reason."""
+    for name, why in unchecked.items():
+        r = section["rules"].get(name)
+        if r is not None:
+            r.update({"mean": None, "pass_rate": None, "passed": None, "not_checked": why})
+        for ex in section["examples"]:
+            if name in ex["contributions"]:
+                ex["contributions"][name] = None
+    section["not_checked"] = dict(unchecked)
 
 
 def _sample_with(plan: SamplingPlan, spec: Any, train: list[dict], seed: int, sample: int,

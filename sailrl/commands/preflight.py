@@ -33,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override a spec value by dotted key (VALUE is YAML), e.g. --set model.name=sailrl/tiny")
     p.add_argument("--show", type=int, default=3, metavar="K",
                    help="how many prompts, skipped rows and sampled completions to show (default 3)")
+    p.add_argument("--judge", action="store_true",
+                   help="with --sample: call the judge models of kind: judge rules (keys needed) on the sampled "
+                        "completions; without it only local judges are called and the other judge rules are shown "
+                        "as not checked")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
 
@@ -77,12 +81,14 @@ def run(args: argparse.Namespace) -> int:
             print("(these come from the --set overrides: " + " ".join(args.overrides) + ")", file=sys.stderr)
             return 1
 
+    from sailrl.runtime.judge_clients import judge_connector  # lazy: the runtime loads after the spec validates
     from sailrl.runtime.preflight import PreflightError, build_report
 
     try:
         report = build_report(spec, spec_dir, sample=args.sample, show=args.show,
                               sampler=None if args.sampler == "auto" else args.sampler, spec_path=args.spec,
-                              loaded=loaded, spec_warnings=[] if args.overrides else loaded.warnings)
+                              loaded=loaded, spec_warnings=[] if args.overrides else loaded.warnings,
+                              judges=judge_connector(spec_dir, every=args.judge))
     except PreflightError as exc:
         print(f"sailrl preflight: {exc}", file=sys.stderr)
         return 1
@@ -192,6 +198,9 @@ def _render_sample(sample: dict[str, Any], console: Any) -> None:
     t.add_column("passed", justify="right")
     t.add_column("mean contribution", justify="right")
     for name, r in sample["rules"].items():
+        if r.get("not_checked"):
+            t.add_row(escape(name), "[yellow]not checked[/yellow]", "(needs the judge: see the warning below)")
+            continue
         t.add_row(escape(name), f"{r['passed']} of {sample['completions']}", _fmt(r["mean"]))
     tot = sample["total"]
     t.add_row("[bold]total[/bold]", "", f"{_fmt(tot.get('mean'))} (min {_fmt(tot.get('min'))}, "
@@ -201,4 +210,5 @@ def _render_sample(sample: dict[str, Any], console: Any) -> None:
                   f"{_pct(sample['truncated_fraction'])}; failed groups: {len(sample['failed_groups'])}")
     for ex in sample["examples"]:
         console.print(f"  row {ex['index']}: {escape(repr(ex['completion']))} -> {_fmt(ex['total'])}"
-                      + (" (truncated)" if ex["truncated"] else ""))
+                      + (" (truncated)" if ex["truncated"] else "")
+                      + (" (judge rules not checked count at their fail score)" if sample.get("not_checked") else ""))

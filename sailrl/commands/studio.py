@@ -25,6 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", metavar="RUN_DIR", help="a run directory to read (metrics.jsonl, rollouts.jsonl)")
     p.add_argument("--port", type=int, default=0, metavar="N", help="port to serve on (default: a free one)")
     p.add_argument("--open", action="store_true", help="open the page in a browser")
+    p.add_argument("--judge", action="store_true",
+                   help="call the judge models of kind: judge rules (keys needed) when trying completions and "
+                        "checking examples; without it only local judges are called and the others are shown as "
+                        "not checked")
     p.add_argument("--host", default="127.0.0.1", metavar="H",
                    help="address to serve on (default 127.0.0.1; anything else is reachable from other machines)")
 
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     token = new_token()
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/?token={token}"
-    app = build_app(Studio(spec, run_dir), token=token, host=host, port=port)
+    app = build_app(Studio(spec, run_dir, judge=args.judge), token=token, host=host, port=port)
     print(f"sailrl studio: {spec} at {url}", flush=True)
     print("(the link carries this session's token; press Ctrl-C to stop)", flush=True)
     if args.open:

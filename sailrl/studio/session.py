@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.compiler.validate import problems as spec_problems
+from sailrl.runtime.judge_clients import connect_judges, not_checked
 from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, RewardFunction
 from sailrl.runtime.rundir import METRICS_FILE
 from sailrl.spec.errors import SpecError, SpecErrors, UserError
@@ -208,6 +209,7 @@ class Checked:
         self.rules = reward.get("rules") if isinstance(reward.get("rules"), list) else None
         self.examples = data.get("examples") if isinstance(data.get("examples"), list) else []
         self.reward_fn, self.reward_problem = self._reward(loaded, spec_path.parent)
+        self.not_checked: dict[str, str] = {}  # judge rules the studio does not call -> why (Studio._with_judges)
 
     def _reward(self, loaded: Any, spec_dir: Path) -> tuple[RewardFunction | None, str | None]:
         """The reward the rules make, also when other parts of the spec have errors (the try panel still works)."""
@@ -265,8 +267,14 @@ class _Listing:
 class Studio:
     """The state behind one ``sailrl studio`` server (thread-safe: handlers run in a thread pool)."""
 
-    def __init__(self, spec_path: Path, run_dir: Path | None = None) -> None:
+    def __init__(self, spec_path: Path, run_dir: Path | None = None, *, judge: bool = False) -> None:
         self.spec_path = spec_path.resolve()
+        # kind: judge rules: local judges are called (as `sailrl validate` does), the others only with --judge
+        # (``judge``: they cost money and need keys); one client per judge model and one answer cache per studio,
+        # so an edit of the spec does not reopen a judge or judge the same completion again
+        self.judge_remote = judge
+        self._judge_clients: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
+        self._judge_cache: Any = None
         self.spec_dir = self.spec_path.parent
         self.run_dir = run_dir.resolve() if run_dir is not None else None
         self._lock = threading.RLock()
@@ -290,7 +298,32 @@ class Studio:
     def check(self, text: str) -> Checked:
         if not isinstance(text, str):
             raise StudioError("text must be a string")
-        return self._checked.get_or(_sha(text), lambda: Checked(text, self.spec_path), self._lock)
+        return self._checked.get_or(_sha(text), lambda: self._with_judges(Checked(text, self.spec_path)),
+                                    self._lock)
+
+    def _with_judges(self, checked: Checked) -> Checked:
+        """``checked`` with its judge rules connected (see ``__init__``) and ``checked.not_checked`` (judge rule ->
+        why it is not called) filled in."""
+        fn = checked.reward_fn
+        if fn is None or not fn.judges:
+            return checked
+        with self._lock:
+            for name, judge in fn.judges.items():
+                if self._judge_cache is None:
+                    self._judge_cache = judge.cache
+                judge.cache = self._judge_cache
+                c = judge.config
+                if c.sampler != "local" and not self.judge_remote:
+                    continue
+                key = (c.sampler, c.model, c.renderer)
+                if key not in self._judge_clients:
+                    problems = connect_judges(fn, spec_dir=self.spec_dir, only={name})
+                    self._judge_clients[key] = (judge.client, problems.get(name) or judge.unavailable)
+                client, why = self._judge_clients[key]
+                judge.connect(client)
+                judge.unavailable = why
+        checked.not_checked = not_checked(fn, {}, "`sailrl studio --judge`")
+        return checked
 
     def load(self) -> dict[str, Any]:
         text, digest, read_problems = self.disk()
@@ -380,9 +413,19 @@ class Studio:
         fields = {str(k): v for k, v in (fields or {}).items() if k != "_index"}
         score, traces = fn.trace(completion, fields, truncated=bool(truncated),
                                  num_tokens=int(num_tokens) if isinstance(num_tokens, int) else None)
-        return {"ok": True, "sha": checked.sha, "total": score.total, "correct": score.correct,
-                "rules": [{"name": t.name, "passed": t.passed, "score": t.contribution, "why": t.why,
-                           "error": score.errors.get(t.name)} for t in traces],
+        unchecked = checked.not_checked
+        rules = []
+        for t in traces:
+            if t.name in unchecked:  # never shown as passed (nor as failed): its judge was not asked
+                rules.append({"name": t.name, "passed": None, "score": None, "not_checked": True, "error": None,
+                              "why": f"not checked (needs the judge: {unchecked[t.name]})"})
+            else:
+                rules.append({"name": t.name, "passed": t.passed, "score": t.contribution, "why": t.why,
+                              "error": score.errors.get(t.name)})
+        names = ", ".join(f"'{n}'" for n in unchecked)
+        return {"ok": True, "sha": checked.sha, "total": None if unchecked else score.total,
+                "total_note": (f"total not known: judge rule {names} not checked" if unchecked else None),
+                "correct": score.correct, "rules": rules,
                 "reference": fn.reference_answer(fields), "reference_problem": fn.reference_problem(fields),
                 "timeouts": score.timeouts}
 
@@ -395,6 +438,12 @@ class Studio:
             if not isinstance(ex, dict) or not isinstance(ex.get("completion"), str) or fn is None:
                 out.append({"index": i, "example": ex, "passed": None,
                             "problem": checked.reward_problem or "this example is not a valid one (see problems)"})
+                continue
+            reads = set(ex.get("expect") or {}) | (set(fn.rule_names) if "expect_total" in ex else set())
+            skipped = [n for n in checked.not_checked if n in reads]
+            if skipped:  # listed as not checked, never as passed (as `sailrl validate` does, W112)
+                out.append({"index": i, "example": ex, "passed": None, "problem": "not checked (needs the judge: "
+                            + "; ".join(checked.not_checked[n] for n in skipped) + ")"})
                 continue
             fields = ex.get("fields") if isinstance(ex.get("fields"), dict) else {}
             nt = ex.get("num_tokens")

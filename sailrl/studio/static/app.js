@@ -430,11 +430,16 @@ const tryNow = latest(async () => {
   tbody.replaceChildren();
   const note = $("#try-note");
   if (!r.ok) { note.hidden = false; note.textContent = r.problem; $("#total").textContent = ""; S.lastTry = null; return; }
-  note.hidden = !r.reference_problem;
-  note.textContent = r.reference_problem ? `reference problem: ${r.reference_problem} (training skips such rows)` : "";
+  const notes = [];
+  if (r.reference_problem) notes.push(`reference problem: ${r.reference_problem} (training skips such rows)`);
+  if (r.total_note) notes.push(r.total_note);
+  note.hidden = !notes.length;
+  note.textContent = notes.join("; ");
   for (const v of r.rules) {
+    // a judge rule whose judge was not asked (a remote judge without --judge): neither pass nor fail
+    const verdict = v.not_checked ? "not checked" : v.passed ? "pass" : "fail";
     tbody.append(h("tr", { dataset: { rule: v.name } }, h("td", {}, v.name),
-      h("td", { class: v.passed ? "pass" : "fail" }, v.passed ? "pass" : "fail"),
+      h("td", { class: v.not_checked ? "unchecked" : v.passed ? "pass" : "fail" }, verdict),
       h("td", { class: "score" }, fmt(v.score)), h("td", {}, v.why)));
   }
   $("#total").textContent = fmt(r.total);
@@ -498,13 +503,13 @@ function addExample() {
   const t = S.lastTry;
   if (!t || !t.result || !t.result.ok) { status("try a completion first", "error"); return; }
   const expect = {};
-  for (const v of t.result.rules) expect[v.name] = v.score;
+  for (const v of t.result.rules) if (!v.not_checked) expect[v.name] = v.score;  // an unasked judge: no expectation
   const fields = {};
   for (const [k, v] of Object.entries(t.fields)) fields[k] = String(v);
   const ex = { completion: t.completion, fields };
   if (t.truncated) ex.truncated = true;
   if (t.num_tokens != null && !Number.isNaN(t.num_tokens)) ex.num_tokens = t.num_tokens;
-  ex.expect_total = t.result.total;
+  if (t.result.total !== null && t.result.total !== undefined) ex.expect_total = t.result.total;
   ex.expect = expect;
   S.examples.push(ex);
   patchNow();
