@@ -52,6 +52,8 @@ class CalculatorError(SailrlError, ValueError):
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.Pow: "**"}
+_OTHER_OPS = {ast.Invert: "~", ast.Not: "not", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&",
+              ast.BitOr: "|", ast.BitXor: "^", ast.MatMult: "@"}
 
 
 def _digits(q: Fraction) -> int:
@@ -116,8 +118,13 @@ def _eval(node: ast.AST) -> Fraction:
             return Fraction(a // b)
         return _checked(a % b)
     what = {ast.Name: "a name", ast.Call: "a function call", ast.Attribute: "an attribute",
-            ast.Compare: "a comparison", ast.BoolOp: "and/or", ast.Subscript: "indexing"}.get(type(node))
-    raise CalculatorError(f"the calculator does arithmetic only; {what or type(node).__name__} is not allowed")
+            ast.Compare: "a comparison", ast.BoolOp: "and/or", ast.Subscript: "indexing", ast.List: "a list",
+            ast.Tuple: "a tuple", ast.Set: "a set", ast.Dict: "a dict", ast.IfExp: "if/else",
+            ast.Lambda: "lambda", ast.JoinedStr: "an f-string"}.get(type(node))
+    if isinstance(node, (ast.UnaryOp, ast.BinOp)):  # an operator outside + - * / // % ** (~, not, <<, &, @ ...)
+        what = f"the operator {_OTHER_OPS.get(type(node.op), type(node.op).__name__)}"
+    raise CalculatorError(f"the calculator does arithmetic only ({' '.join(_BINOPS.values())} and parentheses); "
+                          f"{what or type(node).__name__} is not allowed")
 
 
 def evaluate(expression: str) -> Fraction:

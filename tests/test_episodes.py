@@ -44,7 +44,8 @@ def test_calculator_is_exact(expr, want):
     ("__import__('os').system('true')", "function call"), ("x + 1", "a name"), ("1/0", "division by zero"),
     ("9**9**9", "exponent"), ("2**0.5", "whole-number exponent"), ("'a' * 3", "is not a number"),
     ("1 < 2", "comparison"), ("(" * 300 + "1" + ")" * 300, ""), ("1+" * 200 + "1", "parts"), ("", "empty"),
-    ("10**900 * 10**900", "digits"),
+    ("10**900 * 10**900", "digits"), ("~1", "the operator ~ is not allowed"), ("not 1", "the operator not is"),
+    ("1 << 100000", "the operator << is not allowed"), ("6 & 3", "the operator & is"), ("[1]", "a list is not"),
 ])
 def test_calculator_refuses_with_a_reason(expr, why):
     with pytest.raises(calculator.CalculatorError) as info:
