@@ -208,3 +208,28 @@ def test_the_try_panel_shows_an_unasked_judge_as_not_checked_and_adds_no_expecta
     added = pg.input_value("#yaml").split("completion: ' 5'", 1)[1]
     assert "polite" not in added.split("\n\n")[0] and "expect_total" not in added.split("\n\n")[0]
     assert "correct: 0.5" in added and "format: 0.5" in added
+
+
+LOCAL_JUDGE = {"name": "polite", "kind": "judge", "rubric": "The reply answers {{ question }} politely.",
+               "judge": {"model": "sailrl/tiny", "sampler": "local", "max_tokens": 8, "retries": 0}}
+
+
+@pytest.mark.slow
+def test_a_local_judge_is_called_without_the_flag_in_preflight_and_the_studio(tmp_path):
+    """sailrl/tiny cannot read a rubric (its answers have no <score>): the point is that it is asked, so the rule
+    is judged (unparsed, counted as such) rather than listed as not checked."""
+    spec = judge_spec().model_copy(update={"reward": judge_spec().reward.model_validate(
+        {"rules": [*QUICKSTART_REWARD["rules"], LOCAL_JUDGE]})})
+    report = build_report(spec, EXAMPLES, sample=1, policy=ScriptedPolicy(),
+                          judges=judge_connector(EXAMPLES, every=False))
+    s = report["sample"]
+    assert s["not_checked"] == {} and s["rules"]["polite"]["passed"] is not None
+    assert not any("not checked" in p["message"] for p in report["problems"])
+
+    project = judge_project(tmp_path / "proj")
+    project.write_text(project.read_text().replace("{model: judge-m, sampler: sail, retries: 0}",
+                                                   "{model: sailrl/tiny, sampler: local, max_tokens: 8, retries: 0}"))
+    c = client_for(Studio(project))
+    polite = next(v for v in _try(c, project.read_text(), " 7")["rules"] if v["name"] == "polite")
+    assert "not_checked" not in polite and polite["passed"] is not None
+    assert "not checked" not in polite["why"] and "<score>" in polite["why"]  # its answer, read
