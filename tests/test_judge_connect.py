@@ -102,6 +102,18 @@ def test_a_sail_judge_without_a_key_fails_at_once_and_is_counted(no_sail_key) ->
     assert no_sail_key.count("POST") == 0  # no request was made, so none was retried
 
 
+def test_validate_with_the_judge_and_no_key_lists_the_examples_as_not_checked_saying_why(no_sail_key) -> None:
+    from sailrl.compiler.validate import validate_text
+
+    spec = RUN_SPEC.replace("training:", "examples:\n  - {completion: ' 7', fields: {question: '3+4', answer: '7'}, "
+                            "expect_total: 2.0}\ntraining:")
+    loaded = validate_text(spec, "spec.yaml", judges=lambda fn: connect_judges(fn))
+    (w,) = [e for e in loaded.warnings if e.code == "W112"]
+    assert "were NOT checked: 'polite': the judge (sail: judge-m) needs a Sail API key: SAIL_API_KEY is not set" \
+        in w.message
+    assert no_sail_key.count("POST") == 0
+
+
 def test_with_a_key_the_sail_judge_is_connected(monkeypatch) -> None:
     with FakeSailServer(chat_models={"judge-m"}, chat_answer=lambda body: "<score>yes</score>") as server:
         point_sail_sdk_at(server.url, monkeypatch)

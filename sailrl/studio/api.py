@@ -7,7 +7,9 @@ the user sees; the server caches validation, reward functions, rows and prefligh
   reloads a file changed on disk, or says so when it has unsaved edits).
 - ``POST /api/check {text}``: every problem (``sailrl validate``'s words and codes), the rules and examples.
 - ``POST /api/patch {text, rules, examples?}``: the text with those sections replaced (ruamel round trip), checked.
-- ``POST /api/try {text, completion, fields, truncated, num_tokens}``: every rule's verdict and the total.
+- ``POST /api/try {text, completion, fields, truncated, num_tokens}``: every rule's verdict and the total (a judge
+  rule whose judge is not called -- a remote one without ``sailrl studio --judge`` -- is "not checked", with
+  ``passed`` and ``score`` null, and the total is then null, ``total_note`` says why).
 - ``POST /api/examples {text}``: the worked examples, scored. ``POST /api/rows``, ``/api/row``, ``/api/preflight``.
 - ``POST /api/save {text, base_sha}``: write the spec (see :meth:`sailrl.studio.session.Studio.save`).
 - ``GET /api/source?path=``: a file of the spec's folder (a python rule's module), read-only.
