@@ -150,7 +150,7 @@ class ToolJob:
                              error_type="raised")
             try:
                 text = out.getvalue() if value is None else _as_text(value)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: data nested ~1000 deep
                 return error(f"the tool returned a {type(value).__name__} that is not text or JSON ({exc})",
                              name=func, error_type="result")
             if len(text) > max_chars:

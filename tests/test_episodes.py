@@ -401,3 +401,20 @@ def test_qwen3_renderers_write_and_parse_the_calls_of_an_episode(name):
     trained = [t for d in datums for t, m in zip(d.loss_fn_inputs["target_tokens"].tolist(),
                                                   d.loss_fn_inputs["mask"].tolist(), strict=True) if m == 1.0]
     assert trained == sampled[0] + sampled[1]
+
+
+@pytest.mark.slow
+def test_a_tool_result_nested_too_deep_for_json_is_a_result_error(tmp_path: Path):
+    """json.dumps of data nested past the recursion limit raises RecursionError, not TypeError / ValueError: it
+    escaped the tool's own check and came back as the cookbook's 'execution_failed', a kind the episode does not
+    know (ToolOutcome lists validation_failed, raised, timeout, memory, output, result, died, unloadable)."""
+    from sailrl.runtime.tools import ToolFunction
+
+    (tmp_path / "deep.py").write_text('def nest(depth: int) -> dict:\n    """Nested data."""\n    d = {}\n'
+                                      '    for _ in range(depth):\n        d = {"a": d}\n    return d\n')
+    tool = ToolFunction(tmp_path, "deep:nest", timeout_s=5.0)
+    assert tool.call({"depth": 3}).content == '{"a": {"a": {"a": {}}}}'
+    out = tool.call({"depth": 100_000})
+    assert out.error == "result", out
+    assert "the tool returned a dict that is not text or JSON (maximum recursion depth exceeded" in out.content
+    assert tool.call({"depth": 1}).content == '{"a": {}}'  # the worker still answers
