@@ -492,7 +492,7 @@ def _chat_reply(data: Any) -> JudgeReply:
     except (KeyError, IndexError, TypeError):
         raise JudgeCallError("the answer has no choices[0].message") from None
     if isinstance(content, list):  # content parts
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     if not isinstance(content, str):
         raise JudgeCallError("the answer's message has no text content")
     usage = data.get("usage") if isinstance(data, dict) else None

@@ -629,3 +629,19 @@ def test_a_rubric_that_cannot_render_is_named_at_the_rubric_not_as_an_unreachabl
     assert e.key_path == "reward.rules.1.rubric" and e.code == "S209", e
     assert "judge rule 'judged': the rubric cannot be rendered for this row" in e.message
     assert "Range too big" in e.message and "could not be reached" not in e.message
+
+
+def test_a_sail_answer_with_odd_content_parts_reads_the_text_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Content parts whose ``text`` is not a string (a number, null) are skipped, the text parts read (was a
+    TypeError from str.join: the judgement failed, retried, as 'raised TypeError: sequence item 1')."""
+    body = (b'{"choices": [{"message": {"content": [{"type": "text", "text": "Fine. "}, 5, {"text": 3}, '
+            b'{"text": null}, {"type": "text", "text": "<score>yes</score>"}]}}]}')
+    with FakeSailServer() as server:
+        point_sail_sdk_at(server.url, monkeypatch)
+        server.answer_raw("POST", 1, body)
+        fn = reward(judge_rule())
+        fn.judges["polite"].connect(SailChatClient("judge-m"))
+        s = fn.score("hello", {"question": "q"})
+    v = s.judge["polite"]
+    assert (v.kind, v.score, v.answer, v.tries) == ("ok", 1.0, "Fine. <score>yes</score>", 1)
+    assert server.count("POST") == 1
