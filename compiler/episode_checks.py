@@ -9,6 +9,7 @@ Each problem is located at its key and coded (:mod:`sailrl.spec.codes`):
 - ``S252`` tools with a renderer that cannot write or read tool calls (``role_colon``, ``llama3``,
   ``chat_template``): for the built-in models the hint names ``role_colon_tools``;
 - ``W130`` (warning) a feedback message that shows ``why`` of an answer rule (its reason names the reference);
+- ``W131`` (warning) ``sandbox: sail`` without a tool that runs code there (the built-in python tool);
 - ``S254`` a ``function:`` tool whose file or function does not exist, whose file raises on import, or whose
   parameters cannot be described to the model (loaded in a worker process, bounded in time, as python rules are).
 """
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 
 from sailrl.runtime.prompts import PromptError, template_variables
 from sailrl.runtime.tools import ToolFunction
-from sailrl.spec.environment import ToolEntry
+from sailrl.spec.environment import SANDBOXED_TOOLS, ToolEntry
 from sailrl.spec.errors import SpecError
 from sailrl.spec.loader import LoadedSpec
 from sailrl.spec.messages import did_you_mean_text
@@ -173,6 +174,13 @@ def check_environment(loaded: LoadedSpec) -> list[SpecError]:
                 else ("environment", "tools")
             errors.append(loaded.error(key, f"the spec has tools, but the renderer '{renderer}' {why}, so the "
                                        f"model{' ' + model if model else ''} cannot call them", hint, code="S252"))
+
+    if env.get("sandbox") == "sail" and not any(isinstance(t, dict) and t.get("builtin") in SANDBOXED_TOOLS
+                                                 for t in tools):
+        errors.append(loaded.error(("environment", "sandbox"), "environment.sandbox is sail, but no tool runs code "
+                                   "there (only the built-in python tool does), so no Sailbox would start",
+                                   "Add `- builtin: python` to environment.tools, or remove sandbox: sail.",
+                                   code="W131", severity="warning"))
 
     for i, raw in enumerate(tools):
         try:

@@ -144,6 +144,7 @@ ENVIRONMENT = {
             "max_output_chars": 4000,
         },
     ],
+    "sandbox": "worker",  # environment.sandbox
     "feedback": [],  # environment.feedback
 }
 

@@ -136,6 +136,7 @@ ENVIRONMENT = {
     "max_episode_tokens": None,  # environment.max_episode_tokens
     "score": "final",  # environment.score
     "tools": [],  # environment.tools
+    "sandbox": "worker",  # environment.sandbox
     "feedback": [{"rule": "correct", "message": "Not quite. Try again: {{ question }}="}],  # environment.feedback
 }
 

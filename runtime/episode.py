@@ -16,8 +16,10 @@ tokens, the context-window budget), with what sailrl adds:
   running out of the episode's token budget ends it and scores the last answer too;
 - the rules see the row's fields plus ``episode_turns``, ``episode_tool_calls`` and ``episode_tool_errors``,
   so a python rule can be a per-turn (or per-call) penalty;
-- tools: the built-in calculator (in process, bounded) and ``function:`` tools in worker processes
-  (:mod:`sailrl.runtime.tools`); a tool error is a tool message to the model and a counted metric;
+- tools: the built-in calculator (in process, bounded), the built-in python tool (the model's code in a process
+  forked from a worker, :mod:`sailrl.runtime.python_tool`, or in a Sailbox, :mod:`sailrl.runtime.sail_sandbox`)
+  and ``function:`` tools in worker processes (:mod:`sailrl.runtime.tools`); a tool error is a tool message to
+  the model and a counted metric;
 - per-episode metrics on the final transition: ``episode/turns``, ``episode/tool_calls``, ``episode/tool_errors``,
   ``episode/feedback_turns``, ``episode/max_turns`` (1 when it ended by max_turns) and ``episode/end/<reason>``
   (``answered``, ``max_turns``, ``max_tool_calls``, ``max_tokens``, ``max_episode_tokens``, ``parse_error``);
@@ -57,13 +59,15 @@ from tinker_cookbook.tool_use import (
 
 from sailrl.runtime import calculator
 from sailrl.runtime.prompts import render_template
+from sailrl.runtime.python_tool import PythonTool
 from sailrl.runtime.rollout import score_record
+from sailrl.runtime.sail_sandbox import SailboxPythonTool, sail_key_problem
 from sailrl.runtime.scoring import StepScorer
 from sailrl.runtime.tools import ToolFunction
 from sailrl.spec.errors import ConfigError
 
 __all__ = ["END_REASONS", "CalculatorTool", "EpisodeEnv", "EpisodeGroupBuilder", "EpisodeMessageEnv",
-           "ToolLoadError", "WorkerTool", "build_tools", "episode_group_builder"]
+           "ToolLoadError", "WorkerTool", "build_tools", "close_tools", "episode_group_builder"]
 
 #: Why an episode ended (``episode/end/<reason>``).
 END_REASONS = ("answered", "max_turns", "max_tool_calls", "max_tokens", "max_episode_tokens", "parse_error")
@@ -115,6 +119,14 @@ class WorkerTool:
         return result
 
 
+async def close_tools(tools: list[Any]) -> None:
+    """Release what the tools hold (the Sailbox of ``sandbox: sail``); never raises."""
+    for tool in tools:
+        close = getattr(tool, "aclose", None)
+        if close is not None:
+            await close()
+
+
 class ToolLoadError(ConfigError):
     """A tool of ``environment.tools`` cannot be loaded (``sailrl validate`` reports it first, as S254)."""
 
@@ -123,11 +135,22 @@ class ToolLoadError(ConfigError):
 
 def build_tools(environment: Any, spec_dir: str | Path) -> list[Tool]:
     """The cookbook tools of an ``environment:`` section, loaded. Raises :class:`ToolLoadError` for a tool that
-    cannot load (one plain line)."""
+    cannot load (one plain line), and for ``sandbox: sail`` without ``SAIL_API_KEY``."""
     tools: list[Tool] = []
     for entry in environment.tools:
         if entry.builtin == "calculator":
             tools.append(CalculatorTool())
+            continue
+        if entry.builtin == "python":
+            limits = {"timeout_s": entry.timeout_s, "memory_mb": entry.memory_mb,
+                      "max_output_chars": entry.max_output_chars}
+            if getattr(environment, "sandbox", "worker") == "sail":
+                problem = sail_key_problem()
+                if problem:
+                    raise ToolLoadError(f"environment.sandbox: sail: {problem}")
+                tools.append(SailboxPythonTool(**limits))
+            else:
+                tools.append(PythonTool(**limits))
             continue
         fn = ToolFunction(spec_dir, entry.function, timeout_s=entry.timeout_s, memory_mb=entry.memory_mb,
                           max_output_chars=entry.max_output_chars)

@@ -214,6 +214,19 @@ def check_sampler(spec: Any, sampler: str, spec_path: str | None = None) -> None
         raise PreflightError(str(exc).replace("sailrl run", "sailrl preflight")) from None
 
 
+def check_sandbox(spec: Any) -> None:
+    """Raise :class:`PreflightError` when the python tool's code runs in a Sailbox (``environment.sandbox:
+    sail``) and this process has no Sail credentials; the episodes of ``--sample`` would call it."""
+    from sailrl.runtime.sail_sandbox import sail_key_problem  # lazy: the sail SDK only for a spec with episodes
+
+    env = getattr(spec, "environment", None)
+    if env is None or env.sandbox != "sail" or not any(t.builtin == "python" for t in env.tools):
+        return
+    problem = sail_key_problem()
+    if problem:
+        raise PreflightError(f"environment.sandbox: sail: {problem}")
+
+
 def _stand_in_spec(spec: Any) -> Any:
     model = spec.model.model_copy(update={"name": STAND_IN_MODEL, "renderer": None})
     sampling = spec.sampling.model_copy(update={"sampler": "local",
@@ -234,6 +247,7 @@ def plan_sampling(spec: Any, sampler: str | None, spec_dir: Path | str | None = 
 
     name = spec.model.name
     local_model = classify(name, spec_dir).is_local
+    check_sandbox(spec)
     if sampler in ("tinker", "sail"):
         check_sampler(spec, sampler, spec_path)
         return SamplingPlan(sampler, spec)
@@ -285,7 +299,7 @@ async def _sample(spec: Any, rows: list[dict], policy: Any, builder: Any, render
     from sailrl.runtime.rollout import RuleGroupBuilder, rollout_groups
 
     if spec.environment is not None:  # episodes: the same builder the run uses, tools loaded as the run loads them
-        from sailrl.runtime.episode import build_tools, episode_group_builder
+        from sailrl.runtime.episode import build_tools, close_tools, episode_group_builder
         from sailrl.runtime.prompts import PromptBuilder
 
         tools = build_tools(spec.environment, spec_dir or ".")
@@ -298,7 +312,10 @@ async def _sample(spec: Any, rows: list[dict], policy: Any, builder: Any, render
         builders: list[Any] = [
             episode_group_builder(spec, row, prompts=builder, renderer=renderer, reward_fn=reward_fn, tools=tools,
                                   group_size=spec.training.group_size, context_window=context) for row in rows]
-        return await rollout_groups(policy, builders)
+        try:
+            return await rollout_groups(policy, builders)
+        finally:
+            await close_tools(tools)
     stop = spec.sampling.stop or builder.stop_sequences()
     builders = [RuleGroupBuilder(row=row, model_input=builder.model_input(row), stop=stop, renderer=renderer,
                                  reward_fn=reward_fn, group_size=spec.training.group_size) for row in rows]

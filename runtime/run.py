@@ -39,7 +39,7 @@ from sailrl.runtime.backends import Backend
 from sailrl.runtime.budget import Budget
 from sailrl.runtime.checkpoints import Checkpoints
 from sailrl.runtime.console import make_console
-from sailrl.runtime.episode import build_tools
+from sailrl.runtime.episode import build_tools, close_tools
 from sailrl.runtime.records import Records
 from sailrl.runtime.rollout_log import RolloutLog
 from sailrl.runtime.rundir import RunDirectory, run_dir_path
@@ -129,6 +129,7 @@ class Run:
     async def close(self) -> None:
         """Release the local backend: its worker threads finish the work already queued and stop, so none is
         inside torch when the interpreter exits (a thread killed there aborts the process)."""
+        await close_tools(self.sampler.tools)  # the Sailbox of environment.sandbox: sail
         if self.backend.is_local:
             await asyncio.to_thread(self.backend.service_client.close, "done")
 

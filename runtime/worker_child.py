@@ -2,7 +2,8 @@
 
 It reads the ``init`` frame, loads its job (``math``: math-verify, :class:`_MathJob`; ``python``: a python reward
 rule, :class:`sailrl.runtime.python_rules.PythonJob`; ``tool``: a tool of an environment,
-:class:`sailrl.runtime.tools.ToolJob`) and answers requests under the time limit, output capture and memory limit
+:class:`sailrl.runtime.tools.ToolJob`; ``python_tool``: the built-in python tool's snippets,
+:class:`sailrl.runtime.python_tool.SnippetJob`) and answers requests under the time limit, output capture and memory limit
 that :mod:`sailrl.runtime.workers` defines. Its own module so that the pool (which the jobs' modules import) imports
 none of them.
 """
@@ -100,6 +101,10 @@ def _child_main() -> None:
             from sailrl.runtime.tools import ToolJob  # lazy: a worker loads only its own job's module
 
             job = ToolJob(init)
+        elif init.get("kind") == "python_tool":
+            from sailrl.runtime.python_tool import SnippetJob  # lazy: a worker loads only its own job's module
+
+            job = SnippetJob(init)
         else:
             send({"ok": False, "error": "bad_kind", "message": f"unknown worker kind {init.get('kind')!r}"})
             return

@@ -121,7 +121,7 @@ _TABLE: tuple[Code, ...] = (
     Code("S252", "renderer-without-tools", "error", "The spec has tools but its renderer cannot write or read tool "
          "calls for the chosen model."),
     Code("S253", "not-available", "error", "A key or value of the design that this version of sailrl does not run "
-         "yet (e.g. the python tool)."),
+         "yet."),
     Code("S254", "tool-unusable", "error", "A tool's function cannot be used: no such file or function next to the "
          "spec, the file raises on import, or its parameters have no usable type hints."),
     # -- budget and prices (sailrl.compiler.cost_checks) ----------------------------------------------------
@@ -149,6 +149,8 @@ _TABLE: tuple[Code, ...] = (
          "have problems."),
     Code("W130", "feedback-reveals-reference", "warning", "A feedback message shows `why` of an answer rule, whose "
          "reason names the reference answer: the model is told the answer it is scored on."),
+    Code("W131", "sandbox-unused", "warning", "environment.sandbox: sail is set but no tool runs code there (only the "
+         "built-in python tool does), so no Sailbox would start."),
     Code("W110", "answer-rule-gameable", "warning", "An answer rule scores an adversarial completion as correct "
          "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
     Code("W120", "learning-rate-far-from-recommended", "warning", "training.learning_rate is more than 10x above "

@@ -23,13 +23,15 @@ from sailrl.spec.base import SpecModel, Text
 from sailrl.spec.errors import SpecValueError
 from sailrl.spec.rewards import function_ref
 
-#: Built-in tools this version runs. (``python`` is planned; the schema refuses it with a plain message.)
-BUILTIN_TOOLS: tuple[str, ...] = ("calculator",)
-#: Built-in tools named in the design that are not available in this version, with why.
-PLANNED_TOOLS: dict[str, str] = {
-    "python": "the python tool (a snippet run in the worker sandbox or a Sailbox) is not available in this "
-              "version of sailrl",
-}
+#: Built-in tools this version runs.
+BUILTIN_TOOLS: tuple[str, ...] = ("calculator", "python")
+#: Built-in tools named in the design that are not available in this version, with why (none now; a value here
+#: is refused with S253).
+PLANNED_TOOLS: dict[str, str] = {}
+#: Built-in tools that run code, so ``environment.sandbox`` decides where.
+SANDBOXED_TOOLS: frozenset[str] = frozenset({"python"})
+#: Where the python tool's code runs.
+SANDBOXES: tuple[str, ...] = ("worker", "sail")
 
 
 class ToolEntry(SpecModel):
@@ -40,7 +42,8 @@ class ToolEntry(SpecModel):
         None,
         description=(
             "A built-in tool: calculator (exact arithmetic on + - * / // % ** and parentheses, read by a safe "
-            "parser, never eval)."
+            "parser, never eval) or python (runs the model's code and returns what it printed, in a worker process "
+            "or, with environment.sandbox: sail, in a Sailbox)."
         ),
     )
     function: Text | None = Field(
@@ -140,6 +143,14 @@ class EnvironmentSpec(SpecModel):
         ),
     )
     tools: list[ToolEntry] = Field(default_factory=list, description="The tools the model may call.")
+    sandbox: Literal["worker", "sail"] = Field(
+        "worker",
+        description=(
+            "Where the python tool's code runs: worker, a process on this machine forked per call, bounded in "
+            "time, memory, output and processes but not cut off from the machine's files; sail, a Sailbox (an "
+            "isolated machine on Sail, through sail.tinker.TinkerSandbox; needs SAIL_API_KEY)."
+        ),
+    )
     feedback: list[FeedbackEntry] = Field(default_factory=list,
                                           description="User turns given when a named rule fails on an answer.")
 
@@ -164,6 +175,12 @@ class EnvironmentSpec(SpecModel):
         for t in self.tools:
             if t.builtin == "calculator":
                 lines.append("Tool calculator (built-in): exact arithmetic on + - * / // % ** and parentheses.")
+            elif t.builtin == "python":
+                where = ("in a Sailbox on Sail (one per run, each call a fresh python3 process)"
+                         if self.sandbox == "sail" else "in a fresh process forked from a worker, on this machine")
+                lines.append(f"Tool python (built-in): runs the model's code {where}, at most {t.timeout_s:g} s, "
+                             f"{t.memory_mb} MiB and {t.max_output_chars} characters of output; what it prints (and "
+                             "a last expression's value) is the result; an error is a tool error the model reads.")
             else:
                 module, _, func = (t.function or "").partition(":")
                 lines.append(f"Tool {func} ({module.replace('.', '/')}.py next to the spec): runs in a worker "

@@ -49,7 +49,7 @@ def test_a_good_environment_has_no_problem(tmp_path):
 def test_every_bad_input_is_located_and_coded(tmp_path):
     env = ("  max_turns: 0\n  tools:\n    - builtin: calculator\n    - builtin: calculator\n"
            "    - function: tools:nope\n    - function: missing:fn\n    - function: tools:untyped\n"
-           "    - builtin: python\n  feedback:\n    - rule: corect\n      message: 'Not quite: {{ wyh }}'\n")
+           "    - builtin: pythn\n  feedback:\n    - rule: corect\n      message: 'Not quite: {{ wyh }}'\n")
     found = _codes(_problems(tmp_path, env, renderer="role_colon"))
     by_path = {(e.code, e.key_path): e for errs in found.values() for e in errs}
     assert ("S107", "environment.max_turns") in by_path
@@ -58,7 +58,8 @@ def test_every_bad_input_is_located_and_coded(tmp_path):
     assert "has no function 'nope'" in by_path[("S254", "environment.tools.2.function")].message
     assert "no file missing.py" in by_path[("S254", "environment.tools.3.function")].message
     assert "has no type hint" in by_path[("S254", "environment.tools.4.function")].message
-    assert "not available in this version" in by_path[("S253", "environment.tools.5.builtin")].message
+    assert "'pythn' is not a built-in tool; the built-in tools are: calculator, python" in \
+        by_path[("S104", "environment.tools.5.builtin")].message
     fb = by_path[("S251", "environment.feedback.0.rule")]
     assert "did you mean 'correct'" in fb.message
     assert "did you mean 'why'" in by_path[("S206", "environment.feedback.0.message")].message
@@ -90,3 +91,18 @@ def test_feedback_that_shows_an_answer_rules_reason_is_warned(tmp_path):
     assert len(warned) == 1 and warned[0].key_path == "environment.feedback.0.message"
     assert "reference answer" in warned[0].message
     assert not [e for e in _problems(tmp_path, "  feedback:\n    - rule: correct\n") if e.code == "W130"]
+
+
+def test_the_python_tool_validates_in_either_sandbox(tmp_path):
+    for env in ("  tools:\n    - builtin: python\n", "  sandbox: sail\n  tools:\n    - builtin: python\n"):
+        found = _problems(tmp_path, env)
+        assert found == [], found
+
+
+def test_a_sail_sandbox_without_a_tool_that_uses_it_is_warned_at_its_key(tmp_path):
+    found = _problems(tmp_path, "  sandbox: sail\n  tools:\n    - builtin: calculator\n")
+    assert [(e.code, e.key_path, e.is_warning) for e in found] == [("W131", "environment.sandbox", True)]
+    assert "no Sailbox would start" in found[0].message and "builtin: python" in found[0].hint
+    assert found[0].line > 0
+    found = _codes(_problems(tmp_path, "  sandbox: docker\n  tools:\n    - builtin: python\n"))
+    assert list(found) == ["S104"] and found["S104"][0].key_path == "environment.sandbox"

@@ -150,6 +150,7 @@ ENVIRONMENT = {
             "max_output_chars": 4000,
         },
     ],
+    "sandbox": "worker",  # environment.sandbox
     "feedback": [{"rule": "correct", "message": "Not quite. Try again."}],  # environment.feedback
 }
 
