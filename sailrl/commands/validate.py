@@ -34,12 +34,9 @@ def judge_connector(spec_path: str, *, every: bool) -> Any:
     from pathlib import Path
 
     def connect(reward_fn: Any) -> dict[str, str]:
-        from sailrl.runtime.judge_clients import connect_judges  # lazy: only specs with judge rules need it
+        from sailrl.runtime.judge_clients import judge_connector as connector  # lazy: only specs with judge rules
 
-        names = {n for n, j in reward_fn.judges.items() if every or j.config.sampler == "local"}
-        if not names:
-            return {}
-        return connect_judges(reward_fn, spec_dir=Path(spec_path).resolve().parent, only=names)
+        return connector(Path(spec_path).resolve().parent, every=every)(reward_fn)
 
     return connect
 
