@@ -455,7 +455,7 @@ def test_another_host_only_when_given_and_with_a_warning(project, monkeypatch):
         time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
-    assert err.startswith("warning: serving on 0.0.0.0, not only this machine")
+    assert err.startswith("warning: serving on 0.0.0.0, not only this machine") and "read any file you can read" in err
     assert "note: could not open a browser here: open the URL above yourself" in err
     assert proc.returncode == 130 and "Traceback" not in err
 

@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     host = args.host
     if host not in LOOPBACK:
         print(f"warning: serving on {host}, not only this machine: anyone who can reach it and has the URL can "
-              "read and change the spec", file=sys.stderr)
+              "change the spec and read any file you can read (the data tab reads what dataset.source names)",
+              file=sys.stderr)
     try:
         sock = _bind("127.0.0.1" if host == "localhost" else host, args.port)
     except OSError as exc:

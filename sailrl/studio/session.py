@@ -9,8 +9,10 @@ One :class:`Studio` per server. Every answer comes from the code the command lin
   model's tokenizer and renderer, and ``sailrl.runtime.preflight.build_report`` for preflight's findings;
 - runs: ``sailrl.runtime.rollout_log`` and ``metrics.jsonl`` read as ``sailrl show`` / ``sailrl plot`` do.
 
-Nothing outside the spec's folder and the ``--run`` folder is read; only the spec file (and its backup
-``SPEC.bak`` next to it) is written, by :meth:`Studio.save`: only a spec that validates, only when the file on disk
+Read: files of the spec's folder (:meth:`Studio.source` and the runs under it, confined), the ``--run`` folder,
+and the data the spec text being edited names (``dataset.source``, wherever it points, as ``sailrl run`` would
+read it: the session token is what keeps that to the user). Only the spec file (and its backup ``SPEC.bak`` next
+to it) is written, by :meth:`Studio.save`: only a spec that validates, only when the file on disk
 is still the one the page loaded (by sha256), written to a temporary file in the same folder, fsynced, then
 ``os.replace`` d over the spec after the previous file was copied to the backup.
 """
