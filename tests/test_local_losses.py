@@ -209,3 +209,79 @@ def test_bad_inputs_are_explained(tc):
         tc.forward([short], "cross_entropy").result()
     with pytest.raises(TypeError, match="only Adam"):
         tc.optim_step(tinker.types.DimuonParams(learning_rate=0.1))
+
+
+def _group_datums(vocab: int, seed: int) -> list[types.Datum]:
+    """Three RL groups (a prompt, 4 completions of 1-6 tokens each) plus a lone datum, as a step lists them."""
+    gen = torch.Generator().manual_seed(seed)
+    data = []
+    for g, plen in enumerate((9, 7, 11)):
+        prompt = torch.randint(3, vocab, (plen,), generator=gen).tolist()
+        for _ in range(4):
+            completion = torch.randint(3, vocab, (int(torch.randint(1, 7, (1,), generator=gen)),), generator=gen).tolist()
+            full = prompt + completion
+            data.append(types.Datum(model_input=types.ModelInput.from_ints(full[:-1]), loss_fn_inputs={
+                "target_tokens": full[1:],
+                "logprobs": [0.0] * (plen - 1) + [-3.0] * len(completion),
+                "advantages": [0.0] * (plen - 1) + [0.25 * g - 0.3 + 0.1 * len(completion)] * len(completion),
+            }))
+    lone = torch.randint(3, vocab, (6,), generator=gen).tolist()
+    data.append(types.Datum(model_input=types.ModelInput.from_ints(lone[:-1]), loss_fn_inputs={
+        "target_tokens": lone[1:], "logprobs": [-3.0] * 5, "advantages": [0.5] * 5}))
+    return data
+
+
+@pytest.mark.parametrize("arch", ["sailrl/tiny", "llama", "gpt2"])
+def test_datums_sharing_a_prompt_share_its_forward_with_the_same_logprobs_and_gradients(arch, tmp_path, monkeypatch):
+    """An RL step's groups share their prompt's forward pass (trainer.shared_prefixes); the logprobs, loss and
+    every LoRA gradient equal the one-pass forward's up to float32 rounding (a float64 model still normalises
+    in float32: RMSNorm upcasts to float32, so gradients summed in another order differ by ~1e-8 relative)."""
+    from sailrl.runtime.local import trainer as trainer_mod
+    from tests.fakes.tiny_models import save_model_dir
+
+    name = arch
+    if arch != "sailrl/tiny":
+        save_model_dir(arch, tmp_path / arch)
+        name = str(tmp_path / arch)
+    svc = LocalServiceClient(name, base_dir=tmp_path / "ck", seed=0, dtype=torch.float64)
+    client = svc.create_lora_training_client(name, rank=4, seed=3).result()
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(1)
+        for pname, p in client.peft_model.named_parameters():
+            if "lora_B" in pname:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.05)
+    data = _group_datums(min(client.peft_model.get_output_embeddings().out_features, 250), seed=2)
+    plan = trainer_mod.shared_prefixes([d.model_input.to_ints() for d in data])
+    assert plan is not None and plan[0] == [0] * 4 + [1] * 4 + [2] * 4 + [3]
+
+    def run(shared: bool):
+        if not shared:
+            monkeypatch.setattr(trainer_mod, "shared_prefixes", lambda tokens: None)
+        out = client.forward_backward(data, "importance_sampling").result()
+        monkeypatch.undo()
+        grads = {n: p.grad.clone() for n, p in client.peft_model.named_parameters() if p.grad is not None}
+        client.peft_model.zero_grad(set_to_none=True)
+        return out, grads
+
+    one_pass, one_grads = run(shared=False)
+    shared, shared_grads = run(shared=True)
+    assert set(one_grads) == set(shared_grads) and len(one_grads) >= 8
+    for a, b in zip(one_pass.loss_fn_outputs, shared.loss_fn_outputs, strict=True):
+        torch.testing.assert_close(b["logprobs"].to_torch(), a["logprobs"].to_torch(), atol=1e-6, rtol=0)
+    assert shared.metrics["loss:sum"] == pytest.approx(one_pass.metrics["loss:sum"], rel=1e-6)
+    for n in one_grads:
+        scale = float(one_grads[n].abs().max())
+        assert scale > 0
+        assert float((shared_grads[n] - one_grads[n]).abs().max()) <= 1e-6 * scale, n
+
+
+def test_shared_prefixes_groups_runs_that_start_alike_and_declines_when_it_saves_little():
+    from sailrl.runtime.local.trainer import shared_prefixes
+
+    prompt_a, prompt_b = list(range(10, 30)), [10, 11, 12, 13, 14] + list(range(50, 65))  # both start with 10..14
+    rows = [prompt_a + [1], prompt_a + [2, 3], prompt_b + [4], prompt_b + [5, 6, 7]]
+    assert shared_prefixes(rows) == ([0, 0, 1, 1], [20, 20])  # not one group on the 5 shared tokens
+    assert shared_prefixes([[1, 2, 3, 4, 5, 6, 7, 8], [9, 8, 7, 6, 5, 4]]) is None  # nothing shared
+    long_tails = [prompt_a[:4] + list(range(100 + 40 * i, 140 + 40 * i)) for i in range(2)]
+    assert shared_prefixes(long_tails) is None  # 4 of 44 tokens shared: under a quarter saved
+    assert shared_prefixes([prompt_a, prompt_a]) == ([0, 0], [19])  # identical datums keep one token each

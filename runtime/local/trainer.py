@@ -87,9 +87,36 @@ class LoraTrainer:
     def forward(self, prepared: Prepared, loss_fn: str, loss_fn_config: Mapping[str, float | str] | None,
                 backward: bool) -> types.ForwardBackwardOutput:
         """Loss and per-datum ``logprobs`` (float32 ``(N_i,)``) of ``prepared`` datums; with ``backward``, gradients
-        added to the adapter's (they accumulate until :meth:`optim`)."""
+        added to the adapter's (they accumulate until :meth:`optim`).
+
+        Datums that start with the same tokens (an RL group: one prompt, several completions) share that prefix's
+        forward pass when it saves at least a quarter of the tokens (:func:`shared_prefixes`): each distinct prefix
+        runs once, its KV cache is indexed out to its datums, and only their own tokens run after it. The same
+        logprobs and gradients up to float rounding (the prefix's gradient is summed over its datums before the
+        matmuls instead of inside them)."""
         if not prepared:
             return types.ForwardBackwardOutput("ArrayRecord", [], {"loss:sum": 0.0})
+        self.model.eval()  # no dropout; LoRA dropout is 0
+        plan = shared_prefixes([t for t, _ in prepared])
+        with torch.set_grad_enabled(backward):
+            per_datum = self._logprobs(prepared) if plan is None else self._logprobs_shared(prepared, *plan)
+            device = self.device
+            total = torch.zeros((), device=per_datum[0].device)
+            outputs = []
+            for lp, (_, inputs) in zip(per_datum, prepared, strict=True):
+                total = total + datum_loss(
+                    loss_fn, lp, {k: torch.from_numpy(v).to(device) for k, v in inputs.items()}, loss_fn_config
+                )
+                outputs.append({"logprobs": types.TensorData.from_torch(lp.detach().cpu())})
+            if backward:
+                total.backward()
+        return types.ForwardBackwardOutput("ArrayRecord", outputs, {"loss:sum": float(total.detach())})
+
+    def _targets(self, prepared: Prepared) -> list[torch.Tensor]:
+        return [torch.from_numpy(inputs["target_tokens"]).to(self.device) for _, inputs in prepared]
+
+    def _logprobs(self, prepared: Prepared) -> list[torch.Tensor]:
+        """Each datum's target logprobs from one right-padded forward over every datum."""
         width = max(len(t) for t, _ in prepared)
         ids = torch.zeros((len(prepared), width), dtype=torch.long)
         mask = torch.zeros((len(prepared), width), dtype=torch.long)
@@ -99,23 +126,58 @@ class LoraTrainer:
             mask[i, : len(tokens)] = 1
             targets[i, : len(tokens)] = torch.from_numpy(inputs["target_tokens"])
         device = self.device
-        self.model.eval()  # no dropout; LoRA dropout is 0
-        with torch.set_grad_enabled(backward):
-            logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-            if logits.dtype in (torch.float16, torch.bfloat16):
-                logits = logits.float()
-            logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.to(device)[..., None]).squeeze(-1)
-            total = torch.zeros((), device=logits.device)
-            outputs = []
-            for i, (tokens, inputs) in enumerate(prepared):
-                lp = logprobs[i, : len(tokens)]
-                total = total + datum_loss(
-                    loss_fn, lp, {k: torch.from_numpy(v).to(device) for k, v in inputs.items()}, loss_fn_config
-                )
-                outputs.append({"logprobs": types.TensorData.from_torch(lp.detach().cpu())})
-            if backward:
-                total.backward()
-        return types.ForwardBackwardOutput("ArrayRecord", outputs, {"loss:sum": float(total.detach())})
+        logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.to(device)[..., None]).squeeze(-1)
+        return [logprobs[i, : len(tokens)] for i, (tokens, _) in enumerate(prepared)]
+
+    def _logprobs_shared(self, prepared: Prepared, group_of: list[int], prefix_len: list[int]) -> list[torch.Tensor]:
+        """Each datum's target logprobs, its group's prefix (``prefix_len[g]`` tokens, shared by the datums with
+        ``group_of[i] == g``) run once: a left-padded forward over the prefixes with a KV cache, the cache
+        indexed out to the datums, then a right-padded forward over each datum's own tokens after its prefix."""
+        device = self.device
+        n_groups = len(prefix_len)
+        first = {}
+        for i, g in enumerate(group_of):
+            first.setdefault(g, i)
+        wp = max(prefix_len)
+        p_ids = torch.zeros((n_groups, wp), dtype=torch.long)
+        p_mask = torch.zeros((n_groups, wp), dtype=torch.long)
+        for g in range(n_groups):
+            p = prefix_len[g]
+            p_ids[g, wp - p:] = torch.tensor(prepared[first[g]][0][:p])
+            p_mask[g, wp - p:] = 1
+        p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=p_ids.to(device), attention_mask=p_mask.to(device),
+                         position_ids=p_pos.to(device), use_cache=True)
+        rows = torch.tensor(group_of, device=device)
+        cache = out.past_key_values
+        cache.batch_select_indices(rows)
+        own = [len(t) - prefix_len[g] for (t, _), g in zip(prepared, group_of, strict=True)]
+        ws = max(own)
+        s_ids = torch.zeros((len(prepared), ws), dtype=torch.long)
+        s_mask = torch.zeros((len(prepared), ws), dtype=torch.long)
+        for i, ((tokens, _), g) in enumerate(zip(prepared, group_of, strict=True)):
+            s_ids[i, : own[i]] = torch.tensor(tokens[prefix_len[g]:])
+            s_mask[i, : own[i]] = 1
+        starts = torch.tensor([prefix_len[g] for g in group_of])
+        s_pos = starts[:, None] + torch.arange(ws)[None, :]
+        mask = torch.cat([p_mask[torch.tensor(group_of)], s_mask], dim=1)
+        logits = self.model(input_ids=s_ids.to(device), attention_mask=mask.to(device), position_ids=s_pos.to(device),
+                            past_key_values=cache, use_cache=True).logits
+        p_logits = out.logits
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits, p_logits = logits.float(), p_logits.float()
+        p_lp = torch.log_softmax(p_logits, dim=-1)  # (groups, wp, V)
+        s_lp = torch.log_softmax(logits, dim=-1)  # (datums, ws, V)
+        result = []
+        for i, (target, g) in enumerate(zip(self._targets(prepared), group_of, strict=True)):
+            p = prefix_len[g]
+            head = p_lp[g, wp - p:].gather(-1, target[:p, None]).squeeze(-1)
+            tail = s_lp[i, : own[i]].gather(-1, target[p:, None]).squeeze(-1)
+            result.append(torch.cat([head, tail]))
+        return result
 
     def optim(self, params: types.AdamParams) -> types.OptimStepResponse:
         """One AdamW step with ``params`` (clipping at ``grad_clip_norm`` when > 0), then clear the gradients.
@@ -176,6 +238,46 @@ class LoraTrainer:
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """A copy of the adapter's tensors (``lora.adapter_state``)."""
         return adapter_state(self.model)
+
+
+MIN_SHARED_PREFIX = 4  # tokens two datums must start with alike to share a prefix pass
+MIN_SAVING = 0.25  # share prefixes only when that leaves out at least this fraction of the tokens
+
+
+def shared_prefixes(tokens: list[list[int]]) -> tuple[list[int], list[int]] | None:
+    """``(group_of, prefix_len)`` for a shared-prefix forward over ``tokens`` (each datum's model input), or
+    ``None`` when it would save less than ``MIN_SAVING`` of the tokens.
+
+    Groups are runs of consecutive datums (an RL step lists each group's rollouts together). A group's prefix is
+    the longest start its datums share, less one token so that every datum keeps at least one token of its own;
+    a datum alone is a group of one (prefix: all but its last token). The next datum joins the current group
+    when it shares at least ``MIN_SHARED_PREFIX`` tokens with the group's first datum and joining runs fewer
+    tokens than starting a group of its own: with ``k`` members and prefix ``p``, the shorter prefix ``p'``
+    still saves ``k * p' > (k - 1) * p``."""
+    group_of: list[int] = []
+    prefix_len: list[int] = []
+    lead: list[int] = []
+    members = 0
+    for seq in tokens:
+        if lead:
+            common = 0
+            limit = min(len(lead), len(seq))
+            while common < limit and lead[common] == seq[common]:
+                common += 1
+            shorter = min(prefix_len[-1], common, len(seq) - 1)
+            if common >= MIN_SHARED_PREFIX and members * shorter > (members - 1) * prefix_len[-1]:
+                prefix_len[-1] = shorter
+                group_of.append(len(prefix_len) - 1)
+                members += 1
+                continue
+        lead, members = seq, 1
+        group_of.append(len(prefix_len))
+        prefix_len.append(len(seq) - 1)
+    if any(p < 1 for p in prefix_len) or len(prefix_len) == len(tokens):
+        return None
+    total = sum(len(t) for t in tokens)
+    shared = sum(prefix_len) + sum(len(t) - prefix_len[g] for t, g in zip(tokens, group_of, strict=True))
+    return (group_of, prefix_len) if shared <= (1 - MIN_SAVING) * total else None
 
 
 def new_trainer(bases: Any, spec: BaseModelSpec, lora: types.LoraConfig, store: CheckpointStore,
