@@ -748,3 +748,22 @@ def test_a_save_keeps_the_spec_files_permissions(project):
     assert c.post("/api/save", json={"text": new, "base_sha": None}).status_code == 200
     assert project.stat().st_mode & 0o7777 == 0o640 and project.read_text() == new
 
+
+
+def test_a_data_file_edited_on_disk_is_read_again(client, project):
+    """The rows and preflight's report were cached by the spec text alone: a data file edited (or made) while the
+    page was open kept its old rows in the data tab until the studio restarted."""
+    text = project.read_text()
+    data = project.parent / "data" / "addition.jsonl"
+    assert client.post("/api/rows", json={"text": text}).json()["total"] == 100
+    assert client.post("/api/preflight", json={"text": text}).status_code == 200
+    data.write_text('{"question": "9+9", "answer": "18"}\n')
+    rows = client.post("/api/rows", json={"text": text}).json()
+    assert rows["total"] == 1 and rows["rows"][0]["fields"] == {"question": "9+9", "answer": "18"}
+    report = client.post("/api/preflight", json={"text": text}).json()
+    assert any("only 1 training rows" in p["message"] for p in report["problems"]), report["problems"]
+    data.unlink()
+    r = client.post("/api/rows", json={"text": text})
+    assert r.status_code == 422 and "not found" in r.json()["error"]
+    data.write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2", "answer": "4"}\n')
+    assert client.post("/api/rows", json={"text": text}).json()["total"] == 2

@@ -478,8 +478,32 @@ class Studio:
         parts = [spec.dataset.model_dump(mode="json"), spec.prompt.model_dump(mode="json"),
                  spec.reward.model_dump(mode="json"), spec.model.model_dump(mode="json"),
                  spec.sampling.max_tokens, (spec.training.warmup.model_dump(mode="json")
-                                            if spec.training.warmup else None)]
+                                            if spec.training.warmup else None), self._data_stamp(spec)]
         return json.dumps(parts, sort_keys=True, default=str)
+
+    def _data_stamp(self, spec: Any) -> Any:
+        """What changes when the dataset's local file (or saved-dataset folder) is edited, replaced, removed or made:
+        (inode, size, mtime) of the file, or of the folder and the files directly in it (at most 256); None for a
+        hub dataset. Part of the rows' and preflight's cache keys, so an edited data file is read again."""
+        from sailrl.runtime.data.readers import is_local, resolve
+
+        source = spec.dataset.source
+        if not is_local(source, self.spec_dir):
+            return None
+        path = resolve(source, self.spec_dir)
+
+        def stamp(p: Path) -> list[Any]:
+            st = p.stat()
+            return [p.name, st.st_ino, st.st_size, st.st_mtime_ns]
+
+        try:
+            if not path.is_dir():
+                return stamp(path)
+            with os.scandir(path) as entries:
+                inside = sorted(e.name for e in entries)[:256]
+            return [stamp(path)] + [stamp(path / name) for name in inside]
+        except OSError as exc:  # missing (the rows say so) or unreadable: read again once that changes
+            return [type(exc).__name__, os.path.exists(path)]
 
     def _tools_for(self, spec: Any) -> tuple[Any, Any, str | None]:
         from sailrl.runtime.preflight import _load_text_tools  # the same tokenizer/renderer preflight uses
@@ -577,7 +601,8 @@ class Studio:
                 out["data"]["source"] = source[len(str(self.spec_dir)) + 1:]  # as the spec names it
             return out
 
-        return self._preflight.get_or(checked.sha, make, self._lock)
+        return self._preflight.get_or((checked.sha, json.dumps(self._data_stamp(checked.spec), default=str)), make,
+                                      self._lock)
 
     # ------------------------------------------------------------------------------------------ runs
 
