@@ -29,6 +29,7 @@ Cost of a kind = tokens x USD per million tokens / 1e6. Where the price is unkno
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ from typing import Any
 
 from sailrl.runtime.data.order import WARMUP_SEED_OFFSET, rows_for_step, shuffle_seed
 from sailrl.runtime.judge import judge_messages
+from sailrl.spec.models import context_window
 from sailrl.spec.pricing import SAIL_WINDOWS, PriceKey, ResolvedPrice, resolve_judge_price, resolve_price
 
 KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained",
@@ -242,6 +244,15 @@ class CostModel:
                "trained": float(prompts + rollouts * max(s.max_tokens - 1, 0))}
         if t.kl_penalty_coef > 0:
             out["reference"] = float(prompts + rollouts * s.max_tokens)
+        episode = EpisodeBound.of(self.spec)
+        if episode is not None:  # every episode at max_turns: later turns re-send the conversation
+            longest = sorted(self.prompt_token_lengths or [0], reverse=True)[:g]
+            out["prompt"] = gs * sum(episode.prompt_tokens(n) for n in longest) if self.prompt_token_lengths else 0.0
+            out["sampled"] = rollouts * episode.sampled_tokens()
+            datum = gs * sum(episode.datum_tokens(n) for n in longest)
+            out["trained"] = datum - rollouts
+            if t.kl_penalty_coef > 0:
+                out["reference"] = datum
         due = self.eval_due(step) if step is not None else (self.spec.dataset.eval is not None and t.eval_every == 1)
         judged = rollouts  # every rollout judged by every judge rule (the cache only lowers this)
         if due and self.eval_prompt_token_lengths is not None:
@@ -421,6 +432,61 @@ def drawn_length_sum(lengths: Sequence[int], positions: int, seed: int, *, reshu
     return Range(float(total), float(total), float(total))
 
 
+@dataclass(frozen=True)
+class EpisodeBound:
+    """How many tokens one episode (``environment:``) can use, for the cost estimates' high end.
+
+    ``turns``: ``environment.max_turns``, each sampling at most ``max_tokens``. ``budget``: the episode's token
+    budget (``environment.max_episode_tokens``, else the model's context window; None when unknown).
+    ``observation``: the tokens assumed added between two turns besides the reply (the longest tool result,
+    ``max_output_chars`` at one token a character, or the longest feedback message, plus 32 for the turn's
+    framing). Turn k (from 0) sends the conversation so far as its prompt: at most ``prompt + k x (max_tokens +
+    observation)``, never more than the budget; the episode trains one datum of at most ``prompt + turns x
+    max_tokens + (turns - 1) x observation`` tokens, never more than the budget.
+    """
+
+    turns: int
+    max_tokens: int
+    budget: int | None
+    observation: int
+
+    @classmethod
+    def of(cls, spec: Any) -> EpisodeBound | None:
+        """The bound of ``spec``'s episodes; None for a single-turn spec."""
+        env = getattr(spec, "environment", None)
+        if env is None:
+            return None
+        budget = env.max_episode_tokens or context_window(spec.model.name, None)[0]
+        longest = max([t.max_output_chars for t in env.tools if t.builtin != "calculator"]
+                      + [len(f.message) for f in env.feedback] + [200 if any(t.builtin == "calculator"
+                                                                            for t in env.tools) else 0])
+        return cls(env.max_turns, int(spec.sampling.max_tokens), budget, longest + 32)
+
+    def _cap(self, n: float) -> float:
+        return float(n if self.budget is None else min(n, self.budget))
+
+    def prompt_tokens(self, prompt: int) -> float:
+        """Most prompt tokens one episode sends, over its turns."""
+        return sum(self._cap(prompt + k * (self.max_tokens + self.observation)) for k in range(self.turns))
+
+    def datum_tokens(self, prompt: int) -> float:
+        """Most tokens of the one datum an episode trains."""
+        return self._cap(prompt + self.turns * self.max_tokens + (self.turns - 1) * self.observation)
+
+    def sampled_tokens(self) -> float:
+        return float(self.turns * self.max_tokens)
+
+    def words(self) -> str:
+        """The bound, in explain's words."""
+        budget = (f"the episode's token budget ({self.budget:,})" if self.budget is not None else
+                  "no token budget (set environment.max_episode_tokens to bound it)")
+        return (f"episodes: the high end counts every episode at max_turns ({self.turns}) turns of max_tokens "
+                f"({self.max_tokens}) each; each later turn re-sends the conversation so far as its prompt (about "
+                f"{self.observation} tokens of tool result or feedback assumed between turns), and the one datum an "
+                f"episode trains is counted up to {budget}; the low end is one turn; without measured turns there "
+                "is no expected value")
+
+
 def estimate_run(spec: Any, prompt_token_lengths: Sequence[int] | None,
                  completion_token_lengths: Sequence[int] | None = None, *,
                  eval_prompt_token_lengths: Sequence[int] | None = None,
@@ -486,6 +552,22 @@ def estimate_run(spec: Any, prompt_token_lengths: Sequence[int] | None,
     tokens["trained"] = trained_range(-1.0)
     if t.kl_penalty_coef > 0:
         tokens["reference"] = trained_range(0.0)
+    episode = EpisodeBound.of(spec)
+    if episode is not None:  # the high end at max_turns turns; the low end one turn; no expected value
+        tokens["sampled"] = Range(tokens["sampled"].low, rollouts * episode.sampled_tokens(), None)
+        lengths = list(prompt_token_lengths or [])
+        draw = functools.partial(drawn_length_sum, positions=steps * g, seed=seed, reshuffle=reshuffle,
+                                 total_rows=train_rows)
+        if lengths:
+            tokens["prompt"] = Range(prompts.low, draw([episode.prompt_tokens(n) for n in lengths]).scale(gs).high,
+                                     None)
+        datum_high = (draw([episode.datum_tokens(n) for n in lengths]).scale(gs).high if lengths else
+                      rollouts * episode.datum_tokens(0))
+        for kind, extra in (("trained", -rollouts), ("reference", 0)):
+            if kind in tokens:
+                tokens[kind] = Range(0.0, datum_high + extra, None)
+        comp = Range(comp.low, comp.high, None)
+        notes.append(episode.words())
 
     eval_steps = 0
     eval_rows = 0

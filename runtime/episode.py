@@ -58,7 +58,8 @@ from tinker_cookbook.tool_use import (
 )
 
 from sailrl.runtime import calculator
-from sailrl.runtime.prompts import render_template
+from sailrl.runtime.prompts import render_template, with_tool_declaration
+from sailrl.runtime.python_tool import SPEC as PYTHON_SPEC
 from sailrl.runtime.python_tool import PythonTool
 from sailrl.runtime.rollout import score_record
 from sailrl.runtime.sail_sandbox import SailboxPythonTool, sail_key_problem
@@ -67,7 +68,7 @@ from sailrl.runtime.tools import ToolFunction
 from sailrl.spec.errors import ConfigError
 
 __all__ = ["END_REASONS", "CalculatorTool", "EpisodeEnv", "EpisodeGroupBuilder", "EpisodeMessageEnv",
-           "ToolLoadError", "WorkerTool", "build_tools", "close_tools", "episode_group_builder"]
+           "ToolLoadError", "WorkerTool", "build_tools", "close_tools", "episode_group_builder", "tool_specs"]
 
 #: Why an episode ended (``episode/end/<reason>``).
 END_REASONS = ("answered", "max_turns", "max_tool_calls", "max_tokens", "max_episode_tokens", "parse_error")
@@ -119,6 +120,31 @@ class WorkerTool:
         return result
 
 
+def tool_specs(environment: Any, spec_dir: str | Path) -> list[dict[str, Any]]:
+    """The declarations (cookbook ``ToolSpec``: name, description, parameters) of ``environment.tools``, as the
+    model sees them, without starting a Sailbox (``function:`` tools are loaded in their workers). Raises
+    :class:`ToolLoadError` for a ``function:`` tool that cannot load."""
+    specs: list[dict[str, Any]] = []
+    for entry in environment.tools:
+        if entry.builtin == "calculator":
+            specs.append(dict(calculator.SPEC))
+        elif entry.builtin == "python":
+            specs.append(dict(PYTHON_SPEC))
+        else:
+            specs.append(_load_function_tool(entry, spec_dir).to_spec())
+    return specs
+
+
+def _load_function_tool(entry: Any, spec_dir: str | Path) -> WorkerTool:
+    fn = ToolFunction(spec_dir, entry.function, timeout_s=entry.timeout_s, memory_mb=entry.memory_mb,
+                      max_output_chars=entry.max_output_chars)
+    spec, problem = fn.load()
+    if spec is None:
+        raise ToolLoadError(f"environment.tools: tool '{entry.name}': "
+                            f"{problem[1] if problem else 'cannot be loaded'}; `sailrl validate` shows where")
+    return WorkerTool(fn, spec)
+
+
 async def close_tools(tools: list[Any]) -> None:
     """Release what the tools hold (the Sailbox of ``sandbox: sail``); never raises."""
     for tool in tools:
@@ -152,13 +178,7 @@ def build_tools(environment: Any, spec_dir: str | Path) -> list[Tool]:
             else:
                 tools.append(PythonTool(**limits))
             continue
-        fn = ToolFunction(spec_dir, entry.function, timeout_s=entry.timeout_s, memory_mb=entry.memory_mb,
-                          max_output_chars=entry.max_output_chars)
-        spec, problem = fn.load()
-        if spec is None:
-            raise ToolLoadError(f"environment.tools: tool '{entry.name}': "
-                                f"{problem[1] if problem else 'cannot be loaded'}; `sailrl validate` shows where")
-        tools.append(WorkerTool(fn, spec))
+        tools.append(_load_function_tool(entry, spec_dir))
     return tools
 
 
@@ -357,13 +377,7 @@ class EpisodeGroupBuilder(EnvGroupBuilder):
     tags: tuple[str, ...] = ("sailrl", "episode")
 
     def initial_messages(self) -> list[Message]:
-        msgs = [dict(m) for m in self.messages]
-        if not self.tools:
-            return msgs
-        system = ""
-        if msgs and msgs[0]["role"] == "system":
-            system = str(msgs.pop(0)["content"])
-        return self.renderer.create_conversation_prefix_with_tools([t.to_spec() for t in self.tools], system) + msgs
+        return with_tool_declaration(self.renderer, self.messages, [t.to_spec() for t in self.tools])
 
     async def make_envs(self):
         scorer = self.scorer if self.scorer is not None else StepScorer(self.reward_fn)

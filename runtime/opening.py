@@ -233,9 +233,11 @@ async def open_training_client(backend: Backend, spec: Spec, resume_path: str | 
 
 
 # ---------------------------------------------------------------- 4. inputs
-def load_inputs(spec: Spec, backend: Backend, training_client: Any, spec_dir: Path, console: Console) -> Inputs:
+def load_inputs(spec: Spec, backend: Backend, training_client: Any, spec_dir: Path, console: Console, *,
+                tool_specs: list[dict[str, Any]] | None = None) -> Inputs:
     """Tokenizer and renderer for the model, the reward rules (python rules load from the spec's folder), the
-    dataset rows (prompts too long for the context skipped, and said so) and the prompt builder."""
+    dataset rows (prompts too long for the context skipped, and said so) and the prompt builder. ``tool_specs``:
+    an episode's tools, declared in every prompt (the length check and the warm-up count them)."""
     m = spec.model
     tokenizer = training_client.get_tokenizer() if backend.is_local else get_tokenizer(m.name)
     renderer = get_renderer(m.renderer or default_renderer(m.name, spec_dir, embedded=backend.is_local), tokenizer)
@@ -247,11 +249,11 @@ def load_inputs(spec: Spec, backend: Backend, training_client: Any, spec_dir: Pa
                                         spec_dir=spec_dir).items():
             console.print(f"[yellow]warning: judge rule '{name}': {why}; it fails every judgement (judge/failed)"
                           "[/yellow]")
-    rows = load_rows(spec, spec_dir, reward_fn=reward_fn, renderer=renderer)
+    rows = load_rows(spec, spec_dir, reward_fn=reward_fn, renderer=renderer, tool_specs=tool_specs)
     if rows.skipped:
         console.print(f"[yellow]skipped {len(rows.skipped)} dataset rows (first: row {rows.skipped[0].index}: "
                       f"{rows.skipped[0].reason}); see `sailrl preflight` for all[/yellow]")
-    return Inputs(tokenizer, renderer, reward_fn, rows, PromptBuilder(spec.prompt, renderer))
+    return Inputs(tokenizer, renderer, reward_fn, rows, PromptBuilder(spec.prompt, renderer, tool_specs=tool_specs))
 
 
 def cost_model(spec: Spec, inputs: Inputs) -> CostModel:

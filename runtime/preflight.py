@@ -214,6 +214,26 @@ def check_sampler(spec: Any, sampler: str, spec_path: str | None = None) -> None
         raise PreflightError(str(exc).replace("sailrl run", "sailrl preflight")) from None
 
 
+def _declared_tools(spec: Any, spec_dir: Any, renderer: Any, problems: list) -> list[dict[str, Any]] | None:
+    """The tools an episode's prompt declares (counted in the prompt lengths, shown in the prompts), or None:
+    no tools, a renderer that cannot declare them (validate says S252), or a tool that cannot load (a problem)."""
+    from sailrl.runtime.episode import ToolLoadError, tool_specs  # lazy: only a spec with episodes needs them
+    from sailrl.runtime.prompts import with_tool_declaration  # lazy: as the other prompt imports here
+
+    env = getattr(spec, "environment", None)
+    if env is None or not env.tools or renderer is None:
+        return None
+    try:
+        specs = tool_specs(env, spec_dir or ".")
+        with_tool_declaration(renderer, [{"role": "user", "content": ""}], specs)
+    except ToolLoadError as exc:
+        problems.append(_problem("error", str(exc), "fix the tool (`sailrl validate` shows where)"))
+        return None
+    except NotImplementedError:
+        return None
+    return specs
+
+
 def check_sandbox(spec: Any) -> None:
     """Raise :class:`PreflightError` when the python tool's code runs in a Sailbox (``environment.sandbox:
     sail``) and this process has no Sail credentials; the episodes of ``--sample`` would call it."""
@@ -510,8 +530,9 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
 
     tokenizer, renderer, tool_problem = _load_text_tools(spec, spec_dir)
     context, context_source = context_window(spec.model.name, spec_dir)
+    declared = _declared_tools(spec, spec_dir, renderer, problems)
     try:
-        rows = load_rows(spec, spec_dir, reward_fn, renderer=renderer, context_window=context)
+        rows = load_rows(spec, spec_dir, reward_fn, renderer=renderer, context_window=context, tool_specs=declared)
     except DatasetError as exc:
         where = loaded.locate(exc.key) if (loaded is not None and exc.key) else None
         problems.append(_problem("error", str(exc), None))
@@ -553,7 +574,7 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
                               "tokens": None, "reference": _reference(reward_fn, spec, r)} for r in first_rows[:show]]
         report["tokens"] = None
     else:
-        builder = PromptBuilder(spec.prompt, renderer)
+        builder = PromptBuilder(spec.prompt, renderer, tool_specs=declared)
         shown = []
         for r in first_rows[:show]:
             tokens = builder.model_input(r).to_ints()

@@ -145,21 +145,23 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     backend = await opening.connect(spec, spec_path=options.spec_path, spec_dir=options.spec_dir, console=console)
     resume_path = start.state_path or spec.training.resume_from
     training_client, lora_rank = await opening.open_training_client(backend, spec, resume_path, console)
-    inputs = opening.load_inputs(spec, backend, training_client, options.spec_dir, console)
+    episode = _episode_parts(spec, options.spec_dir)  # tools first: their declaration is part of every prompt
+    inputs = opening.load_inputs(spec, backend, training_client, options.spec_dir, console,
+                                 tool_specs=[t.to_spec() for t in episode.get("tools", [])])
     # Everything opened: now the run directory is written.
     run_id, warmup_completed = opening.write_run_dir(
         run_dir, spec, start, resume=options.resume, overwrite=options.overwrite, spec_sha256=options.spec_sha256,
         spec_path=options.spec_path, overrides=options.overrides, script_text=options.script_text,
         is_local=backend.is_local)
     run = _assemble(spec, options, console, run_dir, backend, training_client, lora_rank, inputs, run_id,
-                    start, warmup_completed)
+                    start, warmup_completed, episode)
     _announce(run, resume_path, warmup_completed)
     return run
 
 
 def _assemble(spec: Spec, options: RunOptions, console: Console, run_dir: RunDirectory, backend: Backend,
               training_client: Any, lora_rank: int, inputs: opening.Inputs, run_id: str,
-              start: opening.ResumePoint, warmup_completed: int) -> Run:
+              start: opening.ResumePoint, warmup_completed: int, episode: dict[str, Any]) -> Run:
     """The run's parts over what :func:`open_run` opened."""
     cost = opening.cost_model(spec, inputs)
     limit = spec.output.log_rollouts
@@ -175,7 +177,7 @@ def _assemble(spec: Spec, options: RunOptions, console: Console, run_dir: RunDir
     sampler = Sampler(spec=spec, backend=backend, training_client=training_client, tokenizer=inputs.tokenizer,
                       renderer=inputs.renderer, reward_fn=inputs.reward_fn, prompts=inputs.prompts,
                       train_rows=inputs.rows.train, eval_rows=inputs.rows.eval, run_id=run_id, lora_rank=lora_rank,
-                      records=records, **_episode_parts(spec, options.spec_dir))
+                      records=records, **episode)
     if start.state is not None:
         sampler.resume_snapshots(start.completed + 1, start.state)
     checkpoints = Checkpoints(spec=spec, training_client=training_client, run_dir=run_dir, records=records,

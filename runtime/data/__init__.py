@@ -61,7 +61,7 @@ __all__ = [
 
 def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
               renderer_check: Callable[[dict], str | None] | None = None, renderer: Any = None,
-              context_window: int | None = None) -> DatasetRows:
+              context_window: int | None = None, tool_specs: list[dict[str, Any]] | None = None) -> DatasetRows:
     """Load, map, check, shuffle and split the spec's dataset (see the module docstring for the order).
 
     spec: a :class:`~sailrl.spec.schema.Spec`. spec_dir: the folder of the spec file (relative paths start
@@ -70,7 +70,8 @@ def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
     ``tinker_cookbook`` renderer; with it, a row whose prompt is longer than ``context_window -
     sampling.max_tokens`` tokens is skipped (kind ``too_long``, e.g. "prompt is 5,000 tokens; the model's
     context is 4,096 and sampling.max_tokens is 1,024, ..."). context_window: the model's context in tokens
-    (default: ``sailrl.spec.models.context_window(model.name, spec_dir)``; unknown: no length check).
+    (default: ``sailrl.spec.models.context_window(model.name, spec_dir)``; unknown: no length check). tool_specs:
+    an episode's tools, whose declaration the renderer puts in every prompt (counted in the length check).
 
     Returns :class:`DatasetRows`. Raises :class:`DatasetError` for a missing/unreadable/malformed file, an
     unknown split or column, or when a step leaves no rows (the message names the step).
@@ -83,7 +84,7 @@ def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
     checker = RowChecker(
         need=need, builder=PromptBuilder(spec.prompt, None, field_names=_field_names(spec, src, need)),
         warm_template=warm.completion if warm is not None and warm.steps > 0 else None, reward_fn=reward_fn,
-        limit=_prompt_limit(spec, spec_dir, renderer, context_window), renderer_check=renderer_check)
+        limit=_prompt_limit(spec, spec_dir, renderer, context_window, tool_specs), renderer_check=renderer_check)
 
     notes: list[str] = []
     try:
@@ -162,7 +163,8 @@ def _field_names(spec: Any, src: Any, need: Any) -> list[str] | None:
     return list(src.columns) if src.columns else None
 
 
-def _prompt_limit(spec: Any, spec_dir: Path, renderer: Any, context_window: int | None) -> PromptLimit | None:
+def _prompt_limit(spec: Any, spec_dir: Path, renderer: Any, context_window: int | None,
+                  tool_specs: list[dict[str, Any]] | None = None) -> PromptLimit | None:
     if renderer is None:
         return None
     if context_window is None:
@@ -170,4 +172,4 @@ def _prompt_limit(spec: Any, spec_dir: Path, renderer: Any, context_window: int 
     if context_window is None:
         return None
     return PromptLimit(renderer=renderer, context_window=int(context_window),
-                       max_tokens=int(spec.sampling.max_tokens))
+                       max_tokens=int(spec.sampling.max_tokens), tool_specs=tool_specs)

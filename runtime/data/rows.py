@@ -13,13 +13,14 @@ never rendered with empty strings. The reasons, by ``kind`` (:data:`SKIP_KINDS`)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sailrl.runtime.data.base import DatasetError, SkippedRow
 from sailrl.runtime.data.sources import RowList, RowSource
-from sailrl.runtime.prompts import PromptError, template_variables
+from sailrl.runtime.prompts import PromptError, template_variables, with_tool_declaration
 from sailrl.spec.messages import did_you_mean_text
 
 __all__ = [
@@ -110,7 +111,8 @@ class PromptLimit:
     """The prompt length a row may have: ``context_window - max_tokens`` tokens.
 
     renderer: the ``tinker_cookbook`` renderer that turns the row's messages into tokens. context_window: the
-    model's context (tokens). max_tokens: ``sampling.max_tokens``.
+    model's context (tokens). max_tokens: ``sampling.max_tokens``. tool_specs: an episode's tools; their
+    declaration is part of the prompt (:func:`~sailrl.runtime.prompts.with_tool_declaration`), so it is counted.
 
     :meth:`tokens` renders a prompt to tokens only when a cheap bound says it might not fit: a token stands for
     at least one byte of text, or for a word boundary (a sentencepiece ``▁``), so a message of ``b`` UTF-8 bytes
@@ -121,6 +123,7 @@ class PromptLimit:
     renderer: Any
     context_window: int
     max_tokens: int
+    tool_specs: list[dict[str, Any]] | None = None
     _overhead: dict[tuple[str, ...], int] = field(default_factory=dict, repr=False)
 
     SLACK = 16
@@ -145,10 +148,11 @@ class PromptLimit:
         limit the whole prompt is too long (``exact`` False, ``tokens`` a lower bound), so the work is bounded by
         the context's size, not the prompt's (a template that renders 400 kB a row costs one short tokenisation).
         """
+        declared = functools.partial(with_tool_declaration, self.renderer, tool_specs=self.tool_specs)
         roles = tuple(m["role"] for m in messages)
         if roles not in self._overhead:
             empty = [{"role": r, "content": ""} for r in roles]
-            self._overhead[roles] = self.renderer.build_generation_prompt(empty).length + self.SLACK
+            self._overhead[roles] = self.renderer.build_generation_prompt(declared(empty)).length + self.SLACK
         content_bytes = sum(len(m["content"].encode("utf-8")) for m in messages)
         if self._overhead[roles] + 2 * content_bytes <= self.max_prompt_tokens:
             return None
@@ -156,11 +160,11 @@ class PromptLimit:
         cut = self.PREFIX_CHARS_PER_TOKEN * (max(self.max_prompt_tokens, 0) + self.MARGIN)
         while cut < longest:
             prefix = [{**m, "content": m["content"][:cut]} for m in messages]
-            n = int(self.renderer.build_generation_prompt(prefix).length)
+            n = int(self.renderer.build_generation_prompt(declared(prefix)).length)
             if n > self.max_prompt_tokens + self.MARGIN:
                 return n - self.MARGIN, False
             cut *= 4
-        return int(self.renderer.build_generation_prompt(messages).length), True
+        return int(self.renderer.build_generation_prompt(declared(messages)).length), True
 
     MARGIN = 64  # tokens a prefix must be over the limit by (a cut inside a word may split a token or two)
     PREFIX_CHARS_PER_TOKEN = 4

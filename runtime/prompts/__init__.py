@@ -52,6 +52,7 @@ __all__ = [
     "RENDER_TIMEOUT_S",
     "PromptBuilder",
     "PromptError",
+    "with_tool_declaration",
     "make_environment",
     "parse_template",
     "render_template",
@@ -472,18 +473,36 @@ def render_template(source: str, fields: Mapping[str, Any], *, template: str = "
         _state.deadline = previous
 
 
+def with_tool_declaration(renderer: Any, messages: list[dict[str, Any]],
+                          tool_specs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """``messages`` with the tools declared as the renderer declares them
+    (``renderer.create_conversation_prefix_with_tools(tool_specs, system)``: the system message, if any, goes into
+    the declaration); ``messages`` unchanged when there are no tools. The one prompt an episode's first turn, the
+    warm-up and the length checks all use."""
+    if not tool_specs:
+        return list(messages)
+    msgs = [dict(m) for m in messages]
+    system = str(msgs.pop(0)["content"]) if msgs and msgs[0]["role"] == "system" else ""
+    return list(renderer.create_conversation_prefix_with_tools(list(tool_specs), system)) + msgs
+
+
 class PromptBuilder:
     """Builds the model's conversation, tokens and stop sequences for a dataset row.
 
     ``prompt``: the spec's :class:`~sailrl.spec.schema.PromptSpec`. ``renderer``: a ``tinker_cookbook``
     renderer (may be ``None`` when only :meth:`messages` is needed, e.g. to check rows at load time).
-    ``field_names``: the names the spec declares (for did-you-mean hints in errors).
+    ``field_names``: the names the spec declares (for did-you-mean hints in errors). ``tool_specs``: the
+    episode's tools (``environment.tools``, each a cookbook ``ToolSpec``): :meth:`conversation`, and so the
+    tokens of :meth:`model_input` and the warm-up's :meth:`supervised_example`, declare them as an episode's first
+    turn does.
     """
 
-    def __init__(self, prompt: Any, renderer: Any = None, *, field_names: Iterable[str] | None = None) -> None:
+    def __init__(self, prompt: Any, renderer: Any = None, *, field_names: Iterable[str] | None = None,
+                 tool_specs: list[dict[str, Any]] | None = None) -> None:
         self.prompt = prompt
         self.renderer = renderer
         self.field_names = list(field_names) if field_names is not None else None
+        self.tool_specs = list(tool_specs) if tool_specs else None
 
     @property
     def variables(self) -> frozenset[str]:
@@ -513,9 +532,16 @@ class PromptBuilder:
             raise RuntimeError("PromptBuilder was built without a renderer; pass one to build tokens")
         return self.renderer
 
+    def conversation(self, row: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """:meth:`messages` with the tools declared (:func:`with_tool_declaration`), as the model first sees them."""
+        if not self.tool_specs:
+            return list(self.messages(row))
+        return with_tool_declaration(self._need_renderer(), self.messages(row), self.tool_specs)
+
     def model_input(self, row: Mapping[str, Any]) -> Any:
-        """The generation prompt for ``row``: ``renderer.build_generation_prompt(messages)`` (a tinker.ModelInput)."""
-        return self._need_renderer().build_generation_prompt(self.messages(row))
+        """The generation prompt for ``row``: ``renderer.build_generation_prompt(conversation)`` (a
+        tinker.ModelInput)."""
+        return self._need_renderer().build_generation_prompt(self.conversation(row))
 
     def stop_sequences(self) -> list:
         """The renderer's stop sequences (strings or token ids), e.g. ``["\\n\\nUser:"]`` for role_colon."""
@@ -528,7 +554,8 @@ class PromptBuilder:
     def supervised_example(self, row: Mapping[str, Any], completion_template: str) -> tuple[Any, Any]:
         """``(tinker.ModelInput, weights)`` for supervised warm-up on ``row``.
 
-        The conversation is the prompt messages plus an assistant message rendered from ``completion_template``;
+        The conversation is the prompt messages (with the tools declared, for a spec with tools: the prompt of an
+        episode's first turn) plus an assistant message rendered from ``completion_template``;
         ``renderer.build_supervised_example(..., LAST_ASSISTANT_MESSAGE)`` puts weight 1 on the assistant
         message's tokens (and the stop sequence that ends it) and 0 on the prompt. ``weights`` is a 1-D float
         ``torch.Tensor`` with one entry per token of the ModelInput.
@@ -536,7 +563,7 @@ class PromptBuilder:
         from tinker_cookbook.renderers import TrainOnWhat
 
         answer = {"role": "assistant", "content": self.completion(row, completion_template)}
-        conversation = [*self.messages(row), answer]
+        conversation = [*self.conversation(row), answer]
         return self._need_renderer().build_supervised_example(
             conversation, train_on_what=TrainOnWhat.LAST_ASSISTANT_MESSAGE
         )

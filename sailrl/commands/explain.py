@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
         print("Episodes:")
         for line in spec.environment.describe():
             print(f"  {line}")
-        print(f"  The cost estimate below counts one completion per rollout; an episode samples up to "
-              f"{spec.environment.max_turns} and its later turns re-send the conversation as prompt tokens.")
+        print(f"  The cost estimate below counts each episode at one turn (its low end) to max_turns "
+              f"({spec.environment.max_turns}) turns (its high end), later turns re-sending the conversation as "
+              "prompt tokens (the note under it says the bound).")
     if spec.examples:
         remote = {n for n, j in fn.judges.items() if j.config.sampler != "local"}
         judged = [ex for ex in spec.examples if remote and (ex.expect_total is not None or remote & set(ex.expect))]
