@@ -672,3 +672,13 @@ def test_a_half_written_local_checkpoint_is_one_line_for_export_and_sample(train
     assert "is damaged: " + words in _one_line(capsys)
     assert main(["export", str(run_dir), "--checkpoint", "1", "-o", str(tmp_path / "step1")]) == 0
     assert (tmp_path / "step1" / "adapter_model.safetensors").is_file()
+
+
+def test_sample_of_a_prompt_longer_than_the_context_window_is_one_line(trained, home, capsys):
+    """The embedded sampler refuses a prompt that fills the context window with a ValueError: it reached the
+    user as exit 70, 'internal error (a bug in sailrl)', and a traceback."""
+    run_dir = trained[0]
+    assert main(["sample", str(run_dir), "--prompt", "1+1 " * 3000, "--n", "1", "--max-tokens", "4"]) == 1
+    err = _one_line(capsys)
+    assert err.startswith("error: the prompt is ") and "which fills the context window of" in err
+    assert err.endswith("(512 tokens): shorten it")

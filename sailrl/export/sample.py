@@ -18,6 +18,7 @@ from typing import Any
 from sailrl.export.build import local_checkpoint_directory, quiet_progress_bars
 from sailrl.export.runinfo import Checkpoint, ExportError, RunInfo
 from sailrl.runtime.data import dataset_row
+from sailrl.spec.models import context_window
 
 #: Seconds a sampling request may take before ``sailrl sample`` gives up.
 SAMPLE_TIMEOUT_S = 600.0
@@ -124,6 +125,10 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
         messages = [{"role": "user", "content": str(prompt)}]
     values = {**values, **(fields or {})}
     model_input = renderer.build_generation_prompt(messages)
+    window = context_window(spec.model.name, spec_dir)[0]
+    if window is not None and model_input.length >= window:  # the sampler refuses it (a traceback, exit 70)
+        raise ExportError(f"the prompt is {model_input.length} tokens, which fills the context window of "
+                          f"{spec.model.name} ({window} tokens): shorten it")
     stop = spec.sampling.stop or builder.stop_sequences()
     params = tinker.SamplingParams(
         max_tokens=max_tokens or spec.sampling.max_tokens,
