@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.compiler.validate import problems as spec_problems
+from sailrl.runtime.data.readers import is_local, resolve
 from sailrl.runtime.judge_clients import connect_judges, not_checked
 from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, RewardFunction
 from sailrl.runtime.rundir import METRICS_FILE
@@ -485,8 +486,6 @@ class Studio:
         """What changes when the dataset's local file (or saved-dataset folder) is edited, replaced, removed or made:
         (inode, size, mtime) of the file, or of the folder and the files directly in it (at most 256); None for a
         hub dataset. Part of the rows' and preflight's cache keys, so an edited data file is read again."""
-        from sailrl.runtime.data.readers import is_local, resolve
-
         source = spec.dataset.source
         if not is_local(source, self.spec_dir):
             return None
