@@ -682,3 +682,25 @@ def test_sample_of_a_prompt_longer_than_the_context_window_is_one_line(trained, 
     err = _one_line(capsys)
     assert err.startswith("error: the prompt is ") and "which fills the context window of" in err
     assert err.endswith("(512 tokens): shorten it")
+
+
+def test_a_config_json_this_sailrl_cannot_read_is_one_line(trained, home, tmp_path, capsys):
+    """config.json edited by hand, or written by another sailrl version: its spec failed pydantic's validation (or
+    a list had no .get) inside export and sample, exit 70 with a traceback."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained[0], run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    config["spec"]["training"]["steps"] = -5
+    config["spec"]["a_future_section"] = {"x": 1}
+    (run_dir / "config.json").write_text(json.dumps(config))
+    assert main(["export", str(run_dir), "-o", str(tmp_path / "out")]) == 1
+    err = _one_line(capsys)
+    assert "config.json holds a spec this sailrl cannot read (" in err and "(and 1 more)" in err
+    assert "written by another sailrl version" in err and not (tmp_path / "out").exists()
+    assert main(["sample", str(run_dir), "--prompt", "1+1=", "--n", "1"]) == 1
+    assert "holds a spec this sailrl cannot read" in _one_line(capsys)
+    (run_dir / "config.json").write_text("[1]")
+    assert main(["export", str(run_dir), "-o", str(tmp_path / "out")]) == 1
+    assert "holds no resolved spec: the run directory is damaged" in _one_line(capsys)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from sailrl.runtime.rundir import CHECKPOINTS_FILE, CONFIG_FILE, RunDirectory, _read_jsonl_tolerant
 from sailrl.spec.errors import UserError
 from sailrl.spec.schema import Spec
@@ -68,14 +70,24 @@ class RunInfo:
             config = rd.read_config() or {}
         except (OSError, ValueError) as exc:
             raise ExportError(f"{p / CONFIG_FILE} cannot be read ({exc}): the run directory is damaged") from None
-        if not isinstance(config.get("spec"), dict):
+        if not isinstance(config, dict) or not isinstance(config.get("spec"), dict):
             raise ExportError(f"{p / CONFIG_FILE} holds no resolved spec: the run directory is damaged")
         return cls(p, config, _read_jsonl_tolerant(p / CHECKPOINTS_FILE), rd.read_metrics())
 
     # ---------------------------------------------------------------- the spec
     def spec(self) -> Spec:
-        """The spec the run trained with (its resolved values, overrides included)."""
-        return Spec.model_validate(self.config["spec"])
+        """The spec the run trained with (its resolved values, overrides included); :class:`ExportError` when this
+        sailrl cannot read it (``config.json`` edited, or written by another version)."""
+        try:
+            return Spec.model_validate(self.config["spec"])
+        except ValidationError as exc:
+            errors = exc.errors()
+            first = errors[0] if errors else {"loc": (), "msg": str(exc)}
+            where = ".".join(str(part) for part in first.get("loc", ())) or "spec"
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise ExportError(f"{self.path / CONFIG_FILE} holds a spec this sailrl cannot read ({where}: "
+                              f"{first.get('msg')}{more}): it was edited, or written by another sailrl version; "
+                              f"install that version, or put back the file the run wrote") from None
 
     @property
     def spec_sha256(self) -> str:
