@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jinja2 import TemplateSyntaxError, meta, nodes
 from yaml.nodes import ScalarNode
 
 from sailrl.runtime.data.base import DatasetError
@@ -233,9 +234,6 @@ class _Checker:
         return not any(e.code == "S225" and e.key_path == ".".join(map(str, path)) for e in self.errors)
 
     def templates(self) -> None:
-        from jinja2 import TemplateSyntaxError, meta, nodes
-
-
         env = make_environment()  # the same environment the runtime renders with
         declared = self.declared_fields()
         for path in (*TEMPLATE_FIELDS, *self.rubric_paths()):

@@ -17,6 +17,7 @@ from typing import Any
 
 from sailrl.spec.errors import UserError
 from sailrl.spec.files import writable_folder
+from sailrl.spec.models import classify
 from sailrl.spec.schema import Spec
 
 SAMPLERS = ("sail", "tinker", "local")
@@ -48,8 +49,6 @@ def tinker_key_problem(value: str) -> str | None:
 
 def _runs_locally(model_name: str, base_dir: Any) -> bool:
     """A built-in model, a local folder or a GGUF file: the embedded backend runs it without a swap."""
-    from sailrl.spec.models import classify
-
     try:
         return classify(model_name, base_dir).is_local
     except Exception:  # noqa: BLE001 -- a hint only
@@ -114,6 +113,7 @@ def local_checkpoint_dir() -> Path:
 def local_device(model_name: str) -> str:
     """``$SAILRL_DEVICE`` if set; else the CPU for the built-in models; else CUDA when present; else the CPU
     (``sailrl.runtime.local.device.local_device``)."""
+    # lazy: runtime.local imports torch (seconds); `sailrl clean` imports this module for the store folder
     from sailrl.runtime.local.device import local_device as _local_device
 
     return _local_device(model_name)
@@ -129,15 +129,16 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
         raise BackendError(f"unknown sampler {sampler!r}: use one of {', '.join(SAMPLERS)}")
     check_keys(sampler, spec_path)
     if sampler == "local":
+        # lazy: runtime.local imports torch (seconds); `sailrl clean` imports this module for the store folder
         from sailrl.runtime.local import LocalServiceClient
-        from sailrl.runtime.local.sources import check_model_source
+        from sailrl.runtime.local.sources import check_model_source  # lazy: see above
 
         # A folder without config.json, a damaged GGUF, an unreachable hub, no chat template, too little memory:
         # a ModelError in one line, before anything is written (a hub model is downloaded here once).
         model_dir = Path(spec_path).parent if spec_path else None
         device = local_device(spec.model.name)
         check_model_source(spec.model.name, spec.model.renderer, base_dir=model_dir, device=device)
-        from sailrl.runtime.local.device import use_local_processes
+        from sailrl.runtime.local.device import use_local_processes  # lazy: see above
 
         store = writable_folder(checkpoint_dir or local_checkpoint_dir(), "the embedded backend's checkpoint folder",
                                 "set SAILRL_HOME to a folder you can write (checkpoints go to "
@@ -145,7 +146,7 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
         processes = use_local_processes(device, spec.training.max_steps_off_policy)
         return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed,
                                                    device=device, model_dir=model_dir, processes=processes))
-    import tinker
+    import tinker  # lazy: tinker takes seconds; `sailrl clean` imports this module for the store folder
 
     try:
         return Backend(sampler, tinker.ServiceClient())

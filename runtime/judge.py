@@ -469,7 +469,7 @@ class SailChatClient:
     async def complete(self, messages: list[dict[str, str]], *, max_tokens: int, temperature: float,
                        timeout_s: float) -> JudgeReply:
         import sail.inference  # lazy: the sail SDK is only needed when a Sail judge is called
-        from sail.errors import InferenceError, InferenceHTTPError
+        from sail.errors import InferenceError, InferenceHTTPError  # lazy: the same (validate imports this module)
 
         try:
             data = await sail.inference.chat.completions.create.aio(
@@ -535,7 +535,7 @@ class SamplingJudgeClient:
     async def complete(self, messages: list[dict[str, str]], *, max_tokens: int, temperature: float,
                        timeout_s: float) -> JudgeReply:
         import tinker  # lazy: only tinker and local judges sample through the SDK's types
-        from tinker_cookbook import renderers
+        from tinker_cookbook import renderers  # lazy: the same; takes seconds (torch)
 
         client = await self._sampling_client()
         model_input = self.renderer.build_generation_prompt(messages)

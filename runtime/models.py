@@ -17,7 +17,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tinker_cookbook import renderers, tokenizer_utils
+
+from sailrl.runtime.chat_template import ChatTemplateRenderer
 from sailrl.runtime.local.sources import ResolvedModel, byte_tokenizer, load_tokenizer, missing_gguf, require_gguf
+from sailrl.runtime.role_colon_tools import RoleColonToolsRenderer
 from sailrl.spec.models import (
     UnknownModelError,
     classify,
@@ -47,7 +51,6 @@ def get_tokenizer(model_name: str, base_dir: str | os.PathLike | None = None) ->
             if source.path is None or not source.path.is_file():
                 raise missing_gguf(source.path or model_name)
         return load_tokenizer(ResolvedModel(model_name, source.kind, str(source.path)))
-    from tinker_cookbook import tokenizer_utils
 
     return tokenizer_utils.get_tokenizer(model_name)
 
@@ -61,14 +64,9 @@ def get_renderer(renderer_name: str, tokenizer: Any) -> Any:
     for an unknown name).
     """
     if renderer_name == CHAT_TEMPLATE_RENDERER:
-        from sailrl.runtime.chat_template import ChatTemplateRenderer
-
         return ChatTemplateRenderer(tokenizer)
     if renderer_name == ROLE_COLON_TOOLS_RENDERER:
-        from sailrl.runtime.role_colon_tools import RoleColonToolsRenderer
-
         return RoleColonToolsRenderer(tokenizer)
-    from tinker_cookbook import renderers
 
     return renderers.get_renderer(renderer_name, tokenizer)
 

@@ -35,9 +35,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import HfApi, constants
+
+from sailrl.runtime.backends import BackendError, check_keys, open_backend
+from sailrl.runtime.cost import estimate_run, fmt_usd
+from sailrl.runtime.data import DatasetError, load_rows, rows_for_step, shuffle_seed
+from sailrl.runtime.data.rows import group_by_reason
+from sailrl.runtime.episode import build_tools, close_tools, episode_group_builder
 from sailrl.runtime.judge_clients import not_checked
+from sailrl.runtime.models import get_renderer, get_tokenizer
+from sailrl.runtime.prompts import PromptBuilder
+from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.role_colon_tools import RoleColonToolsRenderer
+from sailrl.runtime.rollout import RuleGroupBuilder, SamplingPolicy, rollout_groups
+from sailrl.runtime.sail import AdaptiveSailCompleter
 from sailrl.spec.errors import UserError
-from sailrl.spec.models import TINY_MODEL_NAME, context_window
+from sailrl.spec.models import TINY_MODEL_NAME, classify, context_window, default_renderer
 
 __all__ = [
     "STAND_IN_MAX_TOKENS",
@@ -94,8 +107,6 @@ def _problem(severity: str, message: str, fix: str | None = None, short: str | N
 
 
 def _skipped_section(skipped: Sequence[Any]) -> dict[str, Any]:
-    from sailrl.runtime.data.rows import group_by_reason
-
     return {
         "count": len(skipped),
         "by_reason": [{"reason": reason, "count": len(items), "rows": [s.index for s in items[:SHOW_SKIPPED]]}
@@ -122,8 +133,6 @@ def _hub_unreachable(model_name: str) -> str | None:
     One metadata request with a :data:`HUB_PROBE_TIMEOUT_S` timeout, so an offline machine is told in seconds
     instead of after a minute of download retries. ``HF_HUB_OFFLINE`` set: None (the cache is used).
     """
-    from huggingface_hub import HfApi, constants
-
     if constants.HF_HUB_OFFLINE:
         return None
     try:
@@ -135,9 +144,6 @@ def _hub_unreachable(model_name: str) -> str | None:
 
 def _load_text_tools(spec: Any, spec_dir: Path) -> tuple[Any, Any, str | None]:
     """(tokenizer, renderer, problem): a problem string when they cannot be loaded (e.g. offline)."""
-    from sailrl.runtime.models import get_renderer, get_tokenizer
-    from sailrl.spec.models import classify, default_renderer
-
     name = spec.model.name
     try:
         renderer_name = spec.model.renderer or default_renderer(name, spec_dir,
@@ -198,8 +204,6 @@ class SamplingPlan:
 def check_sampler(spec: Any, sampler: str, spec_path: str | None = None) -> None:
     """Raise :class:`PreflightError` (one plain line) when ``sampler`` (``tinker`` / ``sail``) cannot sample:
     an unknown sampler or a missing or malformed API key. Checked before anything slow starts."""
-    from sailrl.runtime.backends import BackendError, check_keys
-
     where = spec_path or "SPEC"
     if sampler not in ("local", "tinker", "sail"):
         raise PreflightError(f"unknown sampler {sampler!r}: use local, tinker or sail")
@@ -263,8 +267,6 @@ def plan_sampling(spec: Any, sampler: str | None, spec_dir: Path | str | None = 
     :meth:`SamplingPlan.note`). ``local``: the embedded backend; a remote model is replaced by the stand-in
     (preflight does not download a hub model). ``tinker`` / ``sail``: that service, which needs its key.
     """
-    from sailrl.spec.models import classify
-
     name = spec.model.name
     local_model = classify(name, spec_dir).is_local
     check_sandbox(spec)
@@ -292,14 +294,9 @@ async def _base_policy(spec: Any, sampler: str, workdir: Path, spec_path: str | 
     Same calls as the training loop's first step: a LoRA training client, ``save_weights_for_sampler``, a
     sampling client for that checkpoint (local / tinker); on Sail the base model with no adapter.
     """
-    from sailrl.runtime.backends import open_backend
-    from sailrl.runtime.rollout import SamplingPolicy
-
     s = spec.sampling
     m = spec.model
     if sampler == "sail":
-        from sailrl.runtime.sail import AdaptiveSailCompleter
-
         return AdaptiveSailCompleter(model=m.name, max_tokens=s.max_tokens, temperature=s.temperature,
                                      top_p=s.top_p, completion_window=s.completion_window), None
     backend = open_backend(spec, sampler=sampler, checkpoint_dir=workdir, spec_path=spec_path)
@@ -316,17 +313,10 @@ async def _base_policy(spec: Any, sampler: str, workdir: Path, spec_path: str | 
 
 async def _sample(spec: Any, rows: list[dict], policy: Any, builder: Any, renderer: Any, reward_fn: Any,
                   spec_dir: Path | str | None = None) -> Any:
-    from sailrl.runtime.rollout import RuleGroupBuilder, rollout_groups
-
     if spec.environment is not None:  # episodes: the same builder the run uses, tools loaded as the run loads them
-        from sailrl.runtime.episode import build_tools, close_tools, episode_group_builder
-        from sailrl.runtime.prompts import PromptBuilder
-
         tools = build_tools(spec.environment, spec_dir or ".")
         context = context_window(spec.model.name, spec_dir)[0]
         if tools and type(renderer).__name__ == "RoleColonRenderer":  # the stand-in model: role_colon + tool calls
-            from sailrl.runtime.role_colon_tools import RoleColonToolsRenderer
-
             renderer = RoleColonToolsRenderer(renderer.tokenizer)
             builder = PromptBuilder(spec.prompt, renderer)
         builders: list[Any] = [
@@ -500,10 +490,6 @@ def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int 
     Returns the report dict (see the module docstring). Raises :class:`PreflightError` when sampling cannot
     start (unknown sampler, missing or malformed key).
     """
-    from sailrl.runtime.data import DatasetError, load_rows, rows_for_step, shuffle_seed
-    from sailrl.runtime.prompts import PromptBuilder
-    from sailrl.runtime.rewards import RewardFunction
-
     spec_dir = Path(spec_dir)
     plan = None
     if sample > 0:
@@ -649,15 +635,9 @@ def _sample_with(plan: SamplingPlan, spec: Any, train: list[dict], seed: int, sa
                  show: int, spec_path: str | None, policy: Any, reward_fn: Any, tokenizer: Any, renderer: Any,
                  problems: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The ``sample`` section, sampled as ``plan`` says; None (with an error added) when it cannot sample."""
-    from sailrl.runtime.data import rows_for_step
-    from sailrl.runtime.prompts import PromptBuilder
-
     rows = rows_for_step(train, 0, sample, seed, reshuffle=spec.dataset.shuffle)
     sample_spec = plan.spec
     if plan.stand_in is not None:
-        from sailrl.runtime.models import get_renderer, get_tokenizer
-        from sailrl.spec.models import default_renderer
-
         tokenizer = get_tokenizer(STAND_IN_MODEL)
         renderer = get_renderer(default_renderer(STAND_IN_MODEL), tokenizer)
         fits = context_window(STAND_IN_MODEL)[0] - sample_spec.sampling.max_tokens  # type: ignore[operator]
@@ -710,8 +690,6 @@ def _cost_section(spec: Any, prompt_lengths: list[int] | None, completion_length
                   eval_lengths: list[int] | None, warm_lengths: list[int] | None, train_rows: int,
                   degenerate: tuple[int, int] | None) -> dict[str, Any]:
     """``sailrl.runtime.cost.estimate_run`` as a dict, plus ``summary`` (one line) and ``lines`` (the table)."""
-    from sailrl.runtime.cost import estimate_run, fmt_usd
-
     measured = len(prompt_lengths) if prompt_lengths is not None else 0
     estimate = estimate_run(spec, prompt_lengths or None, completion_lengths or None,
                             eval_prompt_token_lengths=eval_lengths if eval_lengths else None,

@@ -24,6 +24,7 @@ from typing import Any
 
 import tinker
 import torch
+from tinker_cookbook.rl.metrics import compute_kl_sample_train
 from tinker_cookbook.rl.types import TrajectoryGroup
 from tinker_cookbook.utils.lr_scheduling import compute_schedule_lr_multiplier
 
@@ -135,8 +136,6 @@ def update_metrics(data: Sequence[tinker.Datum], results: Sequence[tuple[Any, An
     ``data``: the datums as assembled (with ``mask``). ``results``: ``(ForwardBackwardOutput, OptimStepResponse)``
     per sub-batch, in order.
     """
-    from tinker_cookbook.rl.metrics import compute_kl_sample_train
-
     loss = 0.0
     train_logprobs: list[torch.Tensor] = []
     optim: dict[str, float] = {}

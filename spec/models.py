@@ -256,6 +256,7 @@ def default_renderer(model_name: str, base_dir: str | Path | None = None, *, emb
             f"the tokenizer in '{model_name}' has no chat template, so no renderer is known for it; set "
             "model.renderer (role_colon works with any tokenizer)"
         )
+    # lazy: tinker_cookbook (~0.3 s); validate asks it only for a hub model whose renderer is not known
     from tinker_cookbook.model_info import get_recommended_renderer_name
 
     try:
@@ -268,7 +269,7 @@ def default_renderer(model_name: str, base_dir: str | Path | None = None, *, emb
 
 def _gguf_context_length(path: Path) -> tuple[int | None, str]:
     try:
-        from gguf import GGUFReader
+        from gguf import GGUFReader  # lazy: gguf is an optional extra (sailrl[gguf])
     except ImportError:
         return None, f"unknown for {path.name} (install the gguf package to read it: pip install 'sailrl[gguf]')"
     try:

@@ -305,13 +305,13 @@ class _Quiet:
     """Silence datasets' progress bars while loading, restoring the user's setting."""
 
     def __enter__(self) -> None:
-        import datasets
+        import datasets  # lazy: datasets takes seconds; only a hub, parquet or save_to_disk dataset needs it
 
         self._was = datasets.is_progress_bar_enabled()
         datasets.disable_progress_bars()
 
     def __exit__(self, *exc: object) -> None:
-        import datasets
+        import datasets  # lazy: see __enter__
 
         if self._was:
             datasets.enable_progress_bars()
@@ -377,9 +377,9 @@ def hub_problem(source: str) -> str | None:
     instead of after ``datasets``' download retries. With ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` set:
     None (``datasets`` reads its cache).
     """
-    from datasets import config
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+    from datasets import config  # lazy: datasets and huggingface_hub take seconds; only a hub dataset needs them
+    from huggingface_hub import HfApi  # lazy: see above
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError  # lazy: see above
 
     if config.HF_HUB_OFFLINE:
         return None

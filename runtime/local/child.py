@@ -34,6 +34,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
+import torch
+
 from sailrl.spec.errors import ServiceError
 
 STARTUP_TIMEOUT_S = 300.0  # a child imports torch + transformers and loads a base model before its first answer
@@ -179,8 +181,6 @@ def child_main(fd: int) -> None:
     except (EOFError, OSError):
         return
     import warnings
-
-    import torch
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(max(1, int(init["threads"])))

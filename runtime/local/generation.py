@@ -279,6 +279,7 @@ def _grouped_decode_sdpa(module, query, key, value, attention_mask, dropout=0.0,
     the ``g`` query heads of a group are batched as ``g`` queries of one head. Otherwise the call
     goes to transformers' ``sdpa_attention_forward``. Returns ``((B, q, H, D), None)``.
     """
+    # lazy: exists only where this transformers has the attention interface (_decode_attention_available)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     groups = int(getattr(module, "num_key_value_groups", 1) or 1)
@@ -302,7 +303,7 @@ def _decode_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int =
     ``attention_mask[:, None, None, :kv_length]`` (``(B, 1, 1, kv_length)`` bool). Any other case
     (prefill, sliding windows, packed or custom masks) goes to ``sdpa_mask`` unchanged.
     """
-    from transformers.masking_utils import causal_mask_function, sdpa_mask
+    from transformers.masking_utils import causal_mask_function, sdpa_mask  # lazy: the same
 
     if (
         q_length == 1
@@ -324,7 +325,10 @@ def _decode_attention_available() -> bool:
     global _DECODE_REGISTERED
     if _DECODE_REGISTERED is None:
         try:
+            # lazy: the ImportError branch is the fallback for a transformers without it
             from transformers import AttentionInterface
+
+            # lazy: the same
             from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask  # noqa: F401
 
             AttentionInterface.register(_DECODE_ATTENTION, _grouped_decode_sdpa)

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from transformers.pytorch_utils import Conv1D
 
 LORA_ALPHA = 32
 _ATTN_WORDS = ("attn", "attention")
@@ -26,14 +27,10 @@ _MLP_WORDS = ("mlp", "feed_forward", "ffn")
 
 
 def _linear_types() -> tuple[type, ...]:
-    from transformers.pytorch_utils import Conv1D
-
     return (torch.nn.Linear, Conv1D)
 
 
 def _has_conv1d(model: Any, targets: list[str]) -> bool:
-    from transformers.pytorch_utils import Conv1D
-
     return any(isinstance(m, Conv1D) and n.split(".")[-1] in targets for n, m in model.named_modules())
 
 
@@ -84,6 +81,7 @@ def attach_lora(
     base: Any, *, rank: int, seed: int, train_mlp: bool, train_attn: bool, train_unembed: bool
 ) -> Any:
     """Wrap ``base`` in a ``peft.PeftModel`` with a fresh LoRA adapter of ``rank`` (seeded init)."""
+    # lazy: peft takes seconds past transformers; only a process that trains pays it
     from peft import LoraConfig, get_peft_model
 
     if rank < 1:
@@ -105,6 +103,7 @@ def attach_lora(
 
 def adapter_state(peft_model: Any) -> dict[str, torch.Tensor]:
     """The adapter's tensors, keyed as in ``adapter_model.safetensors`` (detached copies)."""
+    # lazy: peft takes seconds past transformers; only a process that trains pays it
     from peft import get_peft_model_state_dict
 
     return {
@@ -126,7 +125,6 @@ def merge_adapter(base: Any, state: dict[str, torch.Tensor], adapter_config: dic
         raise ValueError("Only plain LoRA adapters can be merged (no rsLoRA / DoRA).")
     if adapter_config.get("rank_pattern") or adapter_config.get("alpha_pattern"):
         raise ValueError("Only adapters with one rank and one alpha can be merged.")
-    from transformers.pytorch_utils import Conv1D as conv1d
 
     scale = float(adapter_config["lora_alpha"]) / float(adapter_config["r"])
     modules = dict(base.named_modules())
@@ -145,7 +143,7 @@ def merge_adapter(base: Any, state: dict[str, torch.Tensor], adapter_config: dic
             if module is out_emb and in_emb is not None and module.weight is in_emb.weight:
                 # tied embeddings: the adapter changes the output projection only, so untie before adding
                 module.weight = torch.nn.Parameter(module.weight.detach().clone(), requires_grad=False)
-            if isinstance(module, conv1d):  # weight stored (in, out): peft's fan_in_fan_out layers
+            if isinstance(module, Conv1D):  # weight stored (in, out): peft's fan_in_fan_out layers
                 delta = delta.T
             module.weight += delta.to(module.weight.dtype)
     return base

@@ -17,6 +17,8 @@ import os
 from collections import OrderedDict
 from typing import Any
 
+import torch
+
 from sailrl.runtime.local.child import ChildProcess, LocalProcessError
 from sailrl.runtime.local.generation import generate
 from sailrl.runtime.local.merged import load_merged, max_context_of, prepare_for_sampling
@@ -68,9 +70,6 @@ class SamplerHost:
     """The child's side: its models by source (least recently used dropped past ``MAX_MODELS``) and generator."""
 
     def __init__(self, init: dict[str, Any]):
-        import torch
-
-
         self._bases = BaseModelCache(getattr(torch, init["dtype"]), init["device"])
         self._models: OrderedDict[Source, tuple[Any, Any, int]] = OrderedDict()
         self._generator = torch.Generator().manual_seed(init["seed"])

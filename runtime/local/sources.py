@@ -28,6 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from huggingface_hub import HfApi, constants, snapshot_download
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from sailrl.runtime.local.device import local_dtype
 from sailrl.spec.errors import ModelError
 from sailrl.spec.models import (
     UnknownModelError,
@@ -111,7 +123,7 @@ def gguf_reader(path: str) -> Any:
     require_gguf()
     if not os.path.isfile(path):
         raise missing_gguf(path)
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # lazy: gguf is an optional extra (sailrl[gguf])
 
     try:
         return GGUFReader(path)
@@ -159,22 +171,12 @@ def hub_snapshot(name: str, revision: str | None = None,
     seconds, when the model is not cached and the hub is offline (``HF_HUB_OFFLINE``), unreachable or does not
     have it.
     """
-    from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
     try:
         folder = snapshot_download(name, revision=revision, local_files_only=True, allow_patterns=_HUB_FILES)
         if os.path.isfile(os.path.join(folder, "config.json")):
             return folder, os.path.basename(folder.rstrip("/"))
     except (LocalEntryNotFoundError, OSError, ValueError):
         pass
-    from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
         raise _hub_error(name, "it is not in the Hugging Face cache and HF_HUB_OFFLINE is set")
@@ -238,8 +240,6 @@ def resolve_model(model_name: str, base_dir: str | os.PathLike | None = None, re
 
 def dtype_size(dtype: Any) -> int:
     """Bytes per element of a torch dtype (``torch.float32`` -> 4)."""
-    import torch
-
     return torch.empty((), dtype=dtype).element_size()
 
 
@@ -281,8 +281,6 @@ def parameter_count(resolved: ResolvedModel) -> int | None:
 def available_memory(device: str) -> int | None:
     """Free bytes on ``device``: ``torch.cuda.mem_get_info`` on CUDA, ``MemAvailable`` (psutil) on the CPU."""
     if device.startswith("cuda"):
-        import torch
-
         try:
             return int(torch.cuda.mem_get_info(torch.device(device))[0])
         except Exception:  # noqa: BLE001 -- no CUDA here: the device check reports that
@@ -333,8 +331,6 @@ def load_tokenizer(resolved: ResolvedModel) -> Any:
     For a GGUF file the EOS token is the file's ``tokenizer.ggml.eos_token_id`` (transformers' conversion can
     report another). Raises :class:`BaseModelError` when no tokenizer can be built.
     """
-    from transformers import AutoTokenizer
-
     try:
         if resolved.kind == "gguf":
             require_gguf()
@@ -367,8 +363,6 @@ def no_gguf_progress_bar() -> Iterator[None]:
 def load_model(resolved: ResolvedModel, dtype: Any, device: str) -> Any:
     """``AutoModelForCausalLM.from_pretrained`` of a folder, hub snapshot or GGUF file, in eval mode on
     ``device``. Raises :class:`BaseModelError` when transformers cannot build it."""
-    from transformers import AutoModelForCausalLM
-
     try:
         if resolved.kind == "gguf":
             require_gguf()
@@ -399,8 +393,6 @@ def check_model_source(model_name: str, renderer: str | None = None, *, base_dir
     a hub model neither cached nor reachable, a ``chat_template`` renderer for a tokenizer without a chat
     template, weights larger than free memory. A hub model not yet cached is downloaded here.
     """
-    from sailrl.runtime.local.device import local_dtype
-
     dtype = dtype or local_dtype(device)
     resolved = resolve_model(model_name, base_dir,
                              before_download=lambda params: check_parameters(model_name, params, device, dtype))

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from sailrl.runtime.local.sources import (
     BaseModelError,
@@ -89,8 +91,6 @@ class BaseModelSpec:
 
 def tiny_config(overrides: dict[str, Any] | None = None) -> Any:
     """The ``transformers.Qwen3Config`` of ``sailrl/tiny`` (``overrides`` replace fields)."""
-    from transformers import Qwen3Config
-
     values = {**TINY_CONFIG, **(overrides or {})}
     return Qwen3Config(**values)
 
@@ -101,8 +101,6 @@ def build_tiny_model(seed: int, dtype: torch.dtype = torch.float32, config: dict
     The global torch RNG state is restored afterwards. Same seed + same torch version -> identical
     weights. Returns a ``Qwen3ForCausalLM`` in eval mode.
     """
-    from transformers import Qwen3ForCausalLM
-
     cfg = tiny_config(config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -117,8 +115,6 @@ def weights_sha256(path: Path) -> str:
 
 
 def _pretrained(spec: BaseModelSpec, dtype: torch.dtype):
-    from safetensors.torch import load_file
-
     path = PRETRAINED_WEIGHTS[spec.model_name]
     if not path.is_file():
         raise BaseModelError(f"the weights of {spec.model_name} are missing from this install ({path}): "

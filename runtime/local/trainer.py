@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 from tinker import types
 
 from sailrl.runtime.local.checkpoints import OPTIMIZER_FILE, TRAINING_STATE_FILE, CheckpointStore, LocalPath
@@ -213,8 +214,8 @@ class LoraTrainer:
     def load(self, path: str, with_optimizer: bool) -> None:
         """Load the adapter weights at ``path``; a fresh optimizer, or with ``with_optimizer`` the saved AdamW state
         and step count. Raises ``ValueError`` for a layout mismatch or a sampler checkpoint (no optimizer state)."""
+        # lazy: peft takes seconds past transformers; only a process that trains pays it
         from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
 
         directory = self.store.existing(path)
         state = load_file(os.path.join(directory, "adapter_model.safetensors"))
@@ -291,7 +292,7 @@ def new_trainer(bases: Any, spec: BaseModelSpec, lora: types.LoraConfig, store: 
 def trainer_from_state(bases: Any, path: str, store: CheckpointStore, device: str,
                        with_optimizer: bool) -> LoraTrainer:
     """A trainer with the adapter at ``path`` (and its optimizer state with ``with_optimizer``)."""
-    from peft import PeftModel
+    from peft import PeftModel  # lazy: peft takes seconds past transformers; only a process that trains pays it
 
     directory = store.existing(path)
     spec = BaseModelSpec.read(directory)

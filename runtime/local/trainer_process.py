@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import torch
 from tinker import types
 
 from sailrl.runtime.local.checkpoints import CheckpointStore
@@ -92,9 +93,6 @@ class TrainerHost:
     _METHODS = ("forward", "optim", "save", "load", "adapter_state")
 
     def __init__(self, init: dict[str, Any]):
-        import torch
-
-
         self._bases = BaseModelCache(getattr(torch, init["dtype"]), init["device"])
         self._store = CheckpointStore(init["base_dir"])
         self._device = init["device"]

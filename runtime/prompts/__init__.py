@@ -560,6 +560,7 @@ class PromptBuilder:
         message's tokens (and the stop sequence that ends it) and 0 on the prompt. ``weights`` is a 1-D float
         ``torch.Tensor`` with one entry per token of the ModelInput.
         """
+        # lazy: tinker_cookbook's renderers take seconds (torch); validate imports this module, never a datum
         from tinker_cookbook.renderers import TrainOnWhat
 
         answer = {"role": "assistant", "content": self.completion(row, completion_template)}
@@ -571,7 +572,7 @@ class PromptBuilder:
     def supervised_datum(self, row: Mapping[str, Any], completion_template: str, max_length: int | None = None) -> Any:
         """A ``tinker.Datum`` for the ``cross_entropy`` loss: inputs shifted right, ``target_tokens`` and
         ``weights`` shifted left (``tinker_cookbook.supervised.common.datum_from_model_input_weights``)."""
-        from tinker_cookbook.supervised.common import datum_from_model_input_weights
+        from tinker_cookbook.supervised.common import datum_from_model_input_weights  # lazy: the same
 
         model_input, weights = self.supervised_example(row, completion_template)
         return datum_from_model_input_weights(model_input, weights, max_length=max_length)

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 import sail
+import tinker
 from sail.errors import InferenceError
 
 from sailrl.spec.errors import SailrlError, ServiceError
@@ -80,10 +81,9 @@ def _one_line(text: str, limit: int = 200) -> str:
 
 def tinker_rest_client_class() -> type:
     """The SDK's RestClient class: ``tinker.RestClient`` where exported, else its defining module's."""
-    import tinker
-
     cls = getattr(tinker, "RestClient", None)
     if cls is None:
+        # lazy: a fallback for SDK versions that do not export tinker.RestClient
         from tinker.lib.public_interfaces.rest_client import RestClient as cls
     return cls
 
@@ -152,8 +152,6 @@ class _AttributingServiceClient:
 
 def _refusal(exc: BaseException, tinker_path: str) -> CheckpointURLRefused | None:
     """A `CheckpointURLRefused` when ``exc`` (raised by the archive-URL call) is an HTTP 4xx refusal, else None."""
-    import tinker
-
     if not isinstance(exc, tinker.APIStatusError):
         return None
     status = exc.status_code

@@ -22,6 +22,11 @@ import random
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
+from tinker_cookbook.renderers import TrainOnWhat
+
+from sailrl.runtime.local.tiny import build_tiny_model
+from sailrl.runtime.models import get_renderer, get_tokenizer
 
 OUT = Path(__file__).with_name("tiny_arith.safetensors")
 
@@ -33,10 +38,6 @@ def sums() -> list[tuple[str, str]]:
 
 def render(question: str, answer: str) -> tuple[list[int], int]:
     """Tokens of one rendered sum and the index of the first answer token (role_colon, byte tokenizer)."""
-    from tinker_cookbook.renderers import TrainOnWhat
-
-    from sailrl.runtime.models import get_renderer, get_tokenizer
-
     tok = get_tokenizer("sailrl/tiny")
     renderer = get_renderer("role_colon", tok)
     messages = [{"role": "user", "content": f"{question}="}, {"role": "assistant", "content": answer}]
@@ -59,8 +60,6 @@ def answer_probability(model: torch.nn.Module, texts: list[tuple[list[int], int]
 
 def train(steps: int, lr: float, batch_size: int, seed: int, log_every: int = 25) -> tuple[torch.nn.Module, float]:
     """Pretrain and return (model in eval mode, final p(answer))."""
-    from sailrl.runtime.local.tiny import build_tiny_model
-
     torch.set_num_threads(1)
     texts = [render(q, a) for q, a in sums()]
     model = build_tiny_model(seed)
@@ -101,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    from safetensors.torch import save_file
 
     model, p = train(args.steps, args.lr, args.batch_size, args.seed)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
