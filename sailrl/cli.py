@@ -17,6 +17,8 @@ import importlib
 import os
 import sys
 
+from sailrl import __version__
+
 INTERNAL_ERROR = 70  # sysexits.h EX_SOFTWARE
 
 # name -> (module under sailrl.commands, one-line help)
@@ -47,8 +49,6 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     """The parser. Only ``chosen``'s module is imported (for its arguments); ``None`` imports them all."""
-    from sailrl import __version__
-
     parser = _Parser(
         prog="sailrl",
         description="Compile and run RL fine-tuning specs (Tinker + Sail, or the embedded local backend).",
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 -- the last line of defence: never a bare traceback with exit 1
-        from sailrl.spec.errors import SpecErrors, UserError
+        from sailrl.spec.errors import SpecErrors, UserError  # lazy: `sailrl --help` imports nothing of the stages
 
         if isinstance(exc, SpecErrors):
             print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)

@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from sailrl.compiler.render import feature_changes
+from sailrl.compiler.validate import validate_text
 from sailrl.spec.errors import SailrlError, SpecErrors, UserError
 from sailrl.spec.loader import read_spec_file
 from sailrl.spec.schema import Spec
@@ -130,8 +132,6 @@ def overrides_message(config: dict[str, Any], overrides: list[str]) -> str:
 
 def _validate_text(text: str, filename: str, path: Path | None) -> Any:
     """Every ``sailrl validate`` check on a spec's text; raises ``SpecErrors``."""
-    from sailrl.compiler.validate import validate_text  # the validation stage
-
     return validate_text(text, filename=filename, path=path)
 
 
@@ -169,7 +169,7 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, opti
     """Open the run, await ``script_main(run)`` and turn its end into an exit status (see the module docstring)."""
     # lazy: `sailrl preflight` imports this module for build_spec; the run's modules load torch
     from sailrl.runtime.errors import BudgetReached
-    from sailrl.runtime.run import open_run
+    from sailrl.runtime.run import open_run  # lazy: see above
 
     run = None
     _stop_state["saved"] = False
@@ -252,7 +252,7 @@ def _run_async(coro: Awaitable[int]) -> int:
 def main(script_main: Callable[[Any], Awaitable[None]], config: dict[str, Any], *, spec_path: str,
          spec_dir: Path, spec_sha256: str, doc: str | None = None, argv: list[str] | None = None) -> int:
     """A generated script's ``__main__``: parse flags, build the spec, run. Returns the exit status."""
-    from sailrl.compiler.render import feature_changes
+    # lazy: the run's modules load torch; `sailrl preflight` imports this module for build_spec
     from sailrl.runtime.run import RunOptions
 
     args = parse_args(argv, doc)

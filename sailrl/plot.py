@@ -44,8 +44,9 @@ def build_figure(metrics: list[dict[str, Any]], title: str = "") -> Any:
     lines of ``metrics.jsonl``; those without an integer ``step`` are skipped. Raises ``ValueError`` when none
     has one.
     """
+    # lazy: matplotlib takes about a second; a run without steps is reported before it loads
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # lazy: see above
 
     metrics = [m for m in metrics if isinstance(m.get("step"), int) and not isinstance(m.get("step"), bool)]
     if not metrics:

@@ -8,6 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from sailrl.compiler.reward_checks import is_example_error
+from sailrl.compiler.validate import problems
+from sailrl.spec.errors import SpecErrors, format_problems
+from sailrl.spec.loader import read_spec_file
+
 
 def use_color(choice: str, stream: TextIO) -> bool:
     """Whether to colour output on ``stream`` for --color ``choice`` (auto/always/never; honours NO_COLOR)."""
@@ -28,8 +33,6 @@ def spec_missing(path: str) -> bool:
 
 def print_warnings(loaded: Any, color: bool, stream: TextIO | None = None) -> None:
     """Print ``loaded.warnings`` (a validated spec's warnings) as a report, when there are any."""
-    from sailrl.spec.errors import format_problems
-
     if loaded.warnings:
         print(format_problems(loaded.warnings, loaded.text, color=color), file=stream or sys.stderr)
         print(file=stream or sys.stderr)
@@ -41,11 +44,6 @@ def load_spec_lenient(path: str, color: bool) -> Any:
     A spec whose only errors are its worked ``examples:`` disagreeing still loads (the problems are printed
     first): that is when scoring completions by hand helps most. Warnings are printed and do not stop it.
     """
-    from sailrl.compiler.reward_checks import is_example_error
-    from sailrl.compiler.validate import problems
-    from sailrl.spec.errors import SpecErrors, format_problems
-    from sailrl.spec.loader import read_spec_file
-
     try:
         text, digest = read_spec_file(path)
     except SpecErrors as exc:
@@ -71,8 +69,9 @@ def _quoted(text: str) -> str:
 def print_score_tables(fn: Any, results: list[tuple]) -> None:
     """One table per ``(item, fields, reference problem, score, traces)``: rule | result | score | why, and the total;
     then the completion text and the reference answer (``sailrl rewards``, ``sailrl sample``)."""
+    # lazy: rich takes a while to import; validate imports this module and prints no table
     from rich.markup import escape
-    from rich.table import Table
+    from rich.table import Table  # lazy: see above
 
     from sailrl.runtime.console import make_console  # lazy: rich only when printing
 

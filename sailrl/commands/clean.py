@@ -19,6 +19,13 @@ import stat
 import sys
 from typing import Any
 
+from rich.markup import escape
+from rich.table import Table
+
+from sailrl.runtime.checkpoint_store import find_run_directories, list_store, plan_removals, remove, store_dir
+from sailrl.runtime.console import make_console
+from sailrl.spec.messages import did_you_mean_text
+
 
 def _days(text: str) -> float:
     try:
@@ -78,9 +85,6 @@ def _needed_text(run: Any) -> str:
 
 
 def _list(runs: list[Any], store: Any, console: Any) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
     t = Table(title=f"checkpoint store {escape(str(store))}", title_justify="left")
     for col, justify in (("run id", "left"), ("size", "right"), ("age", "right"), ("checkpoints", "right"),
                          ("needed by (--resume, final adapter)", "left")):
@@ -94,10 +98,6 @@ def _list(runs: list[Any], store: Any, console: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sailrl.runtime.checkpoint_store import find_run_directories, list_store, plan_removals, remove, store_dir
-    from sailrl.runtime.console import make_console
-    from sailrl.spec.messages import did_you_mean_text
-
     console = make_console(highlight=False, soft_wrap=True)
     store = store_dir()
     selecting = bool(args.run_ids) or args.older_than is not None or args.all

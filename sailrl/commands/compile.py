@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sailrl.commands._common import print_warnings
+from sailrl.compiler.render import default_output_path, render_script
+from sailrl.compiler.validate import validate_file
+from sailrl.spec.errors import SpecErrors
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec YAML file")
@@ -19,10 +24,6 @@ def compile_spec(spec_path: str, output: str | None, *, warn: bool = True) -> tu
 
     ``warn``: print the spec's warnings to stderr.
     """
-    from sailrl.commands._common import print_warnings
-    from sailrl.compiler.render import default_output_path, render_script
-    from sailrl.compiler.validate import validate_file
-
     loaded = validate_file(spec_path)
     if warn:
         print_warnings(loaded, sys.stderr.isatty())
@@ -54,8 +55,6 @@ def stale_diff(path: str, fresh: str, spec_path: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    from sailrl.spec.errors import SpecErrors
 
     try:
         out, text = compile_spec(args.spec, args.output, warn=not args.check)

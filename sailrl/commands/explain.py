@@ -14,21 +14,23 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sailrl.commands._common import load_spec_lenient, spec_missing, use_color
+from sailrl.runtime.cost import estimate_run
+from sailrl.runtime.rewards import RewardFunction
+from sailrl.spec.lr_advice import lr_advice
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec YAML file")
 
 
 def run(args: argparse.Namespace) -> int:
-    from sailrl.commands._common import load_spec_lenient, spec_missing, use_color
-
     if spec_missing(args.spec):
         print(f"error: spec not found: {args.spec}", file=sys.stderr)
         return 1
     spec = load_spec_lenient(args.spec, use_color("auto", sys.stderr))
     if spec is None:
         return 1
-    from sailrl.runtime.rewards import RewardFunction
 
     fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field)
     print(f"Reward of '{spec.name}', per completion:")
@@ -49,12 +51,10 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(judged)} of them read a judge rule and are checked only by `sailrl validate --judge`.")
         else:
             print(f"{len(spec.examples)} worked example(s) in the spec are checked by `sailrl validate`.")
-    from sailrl.spec.lr_advice import lr_advice
 
     advice = lr_advice(spec.model.name, spec.training.learning_rate)
     if advice is not None:
         print(f"Learning rate: {advice}.")
-    from sailrl.runtime.cost import estimate_run
 
     print()  # the cost before paying: completions from 1 to max_tokens tokens, prompts not measured here
     print("\n".join(estimate_run(spec, None).render()))

@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sailrl.export import export_run
+from sailrl.export.publish import push
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (output.run_dir, e.g. runs/quickstart)")
@@ -25,16 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sailrl.export import export_run
-
     done = export_run(args.run_dir, args.checkpoint, args.format, args.output, args.overwrite)
     what = "PEFT adapter" if args.format == "peft" else "merged model"
     print(f"exported {done.checkpoint.path} (step {done.checkpoint.step}) as a {what}: {done.folder}")
     print(f"  base model: {done.built.base_model}; LoRA rank {done.built.lora_rank}; model card: "
           f"{done.folder / 'README.md'}")
     if args.push:
-        from sailrl.export.publish import push
-
         url = push(done.folder, args.push, private=not args.public)
         print(f"pushed to {url} ({'public' if args.public else 'private'})")
     elif args.public:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sailrl.plot import plot_run
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding metrics.jsonl")
@@ -14,8 +16,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    from sailrl.plot import plot_run
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "metrics.jsonl").exists():

@@ -20,6 +20,15 @@ import argparse
 import sys
 from typing import Any
 
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from sailrl.compiler.validate import validate_file
+from sailrl.launch import build_spec
+from sailrl.runtime.console import panel_expand
+from sailrl.spec.errors import SpecErrors
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec YAML file")
@@ -42,8 +51,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _with_overrides(loaded: Any, overrides: list[str], spec_dir: Any) -> Any:
     """The spec with ``--set`` overrides, checked as ``sailrl run`` checks them (raises ValueError / SpecErrors)."""
-    from sailrl.launch import build_spec
-
     return build_spec(loaded.spec.resolved(), overrides, spec_dir)
 
 
@@ -58,9 +65,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import json
     from pathlib import Path
-
-    from sailrl.compiler.validate import validate_file
-    from sailrl.spec.errors import SpecErrors
 
     color = sys.stderr.isatty()
     try:
@@ -82,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
 
     from sailrl.runtime.judge_clients import judge_connector  # lazy: the runtime loads after the spec validates
+
+    # lazy: runtime.preflight loads torch and transformers (seconds); an invalid spec is reported first
     from sailrl.runtime.preflight import PreflightError, build_report
 
     try:
@@ -124,12 +130,6 @@ def _pct(x: float | None) -> str:
 def render_report(report: dict[str, Any], console: Any) -> None:
     """Print a ``build_report`` report for people with rich: tables for data, prompts, tokens, rewards, the
     sampled base policy and the cost estimate, then the problems and the verdict."""
-    from rich.markup import escape
-    from rich.panel import Panel
-    from rich.table import Table
-
-    from sailrl.runtime.console import panel_expand
-
     overrides = report.get("overrides") or []
     console.print(f"[bold]preflight[/bold] {escape(str(report.get('spec') or report['name']))}  "
                   f"(model {escape(report['model'])})" + (f"  with --set {escape(' '.join(overrides))}"
@@ -187,9 +187,6 @@ def render_report(report: dict[str, Any], console: Any) -> None:
 
 
 def _render_sample(sample: dict[str, Any], console: Any) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
     if sample.get("note"):
         console.print(f"[yellow]note:[/yellow] {escape(sample['note'])}")
     t = Table(title=f"base policy of {escape(sample.get('model') or '')}: {sample['groups']} groups x "

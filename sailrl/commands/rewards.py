@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sailrl.commands._common import load_spec_lenient, print_score_tables, spec_missing, use_color
 from sailrl.runtime.data import dataset_row
+from sailrl.runtime.rewards import RewardFunction
 from sailrl.spec.errors import UserError
 
 
@@ -76,8 +78,6 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from sailrl.commands._common import load_spec_lenient, print_score_tables, spec_missing, use_color
-
     color = use_color("auto", sys.stderr)
     try:
         fields = _parse_fields(args.field)
@@ -110,11 +110,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: {note}", file=sys.stderr)
     base = {**row, **fields}
 
-    from sailrl.runtime.rewards import RewardFunction
-
     spec_dir = Path(args.spec).resolve().parent
     fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
     if fn.judges:  # kind: judge rules call their judge models (keys as for a run)
+        # lazy: judge clients load tinker and torch (seconds); only specs with judge rules need them
         from sailrl.runtime.judge_clients import connect_judges
 
         for name, why in connect_judges(fn, spec_dir=spec_dir).items():

@@ -12,6 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sailrl import launch
+from sailrl.commands._common import print_warnings
+from sailrl.compiler.render import render_script
+from sailrl.compiler.validate import validate_file
+from sailrl.runtime.rundir import run_dir_path
+from sailrl.spec.errors import SpecErrors
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec YAML file")
@@ -28,13 +35,8 @@ def run(args: argparse.Namespace) -> int:
     import shlex
     from pathlib import Path
 
-    from sailrl import launch
-    from sailrl.commands._common import print_warnings
-    from sailrl.compiler.render import render_script
-    from sailrl.compiler.validate import validate_file
+    # lazy: runtime.run loads tinker and torch (seconds); an invalid spec is reported first
     from sailrl.runtime.run import RunOptions
-    from sailrl.runtime.rundir import run_dir_path
-    from sailrl.spec.errors import SpecErrors
 
     try:
         loaded = validate_file(args.spec)

@@ -13,6 +13,10 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from sailrl.commands._common import print_score_tables
+from sailrl.export import RunInfo
+from sailrl.export.sample import sample_run
+
 
 def _field(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
@@ -83,10 +87,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sailrl.commands._common import print_score_tables
-    from sailrl.export import RunInfo
-    from sailrl.export.sample import sample_run
-
     run_info = RunInfo.read(args.run_dir)
     ckpt = run_info.checkpoint(args.checkpoint)
     result = sample_run(run_info, ckpt, prompt=args.prompt, row=args.row, fields=dict(args.field), n=args.n,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sailrl.spec.schema import json_schema
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write the schema to FILE instead of printing it")
@@ -18,8 +20,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
-
-    from sailrl.spec.schema import json_schema
 
     text = json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
     if not args.output or args.output == "-":

@@ -25,7 +25,15 @@ import sys
 import unicodedata
 from typing import Any
 
+from rich import box
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from sailrl.runtime.console import panel_expand
+from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
 from sailrl.spec.errors import UserError
+from sailrl.spec.messages import did_you_mean_text
 
 DEFAULT_LIMIT = 8
 #: A prompt longer than this (characters) is shown as its first PROMPT_HEAD and last PROMPT_TAIL characters.
@@ -110,8 +118,6 @@ def _ranges(steps: list[int]) -> str:
 def choose(run_dir: Any, step: int | None, kind: str | None) -> tuple[int, str, list[dict[str, Any]]]:
     """(step, kind, records) to show. Raises :class:`ShowError` with the reason in plain words."""
     from pathlib import Path
-
-    from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -201,12 +207,6 @@ def _is_num(v: Any) -> bool:
 
 def _episode(console: Any, episode: dict[str, Any]) -> None:
     """Every turn of an episode: assistant text and its tool calls, tool results (errors marked), feedback."""
-    from rich import box
-    from rich.panel import Panel
-    from rich.text import Text
-
-    from sailrl.runtime.console import panel_expand
-
     turns = [t for t in episode.get("turns") or [] if isinstance(t, dict)]
     for n, t in enumerate(turns, 1):
         role = str(t.get("role", ""))
@@ -231,13 +231,6 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
            worst: bool = False, rule: str | None = None, limit: int | None = DEFAULT_LIMIT,
            show_prompt: str = "short") -> None:
     """Print the summary and the rollouts of one step on a rich ``console``."""
-    from rich import box
-    from rich.panel import Panel
-    from rich.table import Table
-    from rich.text import Text
-
-    from sailrl.runtime.console import panel_expand
-
     rules = [rule] if rule else rule_names(records)
     for line in _summary(step, kind, records, rule_names(records) if rule is None else [rule]):
         console.print(Text(line))
@@ -306,7 +299,6 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
 
 def run(args: argparse.Namespace) -> int:
     from sailrl.runtime.console import make_console  # lazy: rich only when printing
-    from sailrl.spec.messages import did_you_mean_text
 
     try:
         step, kind, records = choose(args.run_dir, args.step, args.kind)

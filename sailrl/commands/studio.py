@@ -51,9 +51,10 @@ def run(args: argparse.Namespace) -> int:
     # lazy: starlette, uvicorn and the studio load only for this command
     import uvicorn
 
+    # lazy: starlette and uvicorn load only when the server starts; `sailrl studio --help` stays fast
     from sailrl.studio.app import build_app
-    from sailrl.studio.security import new_token
-    from sailrl.studio.session import Studio
+    from sailrl.studio.security import new_token  # lazy: see above (spec.errors and its codes table)
+    from sailrl.studio.session import Studio  # lazy: see above (the session imports jinja2 and the data readers)
 
     spec = Path(args.spec)
     if not spec.is_file():

@@ -15,6 +15,8 @@ import sys
 from typing import Any
 
 from sailrl.commands._common import print_warnings, use_color
+from sailrl.compiler.validate import validate_file
+from sailrl.spec.errors import SpecErrors
 
 __all__ = ["add_arguments", "run", "use_color"]
 
@@ -42,9 +44,6 @@ def judge_connector(spec_path: str, *, every: bool) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sailrl.compiler.validate import validate_file
-    from sailrl.spec.errors import SpecErrors
-
     color = use_color(args.color, sys.stderr)
     failed = 0
     for path in args.specs:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.export.runinfo import Checkpoint, ExportError
+from sailrl.runtime.backends import local_checkpoint_dir
 from sailrl.spec.models import is_builtin
 
 FORMATS = ("peft", "merged")
@@ -93,7 +94,7 @@ def _files(folder: Path) -> list[str]:
 def local_checkpoint_directory(ckpt: Checkpoint, have: str) -> str:
     """The folder of the ``local://`` checkpoint ``ckpt`` in the embedded backend's store; :class:`ExportError`
     (ending with ``have``, the checkpoints the run has) when it is gone."""
-    from sailrl.runtime.backends import local_checkpoint_dir
+    # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
     from sailrl.runtime.local.checkpoints import CheckpointPathError, CheckpointStore
 
     store = CheckpointStore(str(local_checkpoint_dir()))
@@ -137,8 +138,9 @@ def _local_damage(directory: str) -> str | None:
 
 def quiet_progress_bars() -> None:
     """No per-file progress bars from transformers and huggingface_hub: an export prints its own lines."""
+    # lazy: transformers takes seconds; only an export or sample that loads a model calls this
     from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # lazy: see above
 
     disable_progress_bars()
     hf_logging.disable_progress_bar()
@@ -148,8 +150,9 @@ def _load_local_base(directory: str) -> tuple[Any, Any, Any]:
     """``(BaseModelSpec, model, tokenizer)`` of the base a checkpoint was trained on (float32, CPU)."""
     import torch  # lazy: torch only for the build itself
 
+    # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
     from sailrl.runtime.local.sources import BaseModelError
-    from sailrl.runtime.local.tiny import BaseModelCache, BaseModelSpec, load_base_model
+    from sailrl.runtime.local.tiny import BaseModelCache, BaseModelSpec, load_base_model  # lazy: see above
 
     try:
         spec = BaseModelSpec.read(directory)
@@ -171,6 +174,7 @@ def _save_tokenizer(spec: Any, tokenizer: Any, out: Path) -> None:
     if not is_builtin(spec.model_name):
         from tinker_cookbook.weights._export import save_tokenizer_and_processor  # lazy: torch
 
+        # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
         from sailrl.runtime.local.sources import resolve_model
 
         resolved = resolve_model(spec.model_name, revision=spec.revision)
@@ -239,6 +243,7 @@ def build_local(ckpt: Checkpoint, fmt: str, out: Path, final_target: Path, have:
 
 def _hub_folder(model_name: str) -> str:
     """The base model's files: a local folder as is, else the Hugging Face cache or the hub (bounded)."""
+    # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
     from sailrl.runtime.local.sources import BaseModelError, hub_snapshot
 
     if os.path.isdir(model_name):
@@ -253,6 +258,8 @@ def _hub_folder(model_name: str) -> str:
 def build_tinker(ckpt: Checkpoint, fmt: str, out: Path, base_model: str, have: str) -> Built:
     """Download ``ckpt`` (a ``tinker://`` checkpoint) with tinker_cookbook and build it into ``out`` as ``fmt``."""
     from tinker_cookbook import weights  # lazy: torch, transformers and the Tinker SDK
+
+    # lazy: tinker_cookbook takes seconds; only a Tinker export needs it
     from tinker_cookbook.exceptions import WeightsDownloadError
 
     quiet_progress_bars()

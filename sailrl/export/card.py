@@ -18,9 +18,16 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import ModelCard, ModelCardData
+
 from sailrl.export.build import BASE_SUBFOLDER, Built
 from sailrl.export.runinfo import Checkpoint, RunInfo
+from sailrl.runtime.data import DatasetError, load_rows
+from sailrl.runtime.rewards import RewardFunction
 from sailrl.runtime.rundir import METRICS_FILE
+from sailrl.spec.constants import LOCAL_DATA_SUFFIXES
+from sailrl.spec.errors import SpecErrors
+from sailrl.spec.loader import read_spec_file
 from sailrl.spec.models import is_builtin
 from sailrl.spec.version import __version__
 
@@ -39,28 +46,20 @@ def _version(name: str) -> str:
 
 def _is_hub_id(name: str) -> bool:
     """Whether ``name`` reads as a Hugging Face repository id (``org/name``), not a built-in model or a file."""
-    from sailrl.spec.constants import LOCAL_DATA_SUFFIXES
-
     return (name.count("/") == 1 and not name.startswith((".", "/", "~")) and set(name) <= HUB_ID_CHARS
             and not is_builtin(name) and not name.lower().endswith((*LOCAL_DATA_SUFFIXES, ".gguf")))
 
 
 def explain_lines(spec: Any, spec_dir: Path) -> list[str]:
     """The reward rules in words, exactly as ``sailrl explain`` prints them."""
-    from sailrl.runtime.rewards import RewardFunction
-
     return RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir).explain()
 
 
 def data_rows(spec: Any, spec_dir: Path) -> str:
     """How many training / eval rows the run had, counted from a local file; for a hub dataset, not counted here
     (that would download it)."""
-    from sailrl.spec.constants import LOCAL_DATA_SUFFIXES
-
     if not spec.dataset.source.lower().endswith(LOCAL_DATA_SUFFIXES):
         return "not counted here (a hub dataset)"
-    from sailrl.runtime.data import DatasetError, load_rows
-    from sailrl.runtime.rewards import RewardFunction
 
     try:
         fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
@@ -119,8 +118,6 @@ def _usage(built: Built, fmt: str, folder_name: str, repo_id: str | None) -> str
 def render_card(run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_name: str,
                 spec_file: str = SPEC_COPY, repo_id: str | None = None) -> str:
     """The ``README.md`` text."""
-    from huggingface_hub import ModelCard, ModelCardData
-
     spec = run.spec()
     hub_base = _is_hub_id(built.base_model)
     tags = ["sailrl", "reinforcement-learning", "grpo"] + (["peft", "lora"] if fmt == "peft" else [])
@@ -185,9 +182,6 @@ def write_card(out: Path, run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built
 def copy_records(out: Path, run: RunInfo) -> str:
     """Copy the spec file (when its sha256 is still the run's; else write the resolved spec) and ``metrics.jsonl``
     into ``out``; returns the spec copy's name."""
-    from sailrl.spec.errors import SpecErrors
-    from sailrl.spec.loader import read_spec_file
-
     metrics = run.path / METRICS_FILE
     if metrics.is_file():
         shutil.copyfile(metrics, out / METRICS_FILE)

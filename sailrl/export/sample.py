@@ -17,7 +17,11 @@ from typing import Any
 
 from sailrl.export.build import local_checkpoint_directory, quiet_progress_bars
 from sailrl.export.runinfo import Checkpoint, ExportError, RunInfo
+from sailrl.runtime.backends import check_keys, local_checkpoint_dir
 from sailrl.runtime.data import dataset_row
+from sailrl.runtime.prompts import PromptBuilder
+from sailrl.runtime.rewards import RewardFunction
+from sailrl.spec.errors import UserError
 from sailrl.spec.models import context_window
 
 #: Seconds a sampling request may take before ``sailrl sample`` gives up.
@@ -46,8 +50,8 @@ class SampleResult:
 
 
 def _renderer(spec: Any, spec_dir: Any) -> tuple[Any, Any]:
+    # lazy: runtime.models loads torch and transformers (seconds); bad arguments are reported before
     from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
-    from sailrl.spec.errors import UserError
 
     try:
         tokenizer = get_tokenizer(spec.model.name, spec_dir)
@@ -65,9 +69,9 @@ def _renderer(spec: Any, spec_dir: Any) -> tuple[Any, Any]:
 
 def _sampling_client(spec: Any, ckpt: Checkpoint, spec_dir: Any, have: str) -> Any:
     if ckpt.is_local:
-        from sailrl.runtime.backends import local_checkpoint_dir
+        # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
         from sailrl.runtime.local import LocalServiceClient
-        from sailrl.runtime.local.sources import BaseModelError
+        from sailrl.runtime.local.sources import BaseModelError  # lazy: see above
 
         local_checkpoint_directory(ckpt, have)
         service = LocalServiceClient(spec.model.name, base_dir=local_checkpoint_dir(), seed=spec.model.seed,
@@ -78,8 +82,6 @@ def _sampling_client(spec: Any, ckpt: Checkpoint, spec_dir: Any, have: str) -> A
             service.close("error")
             raise ExportError(f"cannot load the base model the run trained on: {exc}") from None
     import tinker  # lazy: the SDK only for a Tinker run
-
-    from sailrl.runtime.backends import check_keys
 
     check_keys("tinker")
     try:
@@ -99,11 +101,9 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
                fields: dict[str, Any] | None = None, n: int = 4, temperature: float | None = None,
                max_tokens: int | None = None, seed: int | None = None) -> SampleResult:
     """Sample ``n`` completions of ``ckpt`` for a prompt and score them (see the module docstring)."""
-    import tinker
+    import tinker  # lazy: tinker takes seconds; bad arguments are reported before
 
-    from sailrl.runtime.prompts import PromptBuilder
-    from sailrl.runtime.rewards import RewardFunction
-    from sailrl.runtime.rollout import completion_text
+    from sailrl.runtime.rollout import completion_text  # lazy: runtime.rollout loads tinker (seconds); see above
 
     if (prompt is None) == (row is None):
         raise ExportError("give the prompt as --prompt TEXT or take it from the data with --row N (one of them)")

@@ -33,6 +33,7 @@ from starlette.routing import Route
 
 from sailrl.studio.security import BodyTooLarge
 from sailrl.studio.session import Studio, StudioError
+from sailrl.studio.yaml_patch import PatchError, replace_sections
 
 
 def _error(message: str, status: int) -> JSONResponse:
@@ -128,8 +129,6 @@ def _check(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
 
 
 def _patch(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
-    from sailrl.studio.yaml_patch import PatchError, replace_sections
-
     rules = body.get("rules")
     examples = body.get("examples")
     if not isinstance(rules, list) or (examples is not None and not isinstance(examples, list)):

@@ -30,12 +30,18 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.compiler.validate import problems as spec_problems
+from sailrl.runtime.data import DatasetError, load_rows
 from sailrl.runtime.data.readers import is_local, resolve
 from sailrl.runtime.judge_clients import connect_judges, not_checked
+from sailrl.runtime.prompts import PromptBuilder, PromptError
 from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, RewardFunction
+from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
 from sailrl.runtime.rundir import METRICS_FILE
+from sailrl.spec.codes import CODES
 from sailrl.spec.errors import SpecError, SpecErrors, UserError
 from sailrl.spec.loader import read_spec_file
+from sailrl.spec.rewards import RewardSpec
+from sailrl.spec.schema import PromptSpec
 from sailrl.studio.security import PathRefused, confined
 
 RUN_ALIAS = "@run"  # the --run folder, wherever it lies
@@ -87,8 +93,6 @@ def _durable_temp(folder: Path, name: str, data: bytes, mode: int) -> str:
 
 def problem_json(e: SpecError) -> dict[str, Any]:
     """A problem as the page shows it: the CLI's headline, message, hint and code, and where it is."""
-    from sailrl.spec.codes import CODES
-
     code = CODES.get(e.code)
     return {"file": e.file, "line": e.line, "column": e.column, "key_path": e.key_path, "message": e.message,
             "hint": e.hint, "code": e.code, "code_name": getattr(code, "name", None), "severity": e.severity,
@@ -217,9 +221,6 @@ class Checked:
     def _reward(self, loaded: Any, spec_dir: Path) -> tuple[RewardFunction | None, str | None]:
         """The reward the rules make, also when other parts of the spec have errors (the try panel still works)."""
         from pydantic import ValidationError
-
-        from sailrl.spec.rewards import RewardSpec
-        from sailrl.spec.schema import PromptSpec
 
         if self.spec is not None:
             return RewardFunction.from_spec(self.spec.reward, self.spec.prompt.reference_field, spec_dir), None
@@ -505,14 +506,13 @@ class Studio:
             return [type(exc).__name__, os.path.exists(path)]
 
     def _tools_for(self, spec: Any) -> tuple[Any, Any, str | None]:
+        # lazy: runtime.preflight loads torch and transformers (seconds); the studio opens without them
         from sailrl.runtime.preflight import _load_text_tools  # the same tokenizer/renderer preflight uses
 
         key = (spec.model.name, spec.model.renderer)
         return self._tools.get_or(key, lambda: _load_text_tools(spec, self.spec_dir), self._lock)
 
     def rows(self, text: str) -> tuple[Checked, _Listing]:
-        from sailrl.runtime.data import DatasetError, load_rows
-
         checked = self._spec_or_raise(text)
         spec = checked.spec
         key = self._data_key(spec)
@@ -545,8 +545,6 @@ class Studio:
 
     def row(self, text: str, index: int | None = None, pick_random: bool = False) -> dict[str, Any]:
         """One row with its rendered prompt (the runtime's sandboxed template), token length and reference."""
-        from sailrl.runtime.prompts import PromptBuilder, PromptError
-
         checked, listing = self.rows(text)
         every = listing.every
         if not every:
@@ -583,7 +581,7 @@ class Studio:
 
     def preflight(self, text: str) -> dict[str, Any]:
         """``sailrl preflight``'s report without sampling: data, prompts, tokens, reward and its findings."""
-        from sailrl.runtime.preflight import PreflightError, build_report
+        from sailrl.runtime.preflight import PreflightError, build_report  # lazy: see _tools_for
 
         checked = self._spec_or_raise(text)
 
@@ -660,8 +658,6 @@ class Studio:
         return read_metrics(path, after, file_id)
 
     def steps(self, run: str) -> dict[str, Any]:
-        from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps
-
         path = self._run_path(run)
         log = _run_file(path, ROLLOUTS_FILE)
         if log is None:
@@ -675,8 +671,6 @@ class Studio:
         return self._steps.get_or(key, lambda: logged_steps(path), self._lock)
 
     def rollouts(self, run: str, step: int, kind: str = "train") -> dict[str, Any]:
-        from sailrl.runtime.rollout_log import ROLLOUTS_FILE, read_rollouts
-
         if kind not in ("train", "eval"):
             raise StudioError("kind must be train or eval")
         path = self._run_path(run)
