@@ -40,6 +40,7 @@ from sailrl.runtime.data.order import WARMUP_SEED_OFFSET, rows_for_step, shuffle
 from sailrl.runtime.judge import judge_messages
 from sailrl.spec.models import context_window
 from sailrl.spec.pricing import SAIL_WINDOWS, PriceKey, ResolvedPrice, resolve_judge_price, resolve_price
+from sailrl.spec.schema import Spec
 
 KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained",
          "judge_prompt", "judge_output")
@@ -72,7 +73,7 @@ def billing(sampler: str, completion_window: str) -> dict[str, PriceKey]:
     return out
 
 
-def judge_rules(spec: Any) -> list[Any]:
+def judge_rules(spec: Spec) -> list[Any]:
     """The spec's ``kind: judge`` rules."""
     rules = getattr(getattr(spec, "reward", None), "rules", None) or []  # a budget check's view has no reward
     return [r for r in rules if getattr(r, "kind", None) == "judge"]
@@ -128,7 +129,7 @@ class CostModel:
     Build with :meth:`from_spec`. ``prices``: kind -> :class:`~sailrl.spec.pricing.ResolvedPrice`.
     """
 
-    def __init__(self, spec: Any, sampler: str, prices: dict[str, ResolvedPrice], *,
+    def __init__(self, spec: Spec, sampler: str, prices: dict[str, ResolvedPrice], *,
                  prompt_token_lengths: Sequence[int] | None = None,
                  eval_prompt_token_lengths: Sequence[int] | None = None) -> None:
         self.spec = spec
@@ -139,7 +140,7 @@ class CostModel:
                                           if eval_prompt_token_lengths is not None else None)
 
     @classmethod
-    def from_spec(cls, spec: Any, *, sampler: str | None = None, prompt_token_lengths: Sequence[int] | None = None,
+    def from_spec(cls, spec: Spec, *, sampler: str | None = None, prompt_token_lengths: Sequence[int] | None = None,
                   eval_prompt_token_lengths: Sequence[int] | None = None) -> CostModel:
         """The cost model of ``spec`` (a :class:`~sailrl.spec.schema.Spec`).
 
@@ -451,7 +452,7 @@ class EpisodeBound:
     observation: int
 
     @classmethod
-    def of(cls, spec: Any) -> EpisodeBound | None:
+    def of(cls, spec: Spec) -> EpisodeBound | None:
         """The bound of ``spec``'s episodes; None for a single-turn spec."""
         env = getattr(spec, "environment", None)
         if env is None:
@@ -487,7 +488,7 @@ class EpisodeBound:
                 "is no expected value")
 
 
-def estimate_run(spec: Any, prompt_token_lengths: Sequence[int] | None,
+def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
                  completion_token_lengths: Sequence[int] | None = None, *,
                  eval_prompt_token_lengths: Sequence[int] | None = None,
                  warmup_token_lengths: Sequence[int] | None = None,
@@ -648,7 +649,7 @@ class TokenLengths:
     warmup: list[int] | None = None
 
 
-def measure_token_lengths(spec: Any, rows: Sequence[Mapping[str, Any]], prompts: Any) -> TokenLengths:
+def measure_token_lengths(spec: Spec, rows: Sequence[Mapping[str, Any]], prompts: Any) -> TokenLengths:
     """Token lengths of ``rows`` as the run renders them, for :func:`estimate_run`.
 
     spec: the run's Spec. rows: training (or held-out) rows in load order. prompts: a

@@ -66,6 +66,7 @@ from sailrl.runtime.sail_sandbox import SailboxPythonTool, sail_key_problem
 from sailrl.runtime.scoring import StepScorer
 from sailrl.runtime.tools import ToolFunction
 from sailrl.spec.errors import ConfigError
+from sailrl.spec.schema import Spec
 
 __all__ = ["END_REASONS", "CalculatorTool", "EpisodeEnv", "EpisodeGroupBuilder", "EpisodeMessageEnv",
            "ToolLoadError", "WorkerTool", "build_tools", "close_tools", "episode_group_builder", "tool_specs"]
@@ -401,7 +402,7 @@ class EpisodeGroupBuilder(EnvGroupBuilder):
         return list(self.tags)
 
 
-def episode_group_builder(spec: Any, row: dict[str, Any], *, prompts: Any, renderer: Any, reward_fn: Any,
+def episode_group_builder(spec: Spec, row: dict[str, Any], *, prompts: Any, renderer: Any, reward_fn: Any,
                           tools: list[Any], group_size: int, scorer: Any = None,
                           context_window: int | None = None) -> EpisodeGroupBuilder:
     """The :class:`EpisodeGroupBuilder` of ``row`` for a spec with ``environment:``. ``prompts``: the run's

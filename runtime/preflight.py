@@ -51,6 +51,7 @@ from sailrl.runtime.rollout import RuleGroupBuilder, SamplingPolicy, rollout_gro
 from sailrl.runtime.sail import AdaptiveSailCompleter
 from sailrl.spec.errors import UserError
 from sailrl.spec.models import TINY_MODEL_NAME, classify, context_window, default_renderer
+from sailrl.spec.schema import Spec
 
 __all__ = [
     "STAND_IN_MAX_TOKENS",
@@ -80,7 +81,7 @@ class PreflightError(UserError):
 # ------------------------------------------------------------------------------------------------ pieces
 
 
-def constant_reward(spec: Any) -> float | None:
+def constant_reward(spec: Spec) -> float | None:
     """The total every completion gets when the reward cannot vary, else None.
 
     Each rule contributes its pass score or its fail score (``RuleBase.scores()``); the total is their sum,
@@ -142,7 +143,7 @@ def _hub_unreachable(model_name: str) -> str | None:
     return None
 
 
-def _load_text_tools(spec: Any, spec_dir: Path) -> tuple[Any, Any, str | None]:
+def _load_text_tools(spec: Spec, spec_dir: Path) -> tuple[Any, Any, str | None]:
     """(tokenizer, renderer, problem): a problem string when they cannot be loaded (e.g. offline)."""
     name = spec.model.name
     try:
@@ -187,7 +188,7 @@ class SamplingPlan:
     """
 
     sampler: str
-    spec: Any
+    spec: Spec
     stand_in: dict[str, Any] | None = None
 
     def note(self) -> str | None:
@@ -201,7 +202,7 @@ class SamplingPlan:
                 f"{s['instead_of']}'s, so they draw no verdict")
 
 
-def check_sampler(spec: Any, sampler: str, spec_path: str | None = None) -> None:
+def check_sampler(spec: Spec, sampler: str, spec_path: str | None = None) -> None:
     """Raise :class:`PreflightError` (one plain line) when ``sampler`` (``tinker`` / ``sail``) cannot sample:
     an unknown sampler or a missing or malformed API key. Checked before anything slow starts."""
     where = spec_path or "SPEC"
@@ -218,7 +219,7 @@ def check_sampler(spec: Any, sampler: str, spec_path: str | None = None) -> None
         raise PreflightError(str(exc).replace("sailrl run", "sailrl preflight")) from None
 
 
-def _declared_tools(spec: Any, spec_dir: Any, renderer: Any, problems: list) -> list[dict[str, Any]] | None:
+def _declared_tools(spec: Spec, spec_dir: Any, renderer: Any, problems: list) -> list[dict[str, Any]] | None:
     """The tools an episode's prompt declares (counted in the prompt lengths, shown in the prompts), or None:
     no tools, a renderer that cannot declare them (validate says S252), or a tool that cannot load (a problem)."""
     from sailrl.runtime.episode import ToolLoadError, tool_specs  # lazy: only a spec with episodes needs them
@@ -238,7 +239,7 @@ def _declared_tools(spec: Any, spec_dir: Any, renderer: Any, problems: list) -> 
     return specs
 
 
-def check_sandbox(spec: Any) -> None:
+def check_sandbox(spec: Spec) -> None:
     """Raise :class:`PreflightError` when the python tool's code runs in a Sailbox (``environment.sandbox:
     sail``) and this process has no Sail credentials; the episodes of ``--sample`` would call it."""
     from sailrl.runtime.sail_sandbox import sail_key_problem  # lazy: the sail SDK only for a spec with episodes
@@ -251,14 +252,14 @@ def check_sandbox(spec: Any) -> None:
         raise PreflightError(f"environment.sandbox: sail: {problem}")
 
 
-def _stand_in_spec(spec: Any) -> Any:
+def _stand_in_spec(spec: Spec) -> Spec:
     model = spec.model.model_copy(update={"name": STAND_IN_MODEL, "renderer": None})
     sampling = spec.sampling.model_copy(update={"sampler": "local",
                                                 "max_tokens": min(spec.sampling.max_tokens, STAND_IN_MAX_TOKENS)})
     return spec.model_copy(update={"model": model, "sampling": sampling})
 
 
-def plan_sampling(spec: Any, sampler: str | None, spec_dir: Path | str | None = None,
+def plan_sampling(spec: Spec, sampler: str | None, spec_dir: Path | str | None = None,
                   spec_path: str | None = None) -> SamplingPlan:
     """Decide what ``--sample`` samples; raises :class:`PreflightError` before anything slow starts.
 
@@ -288,7 +289,7 @@ def plan_sampling(spec: Any, sampler: str | None, spec_dir: Path | str | None = 
     return SamplingPlan("local", _stand_in_spec(spec), stand_in)
 
 
-async def _base_policy(spec: Any, sampler: str, workdir: Path, spec_path: str | None) -> tuple[Any, Any]:
+async def _base_policy(spec: Spec, sampler: str, workdir: Path, spec_path: str | None) -> tuple[Any, Any]:
     """(policy, tokenizer or None): a TokenCompleter sampling the base model (fresh LoRA) on ``sampler``.
 
     Same calls as the training loop's first step: a LoRA training client, ``save_weights_for_sampler``, a
@@ -311,7 +312,7 @@ async def _base_policy(spec: Any, sampler: str, workdir: Path, spec_path: str | 
     return SamplingPolicy(client, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p), tokenizer
 
 
-async def _sample(spec: Any, rows: list[dict], policy: Any, builder: Any, renderer: Any, reward_fn: Any,
+async def _sample(spec: Spec, rows: list[dict], policy: Any, builder: Any, renderer: Any, reward_fn: Any,
                   spec_dir: Path | str | None = None) -> Any:
     if spec.environment is not None:  # episodes: the same builder the run uses, tools loaded as the run loads them
         tools = build_tools(spec.environment, spec_dir or ".")
@@ -332,7 +333,7 @@ async def _sample(spec: Any, rows: list[dict], policy: Any, builder: Any, render
     return await rollout_groups(policy, builders)
 
 
-def _sample_section(spec: Any, batch: Any, reward_fn: Any, tokenizer: Any, show: int) -> dict[str, Any]:
+def _sample_section(spec: Spec, batch: Any, reward_fn: Any, tokenizer: Any, show: int) -> dict[str, Any]:
     rule_names = list(reward_fn.rule_names)
     contributions: dict[str, list[float]] = {n: [] for n in rule_names}
     passes: dict[str, list[bool]] = {n: [] for n in rule_names}
@@ -423,7 +424,7 @@ def _rule_problems(sample: dict[str, Any], has_warmup: bool, warm_steps: int) ->
     return out
 
 
-def _sample_problems(spec: Any, sample: dict[str, Any]) -> list[dict[str, Any]]:
+def _sample_problems(spec: Spec, sample: dict[str, Any]) -> list[dict[str, Any]]:
     out = _failed_problems(sample)
     if sample["groups"] == 0:
         return out
@@ -471,7 +472,7 @@ def _sample_problems(spec: Any, sample: dict[str, Any]) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------------ report
 
 
-def build_report(spec: Any, spec_dir: Path | str, *, sample: int = 0, show: int = 3, sampler: str | None = None,
+def build_report(spec: Spec, spec_dir: Path | str, *, sample: int = 0, show: int = 3, sampler: str | None = None,
                  spec_path: str | None = None, loaded: Any = None, policy: Any = None,
                  max_rows_measured: int = 5000, spec_warnings: Sequence[Any] = (),
                  judges: Any = None) -> dict[str, Any]:
@@ -631,7 +632,7 @@ def _mark_not_checked(section: dict[str, Any], unchecked: dict[str, str]) -> Non
     section["not_checked"] = dict(unchecked)
 
 
-def _sample_with(plan: SamplingPlan, spec: Any, train: list[dict], seed: int, sample: int,
+def _sample_with(plan: SamplingPlan, spec: Spec, train: list[dict], seed: int, sample: int,
                  show: int, spec_path: str | None, policy: Any, reward_fn: Any, tokenizer: Any, renderer: Any,
                  problems: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The ``sample`` section, sampled as ``plan`` says; None (with an error added) when it cannot sample."""
@@ -667,7 +668,7 @@ def _sample_with(plan: SamplingPlan, spec: Any, train: list[dict], seed: int, sa
     return section
 
 
-async def _run_sampling(spec: Any, rows: list[dict], sampler: str, spec_path: str | None, policy: Any,
+async def _run_sampling(spec: Spec, rows: list[dict], sampler: str, spec_path: str | None, policy: Any,
                         builder: Any, renderer: Any, reward_fn: Any) -> tuple[Any, Any]:
     tokenizer = None
     with tempfile.TemporaryDirectory(prefix="sailrl-preflight-") as tmp:
@@ -678,7 +679,7 @@ async def _run_sampling(spec: Any, rows: list[dict], sampler: str, spec_path: st
     return batch, tokenizer
 
 
-def _warmup_lengths(spec: Any, builder: Any, rows: list[dict]) -> list[int] | None:
+def _warmup_lengths(spec: Spec, builder: Any, rows: list[dict]) -> list[int] | None:
     warm = spec.training.warmup
     if warm is None or warm.steps <= 0:
         return None
@@ -686,7 +687,7 @@ def _warmup_lengths(spec: Any, builder: Any, rows: list[dict]) -> list[int] | No
     return [builder.supervised_datum(r, completion).model_input.length for r in rows]
 
 
-def _cost_section(spec: Any, prompt_lengths: list[int] | None, completion_lengths: list[int] | None,
+def _cost_section(spec: Spec, prompt_lengths: list[int] | None, completion_lengths: list[int] | None,
                   eval_lengths: list[int] | None, warm_lengths: list[int] | None, train_rows: int,
                   degenerate: tuple[int, int] | None) -> dict[str, Any]:
     """``sailrl.runtime.cost.estimate_run`` as a dict, plus ``summary`` (one line) and ``lines`` (the table)."""
@@ -723,7 +724,7 @@ def _messages_text(messages: list[dict]) -> str:
     return "\n\n".join(f"[{m['role']}] {m['content']}" for m in messages)
 
 
-def _reference(reward_fn: Any, spec: Any, row: dict) -> Any:
+def _reference(reward_fn: Any, spec: Spec, row: dict) -> Any:
     try:
         ref = reward_fn.reference_answer(row)
     except Exception:  # noqa: BLE001 -- shown for information only
@@ -731,7 +732,7 @@ def _reference(reward_fn: Any, spec: Any, row: dict) -> Any:
     return ref if ref is not None else row.get(spec.prompt.reference_field)
 
 
-def _token_section(spec: Any, lengths: list[int], context: int | None, source: str,
+def _token_section(spec: Spec, lengths: list[int], context: int | None, source: str,
                    skipped: Sequence[Any]) -> dict[str, Any]:
     """Prompt lengths of the kept rows against the context; rows too long were skipped at load."""
     too_long = [s for s in skipped if s.kind == "too_long"]

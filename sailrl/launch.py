@@ -152,7 +152,7 @@ def build_spec(config: dict[str, Any], overrides: list[str], spec_dir: Path | st
     return _validate_text(text, "<spec with --set overrides>", where).spec
 
 
-def write_into_config(config: dict[str, Any], spec: Any) -> None:
+def write_into_config(config: dict[str, Any], spec: Spec) -> None:
     """Write ``spec``'s values (overrides applied) into the script's ``CONFIG`` sections in place, so the names
     the script's ``main()`` reads (``TRAINING[...]``) hold the values this run uses. A reward rule keeps the keys
     the script shows when the overrides left it as it was."""
@@ -165,7 +165,7 @@ def write_into_config(config: dict[str, Any], spec: Any) -> None:
             section.update(resolved[name])
 
 
-async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Any, options: Any) -> int:
+async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, options: Any) -> int:
     """Open the run, await ``script_main(run)`` and turn its end into an exit status (see the module docstring)."""
     # lazy: `sailrl preflight` imports this module for build_spec; the run's modules load torch
     from sailrl.runtime.errors import BudgetReached
@@ -299,7 +299,7 @@ def spec_changed(spec_path: str, spec_dir: Path, spec_sha256: str, script: Path 
             f"{shlex.quote(spec_path)})")
 
 
-def run_compiled(script_text: str, spec: Any, options: Any) -> int:
+def run_compiled(script_text: str, spec: Spec, options: Any) -> int:
     """Run a compiled script's text in this process (``sailrl run``): its ``main`` with ``spec`` and ``options``."""
     namespace: dict[str, Any] = {"__name__": "sailrl_compiled_script", "__file__": str(options.spec_dir / "train.py")}
     exec(compile(script_text, "train.py", "exec"), namespace)  # the script sailrl just rendered from the spec

@@ -42,6 +42,7 @@ from sailrl.runtime.data.rows import (
 from sailrl.runtime.data.sources import RowList, load_split
 from sailrl.runtime.prompts import PromptBuilder
 from sailrl.spec.models import context_window as lookup
+from sailrl.spec.schema import Spec
 
 __all__ = [
     "LOCAL_SUFFIXES",
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 
-def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
+def load_rows(spec: Spec, spec_dir: Path | str, reward_fn: Any = None, *,
               renderer_check: Callable[[dict], str | None] | None = None, renderer: Any = None,
               context_window: int | None = None, tool_specs: list[dict[str, Any]] | None = None) -> DatasetRows:
     """Load, map, check, shuffle and split the spec's dataset (see the module docstring for the order).
@@ -131,7 +132,7 @@ def load_rows(spec: Any, spec_dir: Path | str, reward_fn: Any = None, *,
                        loaded=src.total, selected=selected, notes=notes)
 
 
-def dataset_row(spec: Any, spec_dir: Path | str, n: int) -> tuple[dict[str, Any], str | None]:
+def dataset_row(spec: Spec, spec_dir: Path | str, n: int) -> tuple[dict[str, Any], str | None]:
     """Row ``n`` (its index in the split) of the spec's dataset, as training selects it, and a note when training
     skips that row (else None); ``LookupError`` (one line) when the data cannot be loaded or the row is not
     selected (``sailrl rewards --row``, ``sailrl sample --row``)."""
@@ -154,7 +155,7 @@ def dataset_row(spec: Any, spec_dir: Path | str, n: int) -> tuple[dict[str, Any]
                       f"(rows {span}; dataset.range / dataset.limit select them)")
 
 
-def _field_names(spec: Any, src: Any, need: Any) -> list[str] | None:
+def _field_names(spec: Spec, src: Any, need: Any) -> list[str] | None:
     """The field names templates may use: the declared fields, or (every column under its own name) the
     source's columns when known before reading, else None (templates are checked against the rows read)."""
     mapping = spec_mapping(spec)
@@ -163,7 +164,7 @@ def _field_names(spec: Any, src: Any, need: Any) -> list[str] | None:
     return list(src.columns) if src.columns else None
 
 
-def _prompt_limit(spec: Any, spec_dir: Path, renderer: Any, context_window: int | None,
+def _prompt_limit(spec: Spec, spec_dir: Path, renderer: Any, context_window: int | None,
                   tool_specs: list[dict[str, Any]] | None = None) -> PromptLimit | None:
     if renderer is None:
         return None

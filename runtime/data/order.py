@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sailrl.runtime.data.base import DatasetError
+from sailrl.spec.schema import Spec
 
 __all__ = ["WARMUP_SEED_OFFSET", "batches", "carve_eval", "rows_for_step", "shuffle_rows", "shuffle_seed"]
 
@@ -20,7 +21,7 @@ __all__ = ["WARMUP_SEED_OFFSET", "batches", "carve_eval", "rows_for_step", "shuf
 WARMUP_SEED_OFFSET = 7919
 
 
-def shuffle_seed(spec: Any) -> int:
+def shuffle_seed(spec: Spec) -> int:
     """The data seed: ``dataset.shuffle_seed``, else ``model.seed``."""
     s = spec.dataset.shuffle_seed
     return int(spec.model.seed if s is None else s)

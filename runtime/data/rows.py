@@ -22,6 +22,7 @@ from sailrl.runtime.data.base import DatasetError, SkippedRow
 from sailrl.runtime.data.sources import RowList, RowSource
 from sailrl.runtime.prompts import PromptError, template_variables, with_tool_declaration
 from sailrl.spec.messages import did_you_mean_text
+from sailrl.spec.schema import Spec
 
 __all__ = [
     "SKIP_KINDS",
@@ -40,7 +41,7 @@ SKIP_KINDS = ("missing_field", "null_field", "template", "reference", "too_long"
 SKIPPED_ROWS_KEPT = 1000  # skipped rows whose contents are kept (for preflight and `sailrl rewards --row`)
 
 
-def field_mapping(spec: Any, columns: Sequence[str]) -> dict[str, str]:
+def field_mapping(spec: Spec, columns: Sequence[str]) -> dict[str, str]:
     """``{field name: dataset column}`` from ``dataset.fields`` (None: every column under its own name).
 
     Raises :class:`DatasetError` (key ``dataset.fields...``) when a mapped column is not in ``columns``, naming
@@ -68,7 +69,7 @@ def field_mapping(spec: Any, columns: Sequence[str]) -> dict[str, str]:
     return mapping
 
 
-def required_fields(spec: Any) -> dict[str, str]:
+def required_fields(spec: Spec) -> dict[str, str]:
     """``{field name: what needs it}``: template variables, reference fields of answer rules, warm-up template."""
     need: dict[str, str] = {}
     if spec.prompt.system:
@@ -87,7 +88,7 @@ def required_fields(spec: Any) -> dict[str, str]:
     return need
 
 
-def check_required(need: Mapping[str, str], mapping: Mapping[str, str], columns: Sequence[str], spec: Any) -> None:
+def check_required(need: Mapping[str, str], mapping: Mapping[str, str], columns: Sequence[str], spec: Spec) -> None:
     """Raise :class:`DatasetError` (key ``dataset.fields``) when a field in ``need`` is not mapped."""
     names = list(mapping)
     for name, user in need.items():
@@ -223,7 +224,7 @@ class RowChecker:
         return None
 
 
-def spec_mapping(spec: Any) -> dict[str, str] | None:
+def spec_mapping(spec: Spec) -> dict[str, str] | None:
     """``{field name: column}`` as ``dataset.fields`` declares it; None: every column under its own name."""
     fields = spec.dataset.fields
     if fields is None:

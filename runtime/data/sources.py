@@ -40,6 +40,7 @@ from sailrl.runtime.data.readers import (
     unreadable,
 )
 from sailrl.spec.files import special_kind
+from sailrl.spec.schema import Spec
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -369,7 +370,7 @@ class RowList(Sequence):
         return f"RowList({len(self)} rows of {self.source.where})"
 
 
-def load_split(spec: Any, spec_dir: Path, split: str, key: str) -> tuple[RowSource, str]:
+def load_split(spec: Spec, spec_dir: Path, split: str, key: str) -> tuple[RowSource, str]:
     """``(source, description)`` of split ``split`` of the spec's ``dataset.source``.
 
     key: the spec key a wrong split name belongs to (``dataset.split`` / ``dataset.eval.split``). A local file

@@ -41,7 +41,7 @@ def checkpoint_source(directory: str) -> Source:
     return ("checkpoint", os.path.abspath(directory))
 
 
-def base_source(spec: Any) -> Source:
+def base_source(spec: BaseModelSpec) -> Source:
     """The source of a sampler over a base model alone (``tiny.BaseModelSpec``)."""
     return ("base", json.dumps(spec.to_json(), sort_keys=True))
 

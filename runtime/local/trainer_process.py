@@ -38,12 +38,12 @@ class TrainerProcess(ChildProcess):
                                      "threads": int(threads), "base_dir": base_dir},
                          what="training process", error=TrainerProcessError)
 
-    def new_trainer(self, spec: Any, lora: types.LoraConfig) -> RemoteTrainer:
+    def new_trainer(self, spec: BaseModelSpec, lora: types.LoraConfig) -> RemoteTrainer:
         """A fresh LoRA adapter on ``spec``'s base (``trainer.new_trainer``), held by the child."""
         info = self.call("new", (json.dumps(spec.to_json()), lora.model_dump()), "creating a LoRA adapter")
         return RemoteTrainer(self, spec, lora, **info)
 
-    def trainer_from_state(self, spec: Any, path: str, with_optimizer: bool) -> RemoteTrainer:
+    def trainer_from_state(self, spec: BaseModelSpec, path: str, with_optimizer: bool) -> RemoteTrainer:
         """A trainer with the adapter (and optimizer) at ``path`` (``trainer.trainer_from_state``)."""
         info = self.call("from_state", (path, with_optimizer), "loading a training checkpoint")
         lora = types.LoraConfig(**info.pop("lora"))
@@ -53,7 +53,7 @@ class TrainerProcess(ChildProcess):
 class RemoteTrainer:
     """The parent's handle on a ``LoraTrainer`` in the training process: the same methods, run there."""
 
-    def __init__(self, process: TrainerProcess, spec: Any, lora: types.LoraConfig, *, trainer_id: int,
+    def __init__(self, process: TrainerProcess, spec: BaseModelSpec, lora: types.LoraConfig, *, trainer_id: int,
                  arch: str | None, lora_alpha: float):
         self._process = process
         self._id = trainer_id

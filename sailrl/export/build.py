@@ -31,6 +31,7 @@ from typing import Any
 from sailrl.export.runinfo import Checkpoint, ExportError
 from sailrl.runtime.backends import local_checkpoint_dir
 from sailrl.spec.models import is_builtin
+from sailrl.spec.schema import Spec
 
 FORMATS = ("peft", "merged")
 BASE_SUBFOLDER = "base"
@@ -166,7 +167,7 @@ def _load_local_base(directory: str) -> tuple[Any, Any, Any]:
     return spec, model, tokenizer
 
 
-def _save_tokenizer(spec: Any, tokenizer: Any, out: Path) -> None:
+def _save_tokenizer(spec: Spec, tokenizer: Any, out: Path) -> None:
     """The base's tokenizer files into ``out``: copied from its folder or hub snapshot as they are (tinker_cookbook's
     ``save_tokenizer_and_processor``: a ``save_pretrained`` under transformers 5 rewrites ``tokenizer_class``, which
     vLLM and SGLang then cannot load); for a built-in model or a GGUF file, which have no such files,
@@ -185,7 +186,7 @@ def _save_tokenizer(spec: Any, tokenizer: Any, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def _base_name(spec: Any) -> str:
+def _base_name(spec: Spec) -> str:
     """The name a model card and ``adapter_config.json`` give the base: the hub id, the folder, the built-in name."""
     return spec.model_name
 

@@ -29,6 +29,7 @@ from sailrl.spec.constants import LOCAL_DATA_SUFFIXES
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.loader import read_spec_file
 from sailrl.spec.models import is_builtin
+from sailrl.spec.schema import Spec
 from sailrl.spec.version import __version__
 
 LIBRARIES = ("torch", "transformers", "peft", "tinker", "tinker-cookbook")
@@ -50,12 +51,12 @@ def _is_hub_id(name: str) -> bool:
             and not is_builtin(name) and not name.lower().endswith((*LOCAL_DATA_SUFFIXES, ".gguf")))
 
 
-def explain_lines(spec: Any, spec_dir: Path) -> list[str]:
+def explain_lines(spec: Spec, spec_dir: Path) -> list[str]:
     """The reward rules in words, exactly as ``sailrl explain`` prints them."""
     return RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir).explain()
 
 
-def data_rows(spec: Any, spec_dir: Path) -> str:
+def data_rows(spec: Spec, spec_dir: Path) -> str:
     """How many training / eval rows the run had, counted from a local file; for a hub dataset, not counted here
     (that would download it)."""
     if not spec.dataset.source.lower().endswith(LOCAL_DATA_SUFFIXES):

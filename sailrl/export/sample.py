@@ -23,6 +23,7 @@ from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.spec.errors import UserError
 from sailrl.spec.models import context_window
+from sailrl.spec.schema import Spec
 
 #: Seconds a sampling request may take before ``sailrl sample`` gives up.
 SAMPLE_TIMEOUT_S = 600.0
@@ -49,7 +50,7 @@ class SampleResult:
     completions: list[Sampled] = field(default_factory=list)
 
 
-def _renderer(spec: Any, spec_dir: Any) -> tuple[Any, Any]:
+def _renderer(spec: Spec, spec_dir: Any) -> tuple[Any, Any]:
     # lazy: runtime.models loads torch and transformers (seconds); bad arguments are reported before
     from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
 
@@ -67,7 +68,7 @@ def _renderer(spec: Any, spec_dir: Any) -> tuple[Any, Any]:
                           f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
 
-def _sampling_client(spec: Any, ckpt: Checkpoint, spec_dir: Any, have: str) -> Any:
+def _sampling_client(spec: Spec, ckpt: Checkpoint, spec_dir: Any, have: str) -> Any:
     if ckpt.is_local:
         # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
         from sailrl.runtime.local import LocalServiceClient

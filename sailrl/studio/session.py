@@ -41,7 +41,7 @@ from sailrl.spec.codes import CODES
 from sailrl.spec.errors import SpecError, SpecErrors, UserError
 from sailrl.spec.loader import read_spec_file
 from sailrl.spec.rewards import RewardSpec
-from sailrl.spec.schema import PromptSpec
+from sailrl.spec.schema import PromptSpec, Spec
 from sailrl.studio.security import PathRefused, confined
 
 RUN_ALIAS = "@run"  # the --run folder, wherever it lies
@@ -476,14 +476,14 @@ class Studio:
                               422)
         return checked
 
-    def _data_key(self, spec: Any) -> str:
+    def _data_key(self, spec: Spec) -> str:
         parts = [spec.dataset.model_dump(mode="json"), spec.prompt.model_dump(mode="json"),
                  spec.reward.model_dump(mode="json"), spec.model.model_dump(mode="json"),
                  spec.sampling.max_tokens, (spec.training.warmup.model_dump(mode="json")
                                             if spec.training.warmup else None), self._data_stamp(spec)]
         return json.dumps(parts, sort_keys=True, default=str)
 
-    def _data_stamp(self, spec: Any) -> Any:
+    def _data_stamp(self, spec: Spec) -> Any:
         """What changes when the dataset's local file (or saved-dataset folder) is edited, replaced, removed or made:
         (inode, size, mtime) of the file, or of the folder and the files directly in it (at most 256); None for a
         hub dataset. Part of the rows' and preflight's cache keys, so an edited data file is read again."""
@@ -505,7 +505,7 @@ class Studio:
         except OSError as exc:  # missing (the rows say so) or unreadable: read again once that changes
             return [type(exc).__name__, os.path.exists(path)]
 
-    def _tools_for(self, spec: Any) -> tuple[Any, Any, str | None]:
+    def _tools_for(self, spec: Spec) -> tuple[Any, Any, str | None]:
         # lazy: runtime.preflight loads torch and transformers (seconds); the studio opens without them
         from sailrl.runtime.preflight import _load_text_tools  # the same tokenizer/renderer preflight uses
 
