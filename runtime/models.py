@@ -17,11 +17,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tinker_cookbook import renderers, tokenizer_utils
-
-from sailrl.runtime.chat_template import ChatTemplateRenderer
-from sailrl.runtime.local.sources import ResolvedModel, byte_tokenizer, load_tokenizer, missing_gguf, require_gguf
-from sailrl.runtime.role_colon_tools import RoleColonToolsRenderer
 from sailrl.spec.models import (
     UnknownModelError,
     classify,
@@ -42,6 +37,13 @@ def get_tokenizer(model_name: str, base_dir: str | os.PathLike | None = None) ->
     - anything else -> ``tinker_cookbook.tokenizer_utils.get_tokenizer(model_name)`` (may download; raises
       ``OSError`` from transformers when a hub name cannot be loaded, e.g. offline).
     """
+    # Judge clients import this module when validate and the studio start, and call it only when a local judge judges.
+    # lazy: tinker_cookbook and runtime.local load torch and transformers (seconds); see the line above
+    from tinker_cookbook import tokenizer_utils
+
+    # lazy: the same
+    from sailrl.runtime.local.sources import ResolvedModel, byte_tokenizer, load_tokenizer, missing_gguf, require_gguf
+
     if is_builtin(model_name):
         return byte_tokenizer()
     source = classify(model_name, base_dir)
@@ -51,7 +53,6 @@ def get_tokenizer(model_name: str, base_dir: str | os.PathLike | None = None) ->
             if source.path is None or not source.path.is_file():
                 raise missing_gguf(source.path or model_name)
         return load_tokenizer(ResolvedModel(model_name, source.kind, str(source.path)))
-
     return tokenizer_utils.get_tokenizer(model_name)
 
 
@@ -63,11 +64,15 @@ def get_renderer(renderer_name: str, tokenizer: Any) -> Any:
     RoleColonToolsRenderer`; else ``tinker_cookbook.renderers.get_renderer`` (raises ``ValueError``
     for an unknown name).
     """
+    from tinker_cookbook import renderers  # lazy: see get_tokenizer
+
+    from sailrl.runtime.chat_template import ChatTemplateRenderer  # lazy: tinker_cookbook, see get_tokenizer
+    from sailrl.runtime.role_colon_tools import RoleColonToolsRenderer  # lazy: the same
+
     if renderer_name == CHAT_TEMPLATE_RENDERER:
         return ChatTemplateRenderer(tokenizer)
     if renderer_name == ROLE_COLON_TOOLS_RENDERER:
         return RoleColonToolsRenderer(tokenizer)
-
     return renderers.get_renderer(renderer_name, tokenizer)
 
 
