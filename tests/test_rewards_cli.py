@@ -120,3 +120,29 @@ def test_explain_prints_the_formula(spec: Path, capsys: pytest.CaptureFixture) -
 def test_explain_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["explain", str(tmp_path / "nope.yaml")]) == 1
     assert "spec not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, words", [
+    (b'{"completion": "x"}\n\xff\n', "c.jsonl:2: not UTF-8 text (byte 0xff); save the file as UTF-8"),
+    (b"[" * 100_000 + b"\n", "c.jsonl:1: the JSON is nested too deeply"),
+    (None, "is larger than 1 MiB: score it in parts"),
+])
+def test_rewards_jsonl_that_is_not_utf8_too_deep_or_too_big_is_a_usage_line(spec: Path, tmp_path: Path, content,
+                                                                           words, capsys, monkeypatch) -> None:
+    """Was exit 70 (UnicodeDecodeError / RecursionError tracebacks), and a file was read whole however big it was
+    (``--jsonl /dev/zero`` grew until the kernel killed it)."""
+    import sailrl.commands.rewards as rewards_cmd
+
+    monkeypatch.setattr(rewards_cmd, "MAX_JSONL_BYTES", 2**20)
+    f = tmp_path / "c.jsonl"
+    if content is None:
+        with open(f, "wb") as out:
+            out.write(b'{"completion": "x"}\n' * 60_000)  # 1.2 MB
+    else:
+        f.write_bytes(content)
+    assert main(["rewards", str(spec), "--jsonl", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sailrl rewards: error: ") and words in err and "Traceback" not in err, err
+    if Path("/dev/zero").exists():
+        assert main(["rewards", str(spec), "--jsonl", "/dev/zero"]) == 2
+        assert "is larger than 1 MiB" in capsys.readouterr().err

@@ -42,6 +42,10 @@ class _Usage(UserError):
     pass
 
 
+#: Largest --jsonl file read (each completion is at most 200,000 characters anyway).
+MAX_JSONL_BYTES = 64 * 2**20
+
+
 def _parse_fields(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
@@ -56,9 +60,17 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     import json
 
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        with open(path, "rb") as f:  # bounded: a huge file (or /dev/zero) is refused, not read into memory
+            data = f.read(MAX_JSONL_BYTES + 1)
     except OSError as exc:
         raise _Usage(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_JSONL_BYTES:
+        raise _Usage(f"{path} is larger than {MAX_JSONL_BYTES // 2**20} MiB: score it in parts")
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise _Usage(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8") from None
     items = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -67,6 +79,8 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise _Usage(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise _Usage(f"{path}:{n}: the JSON is nested too deeply") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("completion"), str):
             raise _Usage(f"{path}:{n}: expected an object with a \"completion\" string")
         if "fields" in obj and not isinstance(obj["fields"], dict):
