@@ -40,7 +40,7 @@ from sailrl.runtime.data.order import WARMUP_SEED_OFFSET, rows_for_step, shuffle
 from sailrl.runtime.judge import judge_messages
 from sailrl.spec.models import context_window
 from sailrl.spec.pricing import SAIL_WINDOWS, PriceKey, ResolvedPrice, resolve_judge_price, resolve_price
-from sailrl.spec.schema import Spec
+from sailrl.spec.schema import Spec, every_due
 
 KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained",
          "judge_prompt", "judge_output")
@@ -226,9 +226,8 @@ class CostModel:
     # ---------------------------------------------------------------------------------------------- bounds
     def eval_due(self, step: int) -> bool:
         """Whether RL step ``step`` (numbered from 1, as everywhere) evaluates: as the loop decides, every
-        ``eval_every`` steps (``step % eval_every == 0``)."""
-        every = self.spec.training.eval_every
-        return self.spec.dataset.eval is not None and every > 0 and step % every == 0
+        ``eval_every`` steps (:func:`sailrl.spec.schema.every_due`)."""
+        return self.spec.dataset.eval is not None and every_due(self.spec.training.eval_every, step)
 
     def step_token_bound(self, step: int | None = None) -> dict[str, float]:
         """Most tokens one RL step can use, by kind: every rollout samples ``max_tokens`` and every group trains.

@@ -46,7 +46,7 @@ from sailrl.runtime.rundir import RunDirectory, run_dir_path
 from sailrl.runtime.sampler import Sampler
 from sailrl.runtime.warmup import Warmup
 from sailrl.spec.models import context_window
-from sailrl.spec.schema import Spec
+from sailrl.spec.schema import Spec, every_due
 
 __all__ = ["Run", "RunOptions", "open_run"]
 
@@ -123,8 +123,8 @@ class Run:
 
     @staticmethod
     def due(every: int, step: int) -> bool:
-        """True every ``every`` steps (``every`` 0: never)."""
-        return every > 0 and step % every == 0
+        """True every ``every`` steps (``every`` 0: never): :func:`sailrl.spec.schema.every_due`."""
+        return every_due(every, step)
 
     async def close(self) -> None:
         """Release the local backend: its worker threads finish the work already queued and stop, so none is

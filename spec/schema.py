@@ -348,6 +348,12 @@ class Spec(SpecModel):
         return data
 
 
+def every_due(every: int, step: int) -> bool:
+    """Whether RL step ``step`` (numbered from 1) is one of an ``*_every`` field's steps (``eval_every``,
+    ``save_every``): every ``every`` steps, never when ``every`` is 0. The loop and the cost estimate both ask here."""
+    return every > 0 and step % every == 0
+
+
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
