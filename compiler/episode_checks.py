@@ -6,8 +6,9 @@ Each problem is located at its key and coded (:mod:`sailrl.spec.codes`):
 - ``S251`` a feedback entry names a rule that is not a reward rule (with a did-you-mean);
 - ``S203`` / ``S206`` a feedback message that does not parse, or reads a name that is neither a declared dataset
   field nor ``why`` / ``rule``;
-- ``S252`` tools with a renderer that cannot write or read tool calls (``role_colon``, ``llama3``,
-  ``chat_template``): for the built-in models the hint names ``role_colon_tools``;
+- ``S252`` tools with a renderer that cannot write or read tool calls (``role_colon``, ``llama3``, and
+  ``chat_template`` unless the model is a local folder whose chat template declares tools and writes
+  ``<tool_call>`` blocks): for the built-in models the hint names ``role_colon_tools``;
 - ``W130`` (warning) a feedback message that shows ``why`` of an answer rule (its reason names the reference);
 - ``W131`` (warning) ``sandbox: sail`` without a tool that runs code there (the built-in python tool);
 - ``S254`` a ``function:`` tool whose file or function does not exist, whose file raises on import, or whose
@@ -27,8 +28,13 @@ from sailrl.spec.environment import SANDBOXED_TOOLS, ToolEntry
 from sailrl.spec.errors import SpecError
 from sailrl.spec.loader import LoadedSpec
 from sailrl.spec.messages import did_you_mean_text
-from sailrl.spec.models import BUILTIN_MODELS, UnknownModelError, default_renderer
-from sailrl.spec.renderers import NO_TOOL_CALLS, ROLE_COLON_TOOLS_RENDERER
+from sailrl.spec.models import BUILTIN_MODELS, UnknownModelError, chat_template_text, classify, default_renderer
+from sailrl.spec.renderers import (
+    CHAT_TEMPLATE_RENDERER,
+    NO_TOOL_CALLS,
+    ROLE_COLON_TOOLS_RENDERER,
+    template_tool_support,
+)
 
 __all__ = ["check_environment"]
 
@@ -87,6 +93,23 @@ def _renderer(data: dict[str, Any], spec_dir: Path) -> tuple[str | None, str | N
         return default_renderer(name, spec_dir, embedded=sampling.get("sampler") == "local"), name
     except (UnknownModelError, OSError, ValueError):
         return None, name
+
+
+def _template_problem(model: str | None, spec_dir: Path) -> str | None:
+    """Why the ``chat_template`` renderer cannot declare tools for ``model`` (a local folder's template is read
+    and checked, :func:`~sailrl.spec.renderers.template_tool_support`), or None when it can."""
+    if model is None:
+        return "the model is not known"
+    try:
+        source = classify(model, spec_dir)
+    except (OSError, ValueError):
+        return "the model cannot be found"
+    if source.kind == "builtin":
+        return template_tool_support(None)  # the built-in models' byte tokenizer has no chat template
+    if source.kind != "local_dir" or source.path is None:
+        return ("its chat template cannot be read before the run (only a local model folder's is checked "
+                "offline)")
+    return template_tool_support(chat_template_text(source.path))
 
 
 def check_environment(loaded: LoadedSpec) -> list[SpecError]:
@@ -163,10 +186,11 @@ def check_environment(loaded: LoadedSpec) -> list[SpecError]:
 
     if tools:
         renderer, model = _renderer(data, spec_dir)
-        if renderer in NO_TOOL_CALLS:
+        template_why = _template_problem(model, spec_dir) if renderer == CHAT_TEMPLATE_RENDERER else None
+        if renderer in NO_TOOL_CALLS and not (renderer == CHAT_TEMPLATE_RENDERER and template_why is None):
             builtin = model in BUILTIN_MODELS
             why = ("has no tool-calling convention" if renderer != "chat_template"
-                   else "does not read tool calls out of a reply yet")
+                   else f"cannot give this model tools: {template_why}")
             hint = (f"Set model.renderer: {ROLE_COLON_TOOLS_RENDERER} (role_colon with <tool_call> blocks) for the "
                     "built-in models." if builtin or renderer == "role_colon" else
                     "Choose a renderer that writes tool calls for this model (e.g. qwen3, kimi_k26, deepseekv3).")

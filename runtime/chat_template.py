@@ -14,11 +14,26 @@ loop uses from a renderer:
   ended it, ``EOS`` for EOS, ``MALFORMED`` when neither did (cut at max_tokens);
 - ``build_supervised_example(messages)``: the generation prompt of ``messages[:-1]`` (weight 0) followed by the
   last assistant message as the template renders it, up to and including its end-of-turn token (weight 1).
+
+Tools (episodes with ``environment.tools``), where the template declares them itself -- it reads the ``tools``
+variable of ``apply_chat_template(..., tools=...)`` and writes calls as ``<tool_call>`` JSON blocks (the
+Hermes / Qwen convention; :func:`template_tool_support` says whether a template does):
+
+- ``create_conversation_prefix_with_tools(tools, system)``: the system message alone; the tools (each as
+  ``{"type": "function", "function": spec}``) are remembered and passed as ``tools=`` on every later render, so
+  the template writes the declaration in its own words;
+- ``parse_response``: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks become the message's
+  ``tool_calls`` (the cookbook's ``parse_content_blocks``; a block with bad JSON an ``unparsed_tool_calls``
+  entry); the text keeps the blocks as sampled;
+- history: an assistant message is rendered with its text as sampled (its ``tool_calls`` also passed, for
+  templates that write them from there), a tool result as ``{"role": "tool", "content", "name"}``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import json
 
 import tinker
 import torch
@@ -28,11 +43,16 @@ from tinker_cookbook.renderers.base import (
     RenderContext,
     RenderedMessage,
     Renderer,
+    ToolCall,
+    ToolSpec,
     TrainOnWhat,
+    UnparsedToolCall,
     ensure_text,
+    parse_content_blocks,
 )
 
 from sailrl.spec.errors import ModelError
+from sailrl.spec.renderers import template_tool_support
 
 _MARK = "sailrl-turn-marker-7f3a"
 
@@ -60,6 +80,7 @@ class ChatTemplateRenderer(Renderer):
 
     def __init__(self, tokenizer: Any):
         super().__init__(tokenizer)
+        self.tools: list[dict[str, Any]] | None = None  # set by create_conversation_prefix_with_tools
         if not getattr(tokenizer, "chat_template", None):
             name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
             raise ChatTemplateError(
@@ -87,9 +108,32 @@ class ChatTemplateRenderer(Renderer):
             self._stops = [int(eos)] if eos is not None else []
 
     # ------------------------------------------------------------------ text
+    @staticmethod
+    def _plain(message: Message) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": message["role"], "content": ensure_text(message.get("content") or "")}
+        if message.get("tool_calls") and "<tool_call>" not in out["content"]:  # sampled text keeps its blocks
+            out["tool_calls"] = [{"type": "function", "function": {
+                "name": c.function.name, "arguments": json.loads(c.function.arguments or "{}")}}
+                for c in message["tool_calls"]]
+        if message["role"] == "tool" and message.get("name"):
+            out["name"] = message["name"]
+        return out
+
     def _text(self, messages: list[Message], *, generation: bool = False) -> str:
-        plain = [{"role": m["role"], "content": ensure_text(m["content"])} for m in messages]
-        return str(self.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=generation))
+        plain = [self._plain(m) for m in messages]
+        extra = {"tools": self.tools} if self.tools else {}
+        return str(self.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=generation,
+                                                      **extra))
+
+    def create_conversation_prefix_with_tools(self, tools: list[ToolSpec], system_prompt: str = "") -> list[Message]:
+        """The system message (if any); ``tools`` go to the template as ``tools=`` on every render from now on.
+        Raises :class:`ChatTemplateError` when the template cannot declare them (:func:`template_tool_support`)."""
+        why = template_tool_support(getattr(self.tokenizer, "chat_template", None))
+        if why is not None:
+            raise ChatTemplateError(f"the chat_template renderer cannot give this model tools: {why}; set "
+                                    "model.renderer to one that writes tool calls for it (e.g. qwen3)")
+        self.tools = [{"type": "function", "function": dict(t)} for t in tools]
+        return [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -123,7 +167,16 @@ class ChatTemplateRenderer(Renderer):
         text = str(self.tokenizer.decode(tokens, skip_special_tokens=True))
         if self.stop_text is not None and termination == ParseTermination.MALFORMED and text.endswith(self.stop_text):
             text, termination = text[: -len(self.stop_text)], ParseTermination.STOP_SEQUENCE
-        return Message(role="assistant", content=text.strip()), termination
+        message = Message(role="assistant", content=text.strip())
+        if self.tools and termination.is_clean:
+            parsed = parse_content_blocks(message["content"])
+            if parsed is not None:
+                calls = parsed[1]
+                if any(isinstance(c, ToolCall) for c in calls):
+                    message["tool_calls"] = [c for c in calls if isinstance(c, ToolCall)]
+                if any(isinstance(c, UnparsedToolCall) for c in calls):
+                    message["unparsed_tool_calls"] = [c for c in calls if isinstance(c, UnparsedToolCall)]
+        return message, termination
 
     def build_supervised_example(self, messages: list[Message],
                                  train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE

@@ -41,15 +41,16 @@ from sailrl.runtime.backends import BackendError, check_keys, open_backend
 from sailrl.runtime.cost import estimate_run, fmt_usd
 from sailrl.runtime.data import DatasetError, load_rows, rows_for_step, shuffle_seed
 from sailrl.runtime.data.rows import group_by_reason
-from sailrl.runtime.episode import build_tools, close_tools, episode_group_builder
+from sailrl.runtime.episode import ToolLoadError, build_tools, close_tools, episode_group_builder, tool_specs
 from sailrl.runtime.judge_clients import not_checked
 from sailrl.runtime.models import get_renderer, get_tokenizer
-from sailrl.runtime.prompts import PromptBuilder
+from sailrl.runtime.prompts import PromptBuilder, with_tool_declaration
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.runtime.role_colon_tools import RoleColonToolsRenderer
 from sailrl.runtime.rollout import RuleGroupBuilder, SamplingPolicy, rollout_groups
 from sailrl.runtime.sail import AdaptiveSailCompleter
-from sailrl.spec.errors import UserError
+from sailrl.runtime.sail_sandbox import sail_key_problem
+from sailrl.spec.errors import ModelError, UserError
 from sailrl.spec.models import TINY_MODEL_NAME, classify, context_window, default_renderer
 from sailrl.spec.schema import Spec
 
@@ -222,9 +223,6 @@ def check_sampler(spec: Spec, sampler: str, spec_path: str | None = None) -> Non
 def _declared_tools(spec: Spec, spec_dir: Any, renderer: Any, problems: list) -> list[dict[str, Any]] | None:
     """The tools an episode's prompt declares (counted in the prompt lengths, shown in the prompts), or None:
     no tools, a renderer that cannot declare them (validate says S252), or a tool that cannot load (a problem)."""
-    from sailrl.runtime.episode import ToolLoadError, tool_specs  # lazy: only a spec with episodes needs them
-    from sailrl.runtime.prompts import with_tool_declaration  # lazy: as the other prompt imports here
-
     env = getattr(spec, "environment", None)
     if env is None or not env.tools or renderer is None:
         return None
@@ -234,7 +232,7 @@ def _declared_tools(spec: Spec, spec_dir: Any, renderer: Any, problems: list) ->
     except ToolLoadError as exc:
         problems.append(_problem("error", str(exc), "fix the tool (`sailrl validate` shows where)"))
         return None
-    except NotImplementedError:
+    except (NotImplementedError, ModelError):  # a renderer that cannot declare tools: validate says S252
         return None
     return specs
 
@@ -242,8 +240,6 @@ def _declared_tools(spec: Spec, spec_dir: Any, renderer: Any, problems: list) ->
 def check_sandbox(spec: Spec) -> None:
     """Raise :class:`PreflightError` when the python tool's code runs in a Sailbox (``environment.sandbox:
     sail``) and this process has no Sail credentials; the episodes of ``--sample`` would call it."""
-    from sailrl.runtime.sail_sandbox import sail_key_problem  # lazy: the sail SDK only for a spec with episodes
-
     env = getattr(spec, "environment", None)
     if env is None or env.sandbox != "sail" or not any(t.builtin == "python" for t in env.tools):
         return

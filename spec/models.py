@@ -193,6 +193,28 @@ def is_local_model(model_name: str, base_dir: str | Path | None = None) -> bool:
     return classify(model_name, base_dir).is_local
 
 
+def chat_template_text(folder: str | Path) -> str | None:
+    """The chat template a saved tokenizer in ``folder`` carries (``chat_template.jinja``, ``chat_template.json``'s
+    ``chat_template``, or ``tokenizer_config.json``'s; the first one found), or None."""
+    folder = Path(folder)
+    try:
+        if (folder / "chat_template.jinja").is_file():
+            return (folder / "chat_template.jinja").read_text(encoding="utf-8")
+        for name in ("chat_template.json", "tokenizer_config.json"):
+            if (folder / name).is_file():
+                value = json.loads((folder / name).read_text(encoding="utf-8")).get("chat_template")
+                if isinstance(value, str) and value:
+                    return value
+                if isinstance(value, list):  # named templates: the "default" one, or the first
+                    named = {d.get("name"): d.get("template") for d in value if isinstance(d, dict)}
+                    text = named.get("default") or next(iter(named.values()), None)
+                    if isinstance(text, str):
+                        return text
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None
+
+
 def has_chat_template(folder: str | Path) -> bool:
     """True when a saved tokenizer in ``folder`` carries a chat template: ``chat_template.jinja`` or
     ``chat_template.json``, or a ``chat_template`` entry in ``tokenizer_config.json`` (the places

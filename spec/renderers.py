@@ -13,11 +13,14 @@ module imports nothing of the model catalogue).
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "CHAT_TEMPLATE_RENDERER",
     "COOKBOOK_RENDERERS",
     "KNOWN_RENDERERS",
     "NO_TOOL_CALLS",
+    "template_tool_support",
     "ROLE_COLON_TOOLS_RENDERER",
     "SAILRL_RENDERERS",
 ]
@@ -77,3 +80,20 @@ SAILRL_RENDERERS: tuple[str, ...] = (CHAT_TEMPLATE_RENDERER, ROLE_COLON_TOOLS_RE
 #: Renderers that cannot write or read tool calls (an environment with tools refuses them).
 NO_TOOL_CALLS: tuple[str, ...] = ("role_colon", "llama3", CHAT_TEMPLATE_RENDERER)
 KNOWN_RENDERERS: tuple[str, ...] = COOKBOOK_RENDERERS + SAILRL_RENDERERS
+
+
+_TOOLS_VARIABLE = re.compile(r"\btools\b")
+
+
+def template_tool_support(template: str | None) -> str | None:
+    """None when a chat template declares tools and writes calls as the ``chat_template`` renderer reads them (it
+    reads the ``tools`` variable of ``apply_chat_template(..., tools=...)`` and mentions ``<tool_call>``, the
+    Hermes / Qwen convention), else why not, in plain words."""
+    if not template:
+        return "the tokenizer has no chat template"
+    if not _TOOLS_VARIABLE.search(template):
+        return "its chat template does not declare tools (it never reads the `tools` variable)"
+    if "<tool_call>" not in template:
+        return ("its chat template writes tool calls in a format sailrl does not read (only <tool_call> JSON "
+                "blocks, the Hermes / Qwen convention)")
+    return None
