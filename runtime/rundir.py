@@ -27,23 +27,28 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 WARMUP_FILE = "warmup.jsonl"
 SCRIPT_FILE = "train.py"
+#: Longest line the run's JSONL files are read with (a metrics line is a few KiB).
+MAX_LINE_BYTES = 16 * 2**20
 
 
 def _read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
-    """Parse a JSONL file, skipping a truncated or corrupt line (a killed writer) instead of failing."""
+    """Parse a JSONL file line by line, skipping a truncated or corrupt line (a killed writer, bytes that are not
+    UTF-8, JSON nested past the recursion limit, a line longer than :data:`MAX_LINE_BYTES`) instead of failing."""
     if not path.exists():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
+    with open(path, "rb") as f:
+        while raw := f.readline(MAX_LINE_BYTES):
+            if len(raw) == MAX_LINE_BYTES and not raw.endswith(b"\n"):  # too long: skip to its end, unread
+                while (raw := f.readline(MAX_LINE_BYTES)) and not raw.endswith(b"\n"):
+                    pass
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
     return out
 
 

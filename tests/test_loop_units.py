@@ -122,3 +122,20 @@ def test_resume_ignores_the_worked_examples_which_do_not_change_training():
     old = {"training": {"steps": 5}, "examples": [{"completion": " 7"}]}
     assert spec_changes(old, {"training": {"steps": 5}}) == []
     assert spec_changes(old, {"training": {"steps": 6}}) == ["training.steps: 5 -> 6"]
+
+
+def test_a_metrics_line_that_is_not_utf8_too_deep_or_too_long_is_skipped(tmp_path, monkeypatch):
+    """The tolerant reader read the whole file as UTF-8 text: one byte that is not UTF-8 (a damaged disk block)
+    made export, plot and --resume exit 70 with a UnicodeDecodeError; a line nested past the recursion limit a
+    RecursionError; and a newline-less file was read whole into memory."""
+    import sailrl.runtime.rundir as rundir
+
+    monkeypatch.setattr(rundir, "MAX_LINE_BYTES", 64)
+    run = RunDirectory(tmp_path)
+    run.append_metrics({"step": 0})
+    with open(run.metrics_path, "ab") as f:
+        f.write(b'\xff\xfe{"step": 9}\n' + b"[" * 5000 + b"\n" + b'{"step": "' + b"x" * 200 + b'"}\n')
+    run.append_metrics({"step": 1})
+    with open(run.metrics_path, "ab") as f:
+        f.write(b'{"step": 2, "pad": "' + b"y" * 100)  # a torn, over-long last line
+    assert [m["step"] for m in run.read_metrics()] == [0, 1]
