@@ -5,7 +5,9 @@ within each group, so no advantage and no gradient -- and the run trains on noth
 error. :func:`collapse_warning` reads the run's metrics lines (``degenerate_frac`` per step, a resumed run's
 earlier lines included) and, on the step where the streak reaches :data:`COLLAPSE_STEPS` steps at or above
 :data:`COLLAPSE_FRACTION`, returns one warning naming the step's most common completion and its share. Once per
-streak: the streak must fall below the threshold before it is said again.
+streak: the streak must fall below the threshold before it is said again. When the rollouts do not share one
+answer (the most common completion is under :data:`ONE_ANSWER_SHARE` of them: each group agrees, the groups
+differ, as when every sum is answered right) the warning says the task is solved or too hard instead.
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["COLLAPSE_FRACTION", "COLLAPSE_STEPS", "collapse_warning", "degenerate_streak", "dominant_completion"]
+__all__ = ["COLLAPSE_FRACTION", "COLLAPSE_STEPS", "ONE_ANSWER_SHARE", "collapse_warning", "degenerate_streak",
+           "dominant_completion"]
 
 #: Fraction of degenerate groups at or above which a step counts towards a collapse.
 COLLAPSE_FRACTION = 0.9
 #: Steps in a row at or above :data:`COLLAPSE_FRACTION` before the warning.
 COLLAPSE_STEPS = 5
+#: Share of a step's rollouts the most common completion must reach for the warning to say "collapsed to one
+#: answer" (below it the groups are degenerate with different answers: a solved task, or one too hard).
+ONE_ANSWER_SHARE = 0.5
 #: Characters of the dominant completion quoted in the warning.
 QUOTE_CHARS = 80
 
@@ -79,11 +85,20 @@ def collapse_warning(step: int, history: Sequence[dict[str, Any]], groups: Seque
     if degenerate_streak(history) != COLLAPSE_STEPS:
         return None
     found = dominant_completion(groups, tokenizer)
-    said = ""
-    if found is not None:
-        text, count, total = found
-        said = f"; the most common completion this step is {_quote(text)} ({count} of {total} rollouts)"
-    return (f"step {step}: {COLLAPSE_STEPS} steps in a row with at least {COLLAPSE_FRACTION:.0%} of groups "
-            f"degenerate (the same reward within each group: no gradient){said}. The policy may have collapsed to "
-            "one answer: lower training.learning_rate, raise sampling.temperature, or resume from an earlier "
-            f"checkpoint; `sailrl show {run_dir}` shows the completions.")
+    head = (f"step {step}: {COLLAPSE_STEPS} steps in a row with at least {COLLAPSE_FRACTION:.0%} of groups "
+            "degenerate (the same reward within each group: no gradient)")
+    show = f"`sailrl show {run_dir}` shows the completions."
+    if found is None:
+        return f"{head}. {show}"
+    text, count, total = found
+    said = f"; the most common completion this step is {_quote(text)} ({count} of {total} rollouts)"
+    if count >= ONE_ANSWER_SHARE * total:
+        return (f"{head}{said}. The policy may have collapsed to one answer: lower training.learning_rate, raise "
+                f"sampling.temperature, or resume from an earlier checkpoint; {show}")
+    reward = history[-1].get("reward/total") if history else None
+    mean = (f" (mean reward {reward:+.3f} this step)" if isinstance(reward, (int, float))
+            and not isinstance(reward, bool) and math.isfinite(reward) else "")
+    return (f"{head}{said}, so the rollouts do not share one answer. Every rollout of a group scores alike{mean}: "
+            "if that is the best score, the task is solved at this difficulty (stop, or train on harder rows); if "
+            "it is the worst, the rows are too hard for now (raise sampling.temperature or training.group_size, or "
+            f"give easier rows); {show}")

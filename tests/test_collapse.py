@@ -70,6 +70,24 @@ def test_warned_once_when_the_streak_reaches_its_length() -> None:
     assert collapse_warning(COLLAPSE_STEPS + 1, history + lines(1.0), groups, CharTokenizer()) is None  # once
 
 
+def test_degenerate_groups_with_different_answers_are_not_called_a_collapse() -> None:
+    """SmolLM2 solving every sum (issue 22.6): each group all right, each with its own sum -- solved, not
+    collapsed; the warning says so with the step's mean reward."""
+    groups = [group("3", "3"), group("5", "5"), group("9", "9", " 9")]
+    history = lines(*([1.0] * COLLAPSE_STEPS))
+    history[-1]["reward/total"] = 1.2
+    warning = collapse_warning(COLLAPSE_STEPS, history, groups, CharTokenizer(), run_dir="runs/x")
+    assert warning == (
+        f"step {COLLAPSE_STEPS}: {COLLAPSE_STEPS} steps in a row with at least 90% of groups degenerate (the same "
+        "reward within each group: no gradient); the most common completion this step is '9' (3 of 7 rollouts), "
+        "so the rollouts do not share one answer. Every rollout of a group scores alike (mean reward +1.200 this "
+        "step): if that is the best score, the task is solved at this difficulty (stop, or train on harder rows); "
+        "if it is the worst, the rows are too hard for now (raise sampling.temperature or training.group_size, or "
+        "give easier rows); `sailrl show runs/x` shows the completions.")
+    half = [group("0", "0"), group("0", "0"), group("7", "7"), group("8", "8")]  # 4 of 8: one answer
+    assert "collapsed to one answer" in collapse_warning(COLLAPSE_STEPS, history, half, CharTokenizer())
+
+
 SPEC = """\
 name: collapse
 model: {name: sailrl/tiny}
