@@ -704,3 +704,13 @@ def test_a_config_json_this_sailrl_cannot_read_is_one_line(trained, home, tmp_pa
     (run_dir / "config.json").write_text("[1]")
     assert main(["export", str(run_dir), "-o", str(tmp_path / "out")]) == 1
     assert "holds no resolved spec: the run directory is damaged" in _one_line(capsys)
+
+
+def test_an_output_path_ending_in_dot_dot_is_the_folder_it_names(trained, home, tmp_path, capsys):
+    """``-o OUT/sub/..`` is OUT: the staging folder was named after '..' and renaming it over 'sub/..' failed with
+    EBUSY, exit 70 (and 'sub' was left made)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["export", str(trained[0]), "-o", str(out / "sub" / ".."), "--overwrite"]) == 0
+    assert (out / "adapter_model.safetensors").is_file() and not (out / "sub").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -10,6 +10,7 @@ runtime, the spec and the installed libraries).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def export_run(run_dir: str | Path, checkpoint: str | int = "final", fmt: str = 
     run = RunInfo.read(run_dir)
     ckpt = run.checkpoint(checkpoint)
     target = Path(output) if output is not None else default_output(run, ckpt, fmt)
-    target = target.absolute()
+    target = Path(os.path.abspath(target))  # '..' and '.' folded: the folder is renamed into place by its name
     _refuse_a_folder_that_holds_work(target, run)
     spec = run.spec()
     have = run._have()
