@@ -11,6 +11,7 @@ Each problem is located at its key and coded (:mod:`sailrl.spec.codes`):
   ``<tool_call>`` blocks): for the built-in models the hint names ``role_colon_tools``;
 - ``W130`` (warning) a feedback message that shows ``why`` of an answer rule (its reason names the reference);
 - ``W131`` (warning) ``sandbox: sail`` without a tool that runs code there (the built-in python tool);
+- ``W132`` (warning) feedback with ``max_turns: 1``, where no feedback turn can ever be given;
 - ``S254`` a ``function:`` tool whose file or function does not exist, whose file raises on import, or whose
   parameters cannot be described to the model (loaded in a worker process, bounded in time, as python rules are).
 """
@@ -24,7 +25,7 @@ from pydantic import ValidationError
 
 from sailrl.runtime.prompts import PromptError, template_variables
 from sailrl.runtime.tools import ToolFunction
-from sailrl.spec.environment import SANDBOXED_TOOLS, ToolEntry
+from sailrl.spec.environment import SANDBOXED_TOOLS, EnvironmentSpec, ToolEntry
 from sailrl.spec.errors import SpecError
 from sailrl.spec.loader import LoadedSpec
 from sailrl.spec.messages import did_you_mean_text
@@ -198,6 +199,14 @@ def check_environment(loaded: LoadedSpec) -> list[SpecError]:
                 else ("environment", "tools")
             errors.append(loaded.error(key, f"the spec has tools, but the renderer '{renderer}' {why}, so the "
                                        f"model{' ' + model if model else ''} cannot call them", hint, code="S252"))
+
+    max_turns = env.get("max_turns", EnvironmentSpec.model_fields["max_turns"].default)
+    if isinstance(feedback, list) and feedback and max_turns == 1:
+        errors.append(loaded.error(("environment", "max_turns") if "max_turns" in env else ("environment", "feedback"),
+                                   "the spec has feedback, but environment.max_turns is 1: a feedback turn is "
+                                   "followed by another answer, so an episode of one assistant turn never gets it",
+                                   "Set environment.max_turns: 2 or more (one more than the answers you allow), or "
+                                   "remove the feedback.", code="W132", severity="warning"))
 
     if env.get("sandbox") == "sail" and not any(isinstance(t, dict) and t.get("builtin") in SANDBOXED_TOOLS
                                                  for t in tools):

@@ -151,6 +151,8 @@ _TABLE: tuple[Code, ...] = (
          "reason names the reference answer: the model is told the answer it is scored on."),
     Code("W131", "sandbox-unused", "warning", "environment.sandbox: sail is set but no tool runs code there (only the "
          "built-in python tool does), so no Sailbox would start."),
+    Code("W132", "feedback-never-given", "warning", "The spec has feedback but environment.max_turns is 1, so no "
+         "episode can get a feedback turn (it needs a second assistant turn)."),
     Code("W110", "answer-rule-gameable", "warning", "An answer rule scores an adversarial completion as correct "
          "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
     Code("W120", "learning-rate-far-from-recommended", "warning", "training.learning_rate is more than 10x above "

@@ -93,6 +93,14 @@ def test_feedback_that_shows_an_answer_rules_reason_is_warned(tmp_path):
     assert not [e for e in _problems(tmp_path, "  feedback:\n    - rule: correct\n") if e.code == "W130"]
 
 
+def test_feedback_that_max_turns_never_allows_is_warned_at_its_key(tmp_path):
+    found = _problems(tmp_path, "  max_turns: 1\n  feedback:\n    - rule: correct\n")
+    assert [(e.code, e.key_path, e.is_warning) for e in found] == [("W132", "environment.max_turns", True)]
+    assert "never gets it" in found[0].message and "max_turns: 2" in found[0].hint and found[0].line > 0
+    assert _problems(tmp_path, "  max_turns: 2\n  feedback:\n    - rule: correct\n") == []
+    assert _problems(tmp_path, "  max_turns: 1\n  tools:\n    - builtin: calculator\n") == []
+
+
 def test_the_python_tool_validates_in_either_sandbox(tmp_path):
     for env in ("  tools:\n    - builtin: python\n", "  sandbox: sail\n  tools:\n    - builtin: python\n"):
         found = _problems(tmp_path, env)
