@@ -2,7 +2,8 @@
 
 - :data:`BUILTIN_MODELS`: the embedded backend's built-in models, ``sailrl/tiny`` (random weights drawn from
   ``model.seed``) and ``sailrl/tiny-arith`` (the same architecture with shipped weights, pretrained on
-  single-digit sums by ``runtime/local/pretrained/make_tiny_arith.py``).
+  single-digit sums by ``runtime/local/pretrained/make_tiny_arith.py``), and ``sailrl/tiny-tools`` (tiny-arith
+  taught by ``runtime/local/pretrained/make_tiny_tools.py`` to call the calculator tool about half the time).
 - :func:`classify`: what a ``model.name`` is -- a built-in model, a local Hugging Face model folder, a GGUF
   file, or a remote name (a Hugging Face hub id, or a Tinker model name).
 - :func:`default_renderer`: the renderer used when a spec sets no ``model.renderer`` (one rule for every
@@ -27,6 +28,7 @@ __all__ = [
     "TINY_ARITH_MODEL_NAME",
     "TINY_CONFIG",
     "TINY_MODEL_NAME",
+    "TINY_TOOLS_MODEL_NAME",
     "BuiltinModel",
     "ModelSource",
     "UnknownModelError",
@@ -42,6 +44,7 @@ __all__ = [
 
 TINY_MODEL_NAME = "sailrl/tiny"
 TINY_ARITH_MODEL_NAME = "sailrl/tiny-arith"
+TINY_TOOLS_MODEL_NAME = "sailrl/tiny-tools"
 
 #: ``sailrl/tiny``: a Qwen3-architecture causal LM (hidden 128, 2 layers, 4 query / 2 key-value heads of 32,
 #: MLP 384, vocabulary 259 = the byte tokenizer's size, untied input/output embeddings; 0.46 M parameters).
@@ -96,6 +99,14 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         "of the sums right, so RL has something to sharpen",
         pretrained=True,
     ),
+    TINY_TOOLS_MODEL_NAME: BuiltinModel(
+        TINY_TOOLS_MODEL_NAME,
+        "sailrl/tiny-arith taught (full-parameter, seeded, shipped with sailrl) on episodes of the calculator tool "
+        "in the role_colon_tools format: on 'a+b=' it calls the calculator about half the time and copies its "
+        "result, and otherwise answers directly as tiny-arith does (often wrong), so RL can raise the tool's use",
+        pretrained=True,
+        renderer="role_colon_tools",
+    ),
 }
 
 #: Context windows (tokens) of remote models sailrl can vouch for, from their model cards.
@@ -115,7 +126,7 @@ _FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("qwen3-", "standard"),  # Qwen3 dense and MoE (not Qwen3.5/3.6, whose linear attention differs)
     ("qwen2", "standard"),
     ("gpt-oss", "standard"),
-    ("sailrl/tiny", "standard"),  # sailrl/tiny and sailrl/tiny-arith
+    ("sailrl/tiny", "standard"),  # sailrl/tiny, sailrl/tiny-arith and sailrl/tiny-tools
 )
 
 SourceKind = Literal["builtin", "local_dir", "gguf", "remote"]
@@ -160,7 +171,8 @@ def is_remote_only(model_name: str) -> bool:
 
 
 def is_builtin(model_name: str) -> bool:
-    """True for the embedded backend's built-in model names (``sailrl/tiny``, ``sailrl/tiny-arith``)."""
+    """True for the embedded backend's built-in model names (``sailrl/tiny``, ``sailrl/tiny-arith``,
+    ``sailrl/tiny-tools``)."""
     return model_name in BUILTIN_MODELS
 
 
@@ -246,7 +258,7 @@ def _cached_hub_folder(model_name: str) -> Path | None:
 def default_renderer(model_name: str, base_dir: str | Path | None = None, *, embedded: bool = False) -> str:
     """The renderer used when a spec does not set ``model.renderer``.
 
-    - a built-in model: its renderer (``role_colon``);
+    - a built-in model: its renderer (``role_colon``; ``role_colon_tools`` for ``sailrl/tiny-tools``);
     - a local folder whose tokenizer has a chat template, or a GGUF file: ``chat_template`` (the
       tokenizer's own template; a GGUF file without one is reported when it is loaded);
     - a hub id on the embedded backend (``embedded``: ``sampling.sampler: local``), which loads the model with

@@ -36,7 +36,8 @@ class ModelSpec(SpecModel):
         description=(
             "Base model: a Tinker model name (e.g. moonshotai/Kimi-K2.6, Qwen/Qwen3-8B); on the embedded (local) "
             "backend also a built-in model ('sailrl/tiny', random weights; 'sailrl/tiny-arith', pretrained on "
-            "single-digit sums), a local Hugging Face model folder, a .gguf file (pip install 'sailrl[gguf]') or a "
+            "single-digit sums; 'sailrl/tiny-tools', tiny-arith taught to call the calculator tool), a local "
+            "Hugging Face model folder, a .gguf file (pip install 'sailrl[gguf]') or a "
             "hub id (downloaded once into the Hugging Face cache). A relative path is looked up next to the spec file, "
             "then in the current folder."
         ),

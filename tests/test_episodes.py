@@ -160,7 +160,7 @@ def test_two_turn_episode_with_the_calculator_and_its_training_mask():
 
     # The prompt the model saw first declares the tool; the second is the first + reply + tool result.
     system = TOK.decode(sampler.prompts[0])
-    assert system.startswith("System: You can call these tools:\n{") and '"name": "calculator"' in system
+    assert system.startswith("System: Tools:\ncalculator(expression: string): Exact arithmetic.\n")
     prompt1 = sampler.prompts[0]
     reply1, reply2 = _ids(" " + CALL + STOP), _ids(" 7" + STOP)
     tool_turn = _ids(" <tool_response>\n7\n</tool_response>\n\nAssistant:")

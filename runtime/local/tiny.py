@@ -9,7 +9,9 @@ format, with a frozen tied unembedding it cannot (measured: supervised loss stal
 
 ``sailrl/tiny-arith`` is the same architecture with the weights shipped in ``pretrained/tiny_arith.safetensors``
 (made by ``pretrained/make_tiny_arith.py``); ``base_model.json`` records their sha256 as ``revision`` and a
-checkpoint made on other weights is refused. Folders, GGUF files and hub ids load through ``sources``.
+checkpoint made on other weights is refused. ``sailrl/tiny-tools`` likewise ships ``pretrained/tiny_tools.safetensors``
+(made by ``pretrained/make_tiny_tools.py`` from tiny-arith's weights: it calls the calculator tool about half
+the time). Folders, GGUF files and hub ids load through ``sources``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ BASE_MODEL_FILE = "base_model.json"
 #: Shipped weights of the pretrained built-in models.
 PRETRAINED_WEIGHTS: dict[str, Path] = {
     "sailrl/tiny-arith": Path(__file__).with_name("pretrained") / "tiny_arith.safetensors",
+    "sailrl/tiny-tools": Path(__file__).with_name("pretrained") / "tiny_tools.safetensors",
 }
 
 
