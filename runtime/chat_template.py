@@ -31,9 +31,8 @@ Hermes / Qwen convention; :func:`template_tool_support` says whether a template 
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
+from typing import Any
 
 import tinker
 import torch

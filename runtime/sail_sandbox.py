@@ -17,7 +17,8 @@ answers later is terminated when it does); each command gets the tool's ``timeou
 :data:`SLACK_S` more on this side (a Sail that does not answer is a ``sandbox`` tool error); its output is cut at
 ``max_output_chars``; memory is capped inside the Sailbox (``RLIMIT_AS`` of the python3 process, as in a worker).
 Every Sail failure -- a start refused or timed out, a command the service could not run, a Sailbox that was
-terminated (the next call starts a new one; so does the :data:`MAX_SANDBOX_ERRORS`-th failed call in a row) -- is a tool error of kind ``sandbox`` that the model reads and
+terminated (the next call starts a new one; so does the :data:`MAX_SANDBOX_ERRORS`-th failed call in a row) --
+is a tool error of kind ``sandbox`` that the model reads and
 ``episode/tool_errors`` counts. After :data:`MAX_START_FAILURES` failed starts the tool stops trying for the run
 and answers each call with the last start's error at once.
 """
@@ -41,8 +42,8 @@ from tinker_cookbook.tool_use import ToolInput, ToolResult, simple_tool_result
 from sailrl.runtime import snippet
 from sailrl.runtime.python_tool import SPEC, SnippetOutcome, check_code, describe_outcome, snippet_error
 
-__all__ = ["CREATE_TIMEOUT_S", "MAX_SANDBOX_ERRORS", "MAX_START_FAILURES", "SLACK_S", "SailboxPythonTool", "remote_command",
-           "sail_key_problem"]
+__all__ = ["CREATE_TIMEOUT_S", "MAX_SANDBOX_ERRORS", "MAX_START_FAILURES", "SLACK_S", "SailboxPythonTool",
+           "remote_command", "sail_key_problem"]
 
 #: Seconds the Sailbox's start may take before the call is a tool error.
 CREATE_TIMEOUT_S = 180.0
@@ -201,7 +202,7 @@ class SailboxPythonTool:
             result = await asyncio.wait_for(
                 box.run_command(command, timeout=self.timeout_s, max_output_bytes=4 * self.max_output_chars + 4),
                 self.timeout_s + self.slack_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return self._outcome("sandbox", "", f"Sail did not answer within {self.timeout_s + self.slack_s:g} s")
         except SandboxTerminatedError as exc:
             if self.sandbox is box:
@@ -224,7 +225,7 @@ class SailboxPythonTool:
             self.sandbox, self.sandbox_errors = None, 0
             try:
                 await asyncio.wait_for(box.cleanup(), 30)
-            except (asyncio.TimeoutError, SailError, OSError, SandboxTerminatedError):
+            except (TimeoutError, SailError, OSError, SandboxTerminatedError):
                 pass
             message += "; the next call starts a new Sailbox"
         return self._outcome("sandbox", "", message)
@@ -243,7 +244,7 @@ class SailboxPythonTool:
             return
         try:
             await asyncio.wait_for(box.cleanup(), 60)
-        except (asyncio.TimeoutError, SailError, OSError, SandboxTerminatedError):
+        except (TimeoutError, SailError, OSError, SandboxTerminatedError):
             pass
 
 

@@ -3,9 +3,9 @@
 It reads the ``init`` frame, loads its job (``math``: math-verify, :class:`_MathJob`; ``python``: a python reward
 rule, :class:`sailrl.runtime.python_rules.PythonJob`; ``tool``: a tool of an environment,
 :class:`sailrl.runtime.tools.ToolJob`; ``python_tool``: the built-in python tool's snippets,
-:class:`sailrl.runtime.python_tool.SnippetJob`) and answers requests under the time limit, output capture and memory limit
-that :mod:`sailrl.runtime.workers` defines. Its own module so that the pool (which the jobs' modules import) imports
-none of them.
+:class:`sailrl.runtime.python_tool.SnippetJob`) and answers requests under the time limit, output capture and
+memory limit that :mod:`sailrl.runtime.workers` defines. Its own module so that the pool (which the jobs' modules
+import) imports none of them.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def test_an_episode_calls_the_python_tool_and_counts_its_errors():
 def test_the_sailbox_command_carries_the_snippet_and_the_runner():
     cmd = remote_command("print('it''s')", 64)
     assert cmd.startswith('cd "$(mktemp -d)" && exec python3 -c ')
-    assert base64.b64encode("print('it''s')".encode()).decode() in cmd
+    assert base64.b64encode(b"print('it''s')").decode() in cmd
     assert "def run_code(" in cmd and "_limit_memory(64)" in cmd
 
 
@@ -146,7 +146,7 @@ def _sail_tool(**kw) -> SailboxPythonTool:
 
 
 @pytest.mark.slow
-def test_snippets_run_in_a_sailbox_through_tinker_sandbox(fake_sailbox_server):
+def test_snippets_run_in_a_sailbox_through_tinker_sandbox(fake_sailbox_server):  # noqa: F811 - the imported fixture
     server = fake_sailbox_server
     tool = _sail_tool(timeout_s=4.0)  # python3 starts in the fake's subprocess on this (busy) machine
 
@@ -174,7 +174,7 @@ def test_snippets_run_in_a_sailbox_through_tinker_sandbox(fake_sailbox_server):
 
 
 @pytest.mark.slow
-def test_sail_faults_are_bounded_counted_tool_errors(fake_sailbox_server):
+def test_sail_faults_are_bounded_counted_tool_errors(fake_sailbox_server):  # noqa: F811 - the imported fixture
     server = fake_sailbox_server
     tool = _sail_tool(create_timeout_s=1.0)
 
@@ -217,7 +217,7 @@ def test_sail_faults_are_bounded_counted_tool_errors(fake_sailbox_server):
 
 
 @pytest.mark.slow
-def test_an_episode_with_the_sail_sandbox(fake_sailbox_server):
+def test_an_episode_with_the_sail_sandbox(fake_sailbox_server):  # noqa: F811 - the imported fixture
     call = "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": "3 + 4"}}) + "</tool_call>"
     env = {"max_turns": 3, "sandbox": "sail", "tools": [{"builtin": "python"}]}
     traj, _, builder = _run([(" " + call + STOP, "stop"), (" 7" + STOP, "stop")], env)

@@ -18,6 +18,7 @@ from tinker_cookbook.rl.data_processing import assemble_training_data
 from tinker_cookbook.rl.rollouts import do_group_rollout
 from transformers import ByT5Tokenizer
 
+from sailrl.compiler.validate import problems
 from sailrl.runtime.chat_template import ChatTemplateError, ChatTemplateRenderer
 from sailrl.runtime.episode import EpisodeGroupBuilder, build_tools
 from sailrl.runtime.models import get_renderer
@@ -25,7 +26,6 @@ from sailrl.runtime.rewards import RewardFunction
 from sailrl.runtime.rollout import SamplingPolicy
 from sailrl.spec.environment import EnvironmentSpec
 from sailrl.spec.renderers import template_tool_support
-from sailrl.compiler.validate import problems
 from tests.test_episode_spec import BASE
 from tests.test_episodes import REWARD
 

@@ -243,9 +243,9 @@ def test_sample_scores_the_trained_policy_with_the_rules(trained, home, capsys):
     assert out.count("completion 1") == 1 and "completion 2" in out and "correct" in out and "format" in out
     assert "2 completions, mean total" in out and "user: '" in out
 
-    from sailrl.runtime.data import dataset_row
     from sailrl.export import RunInfo
     from sailrl.export.sample import sample_run
+    from sailrl.runtime.data import dataset_row
     from sailrl.spec.loader import load_spec
 
     info = RunInfo.read(run_dir)
