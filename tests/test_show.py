@@ -200,6 +200,16 @@ def test_step_and_kind(run_dir, capsys, monkeypatch):
 
 
 def test_a_run_without_rollouts_is_one_plain_line(tmp_path, capsys, monkeypatch):
+    code, out, err = show(capsys, monkeypatch, tmp_path)  # no config.json either: not a run directory
+    assert (code, out) == (1, "")
+    assert err == (f"error: {tmp_path} is not a run directory (it has no config.json): give the folder a run "
+                   "wrote, e.g. runs/quickstart next to the spec (output.run_dir)\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: x\n", encoding="utf-8")  # the spec given instead of its run directory
+    code, _, err = show(capsys, monkeypatch, spec)
+    assert (code, err) == (1, f"error: {spec} is a file, not a run directory: give the folder a run wrote, "
+                              "e.g. runs/quickstart next to the spec (output.run_dir)\n")
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")  # a run that logged no rollouts
     code, out, err = show(capsys, monkeypatch, tmp_path)
     assert (code, out) == (1, "")
     assert err == (f"error: {tmp_path} has no rollouts.jsonl: this run logged no rollouts "

@@ -14,7 +14,7 @@ leaves it out.
 
 Text from the model is shown literally: rich markup is not interpreted and control characters (ESC, CR, bidi
 overrides, zero-width characters) are printed as escapes. Colour only on a terminal (and never with NO_COLOR);
-piped output is plain text. Exit codes: 0 shown; 1 no such run directory, no rollouts logged, no such step or
+piped output is plain text. Exit codes: 0 shown; 1 not a run directory (missing, a file, no config.json), no rollouts logged, no such step or
 kind, unknown rule (with a did-you-mean); 2 usage error.
 """
 
@@ -32,6 +32,7 @@ from rich.text import Text
 
 from sailrl.runtime.console import panel_expand
 from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
+from sailrl.runtime.rundir import CONFIG_FILE
 from sailrl.spec.errors import UserError
 from sailrl.spec.messages import did_you_mean_text
 
@@ -115,14 +116,21 @@ def _ranges(steps: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
+_GIVE_RUN_DIR = "give the folder a run wrote, e.g. runs/quickstart next to the spec (output.run_dir)"
+
+
 def choose(run_dir: Any, step: int | None, kind: str | None) -> tuple[int, str, list[dict[str, Any]]]:
     """(step, kind, records) to show. Raises :class:`ShowError` with the reason in plain words."""
     from pathlib import Path
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
+        if run_dir.exists():
+            raise ShowError(f"{run_dir} is a file, not a run directory: {_GIVE_RUN_DIR}")
         raise ShowError(f"{run_dir}: no such run directory")
     if not (run_dir / ROLLOUTS_FILE).exists():
+        if not (run_dir / CONFIG_FILE).is_file():
+            raise ShowError(f"{run_dir} is not a run directory (it has no {CONFIG_FILE}): {_GIVE_RUN_DIR}")
         raise ShowError(f"{run_dir} has no {ROLLOUTS_FILE}: this run logged no rollouts "
                         "(output.log_rollouts is 0, or no step has finished yet)")
     steps = logged_steps(run_dir)
