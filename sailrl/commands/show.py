@@ -14,8 +14,8 @@ leaves it out.
 
 Text from the model is shown literally: rich markup is not interpreted and control characters (ESC, CR, bidi
 overrides, zero-width characters) are printed as escapes. Colour only on a terminal (and never with NO_COLOR);
-piped output is plain text. Exit codes: 0 shown; 1 not a run directory (missing, a file, no config.json), no rollouts logged, no such step or
-kind, unknown rule (with a did-you-mean); 2 usage error.
+piped output is plain text. Exit codes: 0 shown; 1 not a run directory (missing, a file, no config.json), no
+rollouts logged, no such step or kind, unknown rule (with a did-you-mean); 2 usage error.
 """
 
 from __future__ import annotations
