@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import io
 import re
-import socket
-import threading
-import time
 import warnings
 
 import pytest
@@ -29,6 +26,7 @@ from sailrl.studio.security import cookie_name
 from sailrl.studio.session import Studio
 from tests.fakes.sail_server import FakeSailServer, point_sail_sdk_at
 from tests.fakes.studio_project import make_project
+from tests.fakes.studio_serve import serve_studio
 from tests.test_preflight import EXAMPLES, QUICKSTART_REWARD, ScriptedPolicy
 from tests.test_studio_browser import TOKEN, browser, page  # noqa: F401 -- fixtures
 
@@ -169,24 +167,9 @@ def test_the_studio_with_the_judge_calls_it_once_per_completion(tmp_path, monkey
 @pytest.fixture
 def studio(tmp_path):
     """A live studio (no --judge) over the quickstart project with a Sail judge rule added."""
-    import uvicorn
-
     spec = judge_project(tmp_path / "proj")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(build_app(Studio(spec), token=TOKEN, host="127.0.0.1", port=port),
-                                           log_level="warning", lifespan="off", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", spec, None
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with serve_studio(Studio(spec), TOKEN) as (url, _):
+        yield url, spec, None
 
 
 @pytest.mark.slow

@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 
 import pytest
 
-from sailrl.studio.app import build_app
 from sailrl.studio.session import Studio
 from tests.fakes.studio_project import make_project, write_steps
+from tests.fakes.studio_serve import serve_studio
 from tests.test_studio_browser import TOKEN, browser, page  # noqa: F401 -- fixtures
 
 ANSWER = "Polite & short: <b>fine</b>. <score>yes</score>"
@@ -21,8 +18,6 @@ ANSWER = "Polite & short: <b>fine</b>. <score>yes</score>"
 @pytest.fixture
 def studio(tmp_path):
     """A studio over a project whose run logged a judge rule's verdicts (rules.polite.judge / judge_score)."""
-    import uvicorn
-
     folder = tmp_path / "studio"
     spec = make_project(folder)
     run = folder / "runs" / "quickstart"
@@ -34,21 +29,8 @@ def studio(tmp_path):
                                      "(normalised 1)", "judge": ANSWER, "judge_score": "yes"}
         lines.append(json.dumps(record))
     (run / "rollouts.jsonl").write_text("\n".join(lines) + "\n")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(build_app(Studio(spec), token=TOKEN, host="127.0.0.1", port=port),
-                                           log_level="warning", lifespan="off", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", spec, None
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with serve_studio(Studio(spec), TOKEN) as (url, _):
+        yield url, spec, None
 
 
 @pytest.mark.slow

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from sailrl.runtime.rollout_log import read_rollouts
-from sailrl.studio.app import build_app
 from sailrl.studio.session import Studio
 from tests.fakes.studio_project import make_project, write_steps
+from tests.fakes.studio_serve import serve_studio
 
 CHROMIUM = os.environ.get("SAILRL_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -63,26 +61,11 @@ class Recorder:
 @pytest.fixture
 def studio(tmp_path):
     """(base URL, spec path, recorder): a live server on a free loopback port, in a thread."""
-    import uvicorn
-
     folder = tmp_path / "studio"
     spec = make_project(folder)
     write_steps(spec, folder / "runs" / "quickstart", range(1, 13))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # as the command binds it
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    port = sock.getsockname()[1]
-    recorder = Recorder(build_app(Studio(spec), token=TOKEN, host="127.0.0.1", port=port))
-    server = uvicorn.Server(uvicorn.Config(recorder, log_level="warning", lifespan="off", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", spec, recorder
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with serve_studio(Studio(spec), TOKEN, wrap=Recorder) as (url, recorder):
+        yield url, spec, recorder
 
 
 @pytest.fixture

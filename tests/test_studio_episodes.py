@@ -6,9 +6,6 @@ tests/test_studio_browser.py (skipped without a browser, a failure with CI=true)
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 import warnings
 
 import pytest
@@ -22,6 +19,7 @@ from sailrl.studio.app import build_app
 from sailrl.studio.security import cookie_name
 from sailrl.studio.session import Studio
 from tests.fakes.episode_project import LOOKUP_RESULT, make_episode_project
+from tests.fakes.studio_serve import serve_studio
 from tests.test_studio_browser import TOKEN, browser, page, shots  # noqa: F401 -- fixtures
 
 pytestmark = pytest.mark.slow
@@ -35,24 +33,9 @@ def project(tmp_path_factory):
 @pytest.fixture
 def studio(project):
     """A live studio over the episode project (the ``page`` fixture of test_studio_browser opens it)."""
-    import uvicorn
-
     spec, _ = project
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(build_app(Studio(spec), token=TOKEN, host="127.0.0.1", port=port),
-                                           log_level="warning", lifespan="off", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", spec, None
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with serve_studio(Studio(spec), TOKEN) as (url, _):
+        yield url, spec, None
 
 
 def test_the_api_gives_every_turn_as_logged(project):
