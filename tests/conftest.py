@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
+
+# A test run started in the background without job control (`(cmd &)` in a script) inherits SIGINT ignored, and so
+# would every process a test starts: the Ctrl-C tests (exit 130, state saved) need the default disposition.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 MINIMAL_SPEC = """\
 name: test-run
