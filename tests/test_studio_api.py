@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -620,14 +621,13 @@ def test_run_files_linked_out_of_the_run_folder_are_not_read(project, tmp_path):
     assert c.get("/api/run/steps?run=@run").json() == {"train": [], "eval": []}
 
 
-def test_a_fifo_in_the_run_folder_does_not_hang_the_request(project):
-    run = project.parent / "runs" / "quickstart"
-    (run / "metrics.jsonl").unlink()
-    fifo = run / "metrics.jsonl"
-    os.mkfifo(fifo)
-    blocked = []
+@contextmanager
+def fifo_watch(fifo: Path, after_s: float = 5.0):
+    """A list that gets ``True`` when, ``after_s`` into the block, a reader is still waiting in ``open()`` on
+    ``fifo`` (opening the write end succeeds only then, and lets that reader go)."""
+    blocked: list[bool] = []
 
-    def unblock():  # opening the write end succeeds only while a reader waits in open(): then it is let go
+    def unblock():
         try:
             fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
         except OSError:
@@ -635,12 +635,21 @@ def test_a_fifo_in_the_run_folder_does_not_hang_the_request(project):
         blocked.append(True)
         os.close(fd)
 
-    timer = threading.Timer(5.0, unblock)
+    timer = threading.Timer(after_s, unblock)
     timer.start()
     try:
-        r = client_for(project, run).get("/api/run/metrics?run=@run")
+        yield blocked
     finally:
         timer.cancel()
+
+
+def test_a_fifo_in_the_run_folder_does_not_hang_the_request(project):
+    run = project.parent / "runs" / "quickstart"
+    (run / "metrics.jsonl").unlink()
+    fifo = run / "metrics.jsonl"
+    os.mkfifo(fifo)
+    with fifo_watch(fifo) as blocked:
+        r = client_for(project, run).get("/api/run/metrics?run=@run")
     assert not blocked, "the request waited on the FIFO"
     assert r.json()["lines"] == [] and r.json()["exists"] is False
 
@@ -706,22 +715,8 @@ def test_a_save_over_a_spec_replaced_by_a_fifo_is_refused_without_blocking(proje
     text = project.read_text()
     project.unlink()
     os.mkfifo(project)
-    blocked = []
-
-    def unblock():  # succeeds only while a reader waits in open() on the FIFO: then it is let go
-        try:
-            fd = os.open(project, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:
-            return
-        blocked.append(True)
-        os.close(fd)
-
-    timer = threading.Timer(5.0, unblock)
-    timer.start()
-    try:
+    with fifo_watch(project) as blocked:
         r = c.post("/api/save", json={"text": text, "base_sha": None})
-    finally:
-        timer.cancel()
     assert not blocked, "the save waited on the FIFO"
     assert r.status_code == 409 and "is no longer a file" in r.json()["error"]
     assert sorted(p.name for p in project.parent.iterdir() if p.name.startswith(".")) == []  # no temporary left
