@@ -205,9 +205,14 @@ def trl_trainer(model: Any, tok: Any, prompts: list[tuple[str, int]], targets: l
     def arith_reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
         return [reward(c, answers[p]) for p, c in zip(prompts, completions, strict=True)]
 
+    batch = args.groups * args.group_size
+    micro = args.trl_micro_batch or batch
+    if batch % micro or micro % args.group_size:
+        raise SystemExit(f"--trl-micro-batch {micro} must divide {batch} and be a multiple of --group-size")
     config = trl.GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=args.groups * args.group_size,
-        num_generations=args.group_size, gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=micro,
+        num_generations=args.group_size, gradient_accumulation_steps=batch // micro,
+        steps_per_generation=batch // micro, num_iterations=1,
         max_completion_length=args.max_tokens, temperature=1.0, top_p=1.0, top_k=0, beta=0.0,
         scale_rewards="none", learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
         optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0,
@@ -345,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per arm")
     parser.add_argument("--reps", type=int, default=5, help="timed steps per arm")
     parser.add_argument("--profile", action="store_true", help="one more step per arm, split by timing wrappers")
+    parser.add_argument("--trl-micro-batch", type=int, default=0,
+                        help="TRL's completions per forward/backward pass (gradient accumulation over the step's "
+                             "batch, one optimizer step, one generation); default: the whole batch in one pass. "
+                             "sailrl's learner splits a step by its activation-memory budget on its own")
     args = parser.parse_args(argv)
     if trl is None:
         print("TRL is not installed; install it with:  pip install 'sailrl[trl]'", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import tinker
@@ -265,14 +266,38 @@ def test_datums_sharing_a_prompt_share_its_forward_with_the_same_logprobs_and_gr
 
     one_pass, one_grads = run(shared=False)
     shared, shared_grads = run(shared=True)
-    assert set(one_grads) == set(shared_grads) and len(one_grads) >= 8
-    for a, b in zip(one_pass.loss_fn_outputs, shared.loss_fn_outputs, strict=True):
-        torch.testing.assert_close(b["logprobs"].to_torch(), a["logprobs"].to_torch(), atol=1e-6, rtol=0)
-    assert shared.metrics["loss:sum"] == pytest.approx(one_pass.metrics["loss:sum"], rel=1e-6)
-    for n in one_grads:
-        scale = float(one_grads[n].abs().max())
-        assert scale > 0
-        assert float((shared_grads[n] - one_grads[n]).abs().max()) <= 1e-6 * scale, n
+    # micro-batches of at most 20 tokens (the step's 13 datums are 5-16 tokens long): 11 forward + backward passes,
+    # some cutting a group (which then shares its prompt within each pass only)
+    assert len(trainer_mod.micro_batches([d.model_input.length for d in data], 20)) == 11
+    monkeypatch.setattr(trainer_mod, "tokens_per_chunk", lambda config: 20)
+    chunked = client.forward_backward(data, "importance_sampling").result()
+    monkeypatch.undo()
+    chunked_grads = {n: p.grad.clone() for n, p in client.peft_model.named_parameters() if p.grad is not None}
+    client.peft_model.zero_grad(set_to_none=True)
+    assert set(one_grads) == set(shared_grads) == set(chunked_grads) and len(one_grads) >= 8
+    for other, other_grads in ((shared, shared_grads), (chunked, chunked_grads)):
+        for a, b in zip(one_pass.loss_fn_outputs, other.loss_fn_outputs, strict=True):
+            torch.testing.assert_close(b["logprobs"].to_torch(), a["logprobs"].to_torch(), atol=1e-6, rtol=0)
+        assert other.metrics["loss:sum"] == pytest.approx(one_pass.metrics["loss:sum"], rel=1e-6)
+        for n in one_grads:
+            scale = float(one_grads[n].abs().max())
+            assert scale > 0
+            assert float((other_grads[n] - one_grads[n]).abs().max()) <= 1e-6 * scale, n
+
+
+def test_micro_batches_bound_the_tokens_of_each_pass_and_keep_the_datums_in_order():
+    from sailrl.runtime.local.tiny import tiny_config
+    from sailrl.runtime.local.trainer import micro_batches, tokens_per_chunk
+
+    assert micro_batches([5, 5, 5, 5], 10) == [range(0, 2), range(2, 4)]
+    assert micro_batches([20, 3, 3], 10) == [range(0, 1), range(1, 3)]  # a longer datum runs alone
+    assert micro_batches([1] * 3, 100) == [range(0, 3)]
+    # the built-in models never split a step; SmolLM2-135M's shape (30 layers, 576 / 1536, vocabulary 49,152)
+    # takes about 900 tokens a pass within the 2 GiB budget
+    assert tokens_per_chunk(tiny_config()) > 50_000
+    smol = SimpleNamespace(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, vocab_size=49152)
+    assert 800 <= tokens_per_chunk(smol) <= 1000
+    assert tokens_per_chunk(smol, budget=4 << 30) // 2 == tokens_per_chunk(smol)
 
 
 def test_shared_prefixes_groups_runs_that_start_alike_and_declines_when_it_saves_little():
