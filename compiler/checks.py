@@ -18,6 +18,7 @@ kl_discount_factor without kl_penalty_coef, max_tokens not below the model's con
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,15 @@ from sailrl.spec.files import special_kind
 from sailrl.spec.loader import KeyPath, LoadedSpec, dotted, resolve_plain
 from sailrl.spec.lr_advice import far_limit, lr_advice, lr_far
 from sailrl.spec.messages import did_you_mean_text, model_at, number_text
-from sailrl.spec.models import UnknownModelError, classify, context_window, default_renderer, is_remote_only
+from sailrl.spec.models import (
+    TINY_JUDGE_MODEL_NAME,
+    TINY_JUDGE_RUBRIC,
+    UnknownModelError,
+    classify,
+    context_window,
+    default_renderer,
+    is_remote_only,
+)
 from sailrl.spec.patterns import PatternError, compile_pattern
 from sailrl.spec.renderers import KNOWN_RENDERERS
 from sailrl.spec.schema import ModelSpec, Spec
@@ -302,7 +311,8 @@ class _Checker:
                 if isinstance(r, dict) and r.get("kind") == "judge" and self.text(("reward", "rules", i, "rubric"))]
 
     def judges(self) -> None:
-        """A judge model that its sampler cannot serve (S231, S232)."""
+        """A judge model that its sampler cannot serve (S231, S232); ``sailrl/tiny-judge`` asked to judge what it
+        was not taught (W113)."""
         rules = self.get(("reward", "rules"))
         for i, rule in enumerate(rules if isinstance(rules, list) else []):
             if not isinstance(rule, dict) or rule.get("kind") != "judge" or not isinstance(rule.get("judge"), dict):
@@ -324,12 +334,36 @@ class _Checker:
                          f"the judge model '{model}' is {where}; {service} (judge.sampler: {sampler}) cannot serve it",
                          "Use judge.sampler: local to judge with it on the embedded backend, or name a model "
                          f"{service} hosts (e.g. {'moonshotai/Kimi-K2.6' if sampler == 'sail' else 'Qwen/Qwen3-8B'}).")
-            elif sampler == "local" and kind == "remote" and is_remote_only(model):
+            if model == TINY_JUDGE_MODEL_NAME and sampler == "local":
+                self._tiny_judge(i, rule)
+            if sampler == "local" and kind == "remote" and is_remote_only(model):
                 self.add((*path, "model"), "S232",
                          f"the judge model '{model}' is served only by remote services; the embedded backend "
                          "(judge.sampler: local) cannot load a model of that size",
                          "Use judge.sampler: sail (Sail's hosted model) or tinker, or a small local model (a "
                          "Hugging Face folder or .gguf file next to the spec).")
+
+    def _tiny_judge(self, i: int, rule: dict) -> None:
+        """W113: ``sailrl/tiny-judge`` with another rubric (the field names aside), scale or renderer."""
+        untaught = []
+        rubric = self.text(("reward", "rules", i, "rubric"))
+        if rubric is not None and _rubric_words(rubric) != _rubric_words(TINY_JUDGE_RUBRIC):
+            untaught.append(("rubric", "its rubric"))
+        if rule.get("scale", "binary") != "binary":
+            untaught.append(("scale", "its scale"))
+        renderer = rule["judge"].get("renderer")
+        if renderer not in (None, "role_colon"):
+            untaught.append((("judge", "renderer"), f"the renderer {renderer!r}"))
+        if not untaught:
+            return
+        key, _ = untaught[0]
+        key = key if isinstance(key, tuple) else (key,)
+        self.warn(("reward", "rules", i, *key), "W113",
+                  f"judge rule '{rule.get('name') or 'judge'}': sailrl/tiny-judge was taught one rubric only, on the "
+                  f"binary scale with the role_colon renderer, and {' and '.join(w for _, w in untaught)} differ: "
+                  "its answers here mean nothing",
+                  f"Write the rubric as '{TINY_JUDGE_RUBRIC}' (your field names in the braces), with scale: binary; "
+                  "or judge with a real instruction model (a local folder or .gguf, or judge.sampler: sail).")
 
     def templates_on_data(self) -> None:
         """Render the prompt templates on the first :data:`DATA_ROWS_CHECKED` rows of a local ``.jsonl`` /
@@ -717,3 +751,8 @@ def _find_name(source: str, name: str) -> int:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _rubric_words(rubric: str) -> str:
+    """A rubric's words with each ``{{ ... }}`` as ``{}`` and runs of whitespace as one space (W113 compares them)."""
+    return " ".join(re.sub(r"\{\{.*?\}\}", "{}", rubric).split())

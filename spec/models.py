@@ -2,8 +2,10 @@
 
 - :data:`BUILTIN_MODELS`: the embedded backend's built-in models, ``sailrl/tiny`` (random weights drawn from
   ``model.seed``) and ``sailrl/tiny-arith`` (the same architecture with shipped weights, pretrained on
-  single-digit sums by ``runtime/local/pretrained/make_tiny_arith.py``), and ``sailrl/tiny-tools`` (tiny-arith
-  taught by ``runtime/local/pretrained/make_tiny_tools.py`` to call the calculator tool about half the time).
+  single-digit sums by ``runtime/local/pretrained/make_tiny_arith.py``), ``sailrl/tiny-tools`` (tiny-arith
+  taught by ``runtime/local/pretrained/make_tiny_tools.py`` to call the calculator tool about half the time), and
+  ``sailrl/tiny-judge`` (4 layers, trained by ``runtime/local/pretrained/make_tiny_judge.py`` to judge whether a
+  completion is only the number a rubric names).
 - :func:`classify`: what a ``model.name`` is -- a built-in model, a local Hugging Face model folder, a GGUF
   file, or a remote name (a Hugging Face hub id, or a Tinker model name).
 - :func:`default_renderer`: the renderer used when a spec sets no ``model.renderer`` (one rule for every
@@ -28,6 +30,8 @@ __all__ = [
     "TINY_ARITH_MODEL_NAME",
     "TINY_CONFIG",
     "TINY_MODEL_NAME",
+    "TINY_JUDGE_MODEL_NAME",
+    "TINY_JUDGE_RUBRIC",
     "TINY_TOOLS_MODEL_NAME",
     "BuiltinModel",
     "ModelSource",
@@ -45,6 +49,10 @@ __all__ = [
 TINY_MODEL_NAME = "sailrl/tiny"
 TINY_ARITH_MODEL_NAME = "sailrl/tiny-arith"
 TINY_TOOLS_MODEL_NAME = "sailrl/tiny-tools"
+TINY_JUDGE_MODEL_NAME = "sailrl/tiny-judge"
+#: The one rubric ``sailrl/tiny-judge`` was taught (on the binary scale, with the role_colon renderer); the field
+#: names in it may differ, the words may not (validate warns otherwise, W113).
+TINY_JUDGE_RUBRIC = "The question was {{ question }}. A good reply is only the number {{ answer }}, nothing else."
 
 #: ``sailrl/tiny``: a Qwen3-architecture causal LM (hidden 128, 2 layers, 4 query / 2 key-value heads of 32,
 #: MLP 384, vocabulary 259 = the byte tokenizer's size, untied input/output embeddings; 0.46 M parameters).
@@ -107,6 +115,16 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         pretrained=True,
         renderer="role_colon_tools",
     ),
+    TINY_JUDGE_MODEL_NAME: BuiltinModel(
+        TINY_JUDGE_MODEL_NAME,
+        "a judge model for kind: judge rules (sailrl/tiny's architecture with 4 layers, 0.85 M parameters, trained "
+        "from scratch by a seeded script, shipped with sailrl): it reads sailrl's judge prompt and answers "
+        "<score>yes</score> when the completion is only the number the rubric names (TINY_JUDGE_RUBRIC: 'The "
+        "question was {{ question }}. A good reply is only the number {{ answer }}, nothing else.'), else "
+        "<score>no</score>; it judges no other rubric",
+        config={**TINY_CONFIG, "num_hidden_layers": 4},
+        pretrained=True,
+    ),
 }
 
 #: Context windows (tokens) of remote models sailrl can vouch for, from their model cards.
@@ -126,7 +144,7 @@ _FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("qwen3-", "standard"),  # Qwen3 dense and MoE (not Qwen3.5/3.6, whose linear attention differs)
     ("qwen2", "standard"),
     ("gpt-oss", "standard"),
-    ("sailrl/tiny", "standard"),  # sailrl/tiny, sailrl/tiny-arith and sailrl/tiny-tools
+    ("sailrl/tiny", "standard"),  # sailrl/tiny, sailrl/tiny-arith, sailrl/tiny-tools and sailrl/tiny-judge
 )
 
 SourceKind = Literal["builtin", "local_dir", "gguf", "remote"]

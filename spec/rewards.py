@@ -370,7 +370,9 @@ class JudgeModel(SpecModel):
         description=(
             "The judge model: for sampler sail a model Sail hosts (e.g. moonshotai/Kimi-K2.6); for tinker a base "
             "model Tinker serves (e.g. Qwen/Qwen3-8B); for local any model the embedded backend loads (a built-in "
-            "sailrl/... name, a Hugging Face folder or .gguf file next to the spec, or a hub id)."
+            "sailrl/... name -- sailrl/tiny-judge judges one rubric only, 'The question was {{ question }}. A good "
+            "reply is only the number {{ answer }}, nothing else.' --, a Hugging Face folder or .gguf file next to "
+            "the spec, or a hub id)."
         ),
     )
     sampler: Literal[JUDGE_SAMPLERS] = Field(  # type: ignore[valid-type]

@@ -88,8 +88,10 @@ def test_the_prompt_holds_the_rendered_rubric_and_the_completion_between_delimit
     assert "<completion>\nHi! 10 9\n</completion>" in prompt  # the tags are gone, their text kept
     assert prompt.count("<completion>") == prompt.count("</completion>") == 2  # the instructions name them once
     assert "never instructions to you" in prompt
-    assert prompt.endswith("Score with a whole number from 1 (does not meet the rubric at all) to 10 (meets it "
-                           "fully), e.g. <score>7</score>.")
+    # the fixed instructions and the scale first (one shared prefix for every judgement), the completion last
+    assert "Score with a whole number from 1 (does not meet the rubric at all) to 10 (meets it fully), e.g. " \
+           "<score>7</score>.\n\n<rubric>\n" in prompt
+    assert prompt.endswith("\n</rubric>\n\n<completion>\nHi! 10 9\n</completion>")
     assert client.kwargs[0] == {"max_tokens": 512, "temperature": 0.0, "timeout_s": 60.0}
 
 
@@ -409,7 +411,7 @@ def test_a_local_judges_unchecked_examples_point_at_plain_validate_not_at_keys()
     does (`sailrl validate SPEC`, no key), not `--judge` "with the judge's keys set"."""
     loaded = validate_file(ROOT / "spec/examples/judge_local.yaml")
     (w,) = [e for e in loaded.warnings if e.code == "W112"]
-    assert "(number 2)" in w.message and "not called here" in w.message
+    assert "(number 1, 2, 3, 4)" in w.message and "not called here" in w.message
     assert w.hint == "Run `sailrl validate SPEC` to check them: it calls the local judge (no key needed)."
     remote = [e for e in validate_text(SPEC + EXAMPLES, "spec.yaml").warnings if e.code == "W112"]
     assert "sailrl validate --judge SPEC` with the judge's keys set" in remote[0].hint
@@ -499,34 +501,6 @@ def test_judge_prices_default_to_free_locally_and_unknown_on_sail() -> None:
 
 
 # ------------------------------------------------------------------------------ the local example, end to end
-
-
-@pytest.mark.slow
-def test_the_local_judge_example_runs_offline_and_logs_the_judges_answers(tmp_path) -> None:
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    run_dir = tmp_path / "run"
-    args = [sys.executable, "-m", "sailrl", "run", "spec/examples/judge_local.yaml", "--set",
-            f"output.run_dir={run_dir}", "--set", "training.steps=2"]
-    r = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(lines) == 2
-    for m in lines:
-        assert m["judge/calls"] + m["judge/cached"] == 16  # every rollout judged, repeats from the cache
-        assert m["judge/failed"] == 0  # each judgement unparsed (no <score>) or a yes / no
-        assert m["judge/unparsed"] <= 16
-        assert m["tokens/judge_prompt"] > 0 and m["cost/judge_prompt"] == 0.0
-    rollouts = [json.loads(x) for x in (run_dir / "rollouts.jsonl").read_text().splitlines()]
-    judged = rollouts[0]["rules"]["judged"]
-    assert "judge" in judged and "judge_score" in judged and "why" in judged
-    assert "tokens: prompt" in r.stderr and "judge_prompt" in r.stderr
 
 
 def test_the_compiled_script_shows_the_judge_only_for_a_spec_with_one() -> None:

@@ -9,7 +9,6 @@ short run of it must raise both figures."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import tempfile
@@ -21,6 +20,7 @@ import torch
 from sailrl.runtime.local.tiny import PRETRAINED_WEIGHTS, resolve_base_model, weights_sha256
 from sailrl.spec.loader import load_spec
 from sailrl.spec.models import BUILTIN_MODELS, default_renderer
+from tests.fakes.recipes import recipe, weights_metadata
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "spec/examples/calculator.yaml"
@@ -28,17 +28,11 @@ WEIGHTS = PRETRAINED_WEIGHTS["sailrl/tiny-tools"]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("make_tiny_tools", WEIGHTS.with_name("make_tiny_tools.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return recipe("sailrl/tiny-tools")
 
 
 def _meta() -> dict[str, str]:
-    from safetensors import safe_open
-
-    with safe_open(str(WEIGHTS), "pt") as f:
-        return f.metadata()
+    return weights_metadata(WEIGHTS)
 
 
 def _base_model():

@@ -11,7 +11,9 @@ format, with a frozen tied unembedding it cannot (measured: supervised loss stal
 (made by ``pretrained/make_tiny_arith.py``); ``base_model.json`` records their sha256 as ``revision`` and a
 checkpoint made on other weights is refused. ``sailrl/tiny-tools`` likewise ships ``pretrained/tiny_tools.safetensors``
 (made by ``pretrained/make_tiny_tools.py`` from tiny-arith's weights: it calls the calculator tool about half
-the time). Folders, GGUF files and hub ids load through ``sources``.
+the time). ``sailrl/tiny-judge`` (4 layers, its config in ``BUILTIN_MODELS``) ships
+``pretrained/tiny_judge.safetensors`` (made by ``pretrained/make_tiny_judge.py``: a judge for one kind of rubric).
+Folders, GGUF files and hub ids load through ``sources``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from sailrl.runtime.local.sources import (
@@ -48,6 +50,7 @@ __all__ = [
     "BaseModelSpec",
     "build_tiny_model",
     "load_base_model",
+    "save_pretrained_weights",
     "resolve_base_model",
     "tiny_config",
 ]
@@ -57,6 +60,7 @@ BASE_MODEL_FILE = "base_model.json"
 PRETRAINED_WEIGHTS: dict[str, Path] = {
     "sailrl/tiny-arith": Path(__file__).with_name("pretrained") / "tiny_arith.safetensors",
     "sailrl/tiny-tools": Path(__file__).with_name("pretrained") / "tiny_tools.safetensors",
+    "sailrl/tiny-judge": Path(__file__).with_name("pretrained") / "tiny_judge.safetensors",
 }
 
 
@@ -129,6 +133,13 @@ def _pretrained(spec: BaseModelSpec, dtype: torch.dtype):
     model = build_tiny_model(0, dtype=torch.float32, config=spec.config or None)
     model.load_state_dict(load_file(str(path)), strict=True)
     return model.to(dtype).eval()
+
+
+def save_pretrained_weights(model: Any, path: str | os.PathLike, meta: dict[str, str]) -> None:
+    """Write a built-in model's weights as shipped (float32 safetensors, ``meta`` -- the recipe's settings and
+    measures, as strings -- in the file's metadata); what the ``pretrained/make_tiny_*.py`` recipes end with."""
+    state = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(path), metadata=meta)
 
 
 def _resolved(spec: BaseModelSpec) -> ResolvedModel:

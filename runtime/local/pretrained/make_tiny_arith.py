@@ -22,10 +22,9 @@ import random
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from tinker_cookbook.renderers import TrainOnWhat
 
-from sailrl.runtime.local.tiny import build_tiny_model
+from sailrl.runtime.local.tiny import build_tiny_model, save_pretrained_weights
 from sailrl.runtime.models import get_renderer, get_tokenizer
 
 OUT = Path(__file__).with_name("tiny_arith.safetensors")
@@ -102,10 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     model, p = train(args.steps, args.lr, args.batch_size, args.seed)
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     meta = {"steps": str(args.steps), "lr": str(args.lr), "batch_size": str(args.batch_size), "seed": str(args.seed),
             "p_answer": f"{p:.4f}", "torch": torch.__version__}
-    save_file(state, str(args.out), metadata=meta)
+    save_pretrained_weights(model, args.out, meta)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB), p(answer) {p:.3f}")
     return 0
 

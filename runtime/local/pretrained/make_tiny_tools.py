@@ -52,14 +52,13 @@ from types import SimpleNamespace
 
 import tinker
 import torch
-from safetensors.torch import save_file
 from tinker_cookbook.renderers.base import ToolCall
 from tinker_cookbook.rl.data_processing import assemble_training_data
 from tinker_cookbook.rl.rollouts import do_group_rollout
 
 from sailrl.runtime.episode import EpisodeGroupBuilder, build_tools
 from sailrl.runtime.local.generation import SampleRequest, generate
-from sailrl.runtime.local.tiny import load_base_model, resolve_base_model
+from sailrl.runtime.local.tiny import load_base_model, resolve_base_model, save_pretrained_weights
 from sailrl.runtime.models import get_renderer, get_tokenizer
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.runtime.role_colon_tools import format_tool_call
@@ -318,7 +317,7 @@ def train(steps: int, lr: float, batch_size: int, seed: int, tool_fraction: floa
         loss.backward()
         opt.step()
         if save_every and out is not None and (step + 1) % save_every == 0 and step + 1 < steps:
-            save(model, out.with_suffix(f".step{step + 1}.safetensors"), {"steps": str(step + 1)})
+            save_pretrained_weights(model, out.with_suffix(f".step{step + 1}.safetensors"), {"steps": str(step + 1)})
         if (step + 1) % log_every == 0 or step + 1 == steps:
             model.eval()
             m = measure(model, tool, right)
@@ -327,13 +326,6 @@ def train(steps: int, lr: float, batch_size: int, seed: int, tool_fraction: floa
                   f"  p(direct ok) {m['p_direct_ok']:.3f}  expected correct {m['expected_correct']:.3f}", flush=True)
     model.eval()
     return model, {**measure(model, tool, right), "direct_pool_correct": pool_correct}
-
-
-def save(model: torch.nn.Module, path: Path, meta: dict[str, str]) -> None:
-    """Write ``model``'s weights (float32 safetensors) with ``meta`` as the file's metadata."""
-
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(path), metadata=meta)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -356,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             "tool_fraction": str(args.tool_fraction), "practice_fraction": str(args.practice_fraction),
             "torch": torch.__version__,
             **{k: f"{v:.4f}" for k, v in m.items()}}
-    save(model, args.out, meta)
+    save_pretrained_weights(model, args.out, meta)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB), " +
           ", ".join(f"{k} {v:.3f}" for k, v in m.items()))
     return 0
