@@ -360,7 +360,8 @@ class _Checker:
         key = key if isinstance(key, tuple) else (key,)
         self.warn(("reward", "rules", i, *key), "W113",
                   f"judge rule '{rule.get('name') or 'judge'}': sailrl/tiny-judge was taught one rubric only, on the "
-                  f"binary scale with the role_colon renderer, and {' and '.join(w for _, w in untaught)} differ: "
+                  f"binary scale with the role_colon renderer, and {' and '.join(w for _, w in untaught)} "
+                  f"{'differs' if len(untaught) == 1 else 'differ'}: "
                   "its answers here mean nothing",
                   f"Write the rubric as '{TINY_JUDGE_RUBRIC}' (your field names in the braces), with scale: binary; "
                   "or judge with a real instruction model (a local folder or .gguf, or judge.sampler: sail).")
@@ -755,4 +756,4 @@ def _is_int(x: Any) -> bool:
 
 def _rubric_words(rubric: str) -> str:
     """A rubric's words with each ``{{ ... }}`` as ``{}`` and runs of whitespace as one space (W113 compares them)."""
-    return " ".join(re.sub(r"\{\{.*?\}\}", "{}", rubric).split())
+    return " ".join(re.sub(r"\{\{.*?\}\}", "{}", rubric, flags=re.DOTALL).split())

@@ -165,8 +165,8 @@ def check_reward_examples(loaded: LoadedSpec, *, fn: Any = None,
             name, verdict = next(iter(failed.items()))
             errors.append(loaded.error(
                 path, f"example {i + 1} could not be checked: judge rule '{name}': {verdict.problem}",
-                "Check that the judge's service is reachable (keys, network) and serves the model; or validate "
-                "without --judge, which lists such examples as not checked.", at="key", code="S306"))
+                _unreachable_hint(fn.judges[name].rule.judge.sampler, "which lists such examples as not checked"),
+                at="key", code="S306"))
             continue
         err = _disagreement(loaded, i, ex, score, traces, fn.rule_names, _field_names(fn, ex))
         if err is not None:
@@ -397,6 +397,16 @@ def _probe_fields(fn: Any, name: str, examples: list[Any]) -> dict[str, Any]:
         return {}
 
 
+def _unreachable_hint(sampler: str, without: str = "") -> str:
+    """What to do when a judge did not answer at validate: a local judge is no service to reach."""
+    if sampler == "local":
+        return ("A local judge runs on this machine: raise judge.timeout_s (its first answer includes loading the "
+                "model), and check that judge.model is a model the embedded backend loads.")
+    tail = f", {without}" if without else ""
+    return ("Check that the judge's service is reachable (SAIL_API_KEY / TINKER_API_KEY, network) and serves the "
+            f"model; or validate without --judge{tail}.")
+
+
 def probe_judge_rule(fn: Any, name: str, examples: list[Any]) -> list[tuple[str, Any]]:
     """(probe label, verdict) for each injection probe of judge rule ``name`` (the judge is called)."""
     judge = fn.judges[name]
@@ -426,8 +436,7 @@ def _injection_warning(loaded: LoadedSpec, j: int, name: str, probes: list[tuple
                                 "Name a model the service hosts, or change judge.sampler.", code="S231")
         return loaded.error(("reward", "rules", j, "judge"), f"judge rule '{name}': the judge could not be reached, "
                             f"so its injection probes were not scored: {problem}",
-                            "Check the service's key and address (SAIL_API_KEY / TINKER_API_KEY), or validate "
-                            "without --judge.", code="S306")
+                            _unreachable_hint(fn_rule.judge.sampler), code="S306")
     on_pass, on_fail = fn_rule.scores()
     lines = []
     for label, v in probes:
@@ -443,8 +452,8 @@ def _injection_warning(loaded: LoadedSpec, j: int, name: str, probes: list[tuple
             else f"judge rule '{name}': injection probes (none passes the rule)")
     hint = ("A completion that talks the judge into a score would be rewarded for it: make the rubric say what a "
             "good answer contains (so a completion without it fails), or use a stronger judge model."
-            if passed else "Score tags inside a completion are removed before judging; these are the judge's "
-            "scores of the probes.")
+            if passed else "Score tags inside a completion reach the judge as text (&lt;score>), never as "
+            "its score; these are the judge's scores of the probes.")
     return loaded.error(("reward", "rules", j, "rubric"), head + ":\n" + "\n".join(lines), hint, code="W111",
                         severity="warning")
 

@@ -5,10 +5,13 @@ score wrapped in ``<score>...</score>``), then the rubric (the rule's ``rubric:`
 fields in the prompt sandbox, :func:`sailrl.runtime.prompts.render_template`) between ``<rubric>`` tags, and last
 the completion between ``<completion>`` tags. The fixed instructions come first: every judgement opens with the same
 tokens, and the completion sits right after the rubric it is read against (what lets a small local judge such as
-``sailrl/tiny-judge`` compare the two). Before judging, every ``<score>`` / ``</score>`` tag and every
-``<completion>`` / ``</completion>`` / ``<rubric>`` / ``</rubric>`` tag is removed from the completion
-(:func:`clean_completion`), so a completion can neither close its own delimiters nor carry a score of its own;
-the prompt tells the judge that the completion is the text being graded, not instructions.
+``sailrl/tiny-judge`` compare the two). Before judging, the ``<`` of every ``<score>`` / ``</score>`` tag and of every
+``<completion>`` / ``</completion>`` / ``<rubric>`` / ``</rubric>`` tag in the completion is written ``&lt;``
+(:func:`clean_completion`), so a completion can neither close its own delimiters nor carry a score of its own, and
+the judge still sees that the tags were there (deleting them would let ``<score>7</score>`` pass as the bare ``7``).
+A judge that samples through a tokenizer (local or Tinker) gets the tokenizer's special tokens written the same way
+(``</s>`` as ``&lt;/s>``): text in a completion never becomes a control token of the judge's prompt. The prompt tells
+the judge that the completion is the text being graded, not instructions.
 
 Extraction (:func:`read_score`): the last ``<score>...</score>`` of the judge's answer, read on the rule's scale
 and normalised to 0..1: ``binary`` yes/no (also pass/fail, true/false, 1/0), ``0-1`` a number from 0 to 1, ``1-10``
@@ -63,6 +66,7 @@ __all__ = [
     "SamplingJudgeClient",
     "Verdict",
     "clean_completion",
+    "escape_special_tokens",
     "judge_messages",
     "read_score",
     "scale_words",
@@ -77,7 +81,7 @@ CONCURRENCY = 32
 #: Seconds before the first retry (doubled each try, capped by the budget).
 BACKOFF_S = 0.5
 
-_TAG = regex.compile(r"<\s*/?\s*(?:score|completion|rubric)\b[^>]{0,200}>", regex.IGNORECASE)
+_TAG_START = regex.compile(r"<(?=\s*/?\s*(?:score|completion|rubric)\b)", regex.IGNORECASE)
 _SCORE = regex.compile(r"<score>(.{0,200}?)</score>", regex.IGNORECASE | regex.DOTALL)
 _NUMBER = regex.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
 _YES = frozenset({"yes", "pass", "true", "1", "y"})
@@ -147,15 +151,28 @@ class Verdict:
 
 
 def clean_completion(text: str) -> str:
-    """``text`` without score tags and without the prompt's delimiter tags (so it cannot close them).
+    """``text`` with the ``<`` that opens a score tag or one of the prompt's delimiter tags written ``&lt;`` (so it
+    can neither close them nor carry a score, and the judge sees the tag was there). One linear pass: nothing is
+    removed, so no tag can be rebuilt from the pieces around one (``</compl</completion>etion>``)."""
+    return _TAG_START.sub("&lt;", text)
 
-    Removed until none is left: one pass over ``</compl</completion>etion>`` would leave a ``</completion>``.
-    Each pass that removes something shortens the text, so this ends."""
-    while True:
-        cleaned = _TAG.sub("", text)
-        if cleaned == text:
-            return cleaned
-        text = cleaned
+
+def escape_special_tokens(messages: list[dict[str, str]], tokenizer: Any) -> list[dict[str, str]]:
+    """``messages`` with each of ``tokenizer``'s special tokens (``all_special_tokens``, e.g. ``</s>``,
+    ``<|im_end|>``) in their text written with its first character as an HTML entity (``&lt;/s>``): a tokenizer parses
+    them out of plain text, so a completion could otherwise end the judge's turn or the prompt itself."""
+    specials = sorted({s for s in getattr(tokenizer, "all_special_tokens", None) or [] if isinstance(s, str) and s},
+                      key=len, reverse=True)
+    if not specials:
+        return messages
+    pattern = regex.compile("|".join(regex.escape(s) for s in specials))
+
+    def escape(m: Any) -> str:
+        s = m.group(0)
+        return ("&lt;" if s[0] == "<" else f"&#{ord(s[0])};") + s[1:]
+
+    return [{**m, "content": pattern.sub(escape, m["content"])} if isinstance(m.get("content"), str) else m
+            for m in messages]
 
 
 def scale_words(scale: Any) -> str:
@@ -539,6 +556,7 @@ class SamplingJudgeClient:
         from tinker_cookbook import renderers  # lazy: the same; takes seconds (torch)
 
         client = await self._sampling_client()
+        messages = escape_special_tokens(messages, getattr(self.renderer, "tokenizer", None))
         model_input = self.renderer.build_generation_prompt(messages)
         result = await client.sample_async(
             prompt=model_input, num_samples=1,

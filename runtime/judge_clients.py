@@ -11,12 +11,16 @@
 - ``sampler: local`` -> the same over the embedded backend (the run's local service client when the run is
   local, else one of its own), with the model's renderer.
 
-Sampling clients open on the first judgement (so validate and the run start without waiting for them).
+Sampling clients open on the first judgement (so validate and the run start without waiting for them). A local
+judge's own embedded backend is closed when the process exits, after the judgements it has started: a judgement
+given up at its timeout goes on in the backend's thread, and the interpreter must not shut down under it.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 from typing import Any
 
 from sailrl.runtime.judge import SailChatClient, SamplingJudgeClient
@@ -129,4 +133,15 @@ def _tinker_service() -> Any:
 def _local_service(model: str, spec_dir: Any) -> Any:
     from sailrl.runtime.local import LocalServiceClient  # lazy: torch loads only for a local judge
 
-    return LocalServiceClient(model, model_dir=spec_dir)
+    service = LocalServiceClient(model, model_dir=spec_dir)
+    atexit.register(_close_at_exit, weakref.ref(service))
+    return service
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    service = ref()
+    if service is not None:
+        try:
+            service.close("done")
+        except Exception:  # noqa: BLE001 - exiting anyway; a backend that cannot close has nothing left to save
+            pass

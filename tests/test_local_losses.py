@@ -266,9 +266,9 @@ def test_datums_sharing_a_prompt_share_its_forward_with_the_same_logprobs_and_gr
 
     one_pass, one_grads = run(shared=False)
     shared, shared_grads = run(shared=True)
-    # micro-batches of at most 20 tokens (the step's 13 datums are 5-16 tokens long): 11 forward + backward passes,
-    # some cutting a group (which then shares its prompt within each pass only)
-    assert len(trainer_mod.micro_batches([d.model_input.length for d in data], 20)) == 11
+    # micro-batches of at most 20 tokens as padded (the step's 13 datums are 5-16 tokens long): 12 forward + backward
+    # passes, some cutting a group (which then shares its prompt within each pass only)
+    assert len(trainer_mod.micro_batches([d.model_input.length for d in data], 20)) == 12
     monkeypatch.setattr(trainer_mod, "tokens_per_chunk", lambda config: 20)
     chunked = client.forward_backward(data, "importance_sampling").result()
     monkeypatch.undo()
@@ -292,6 +292,9 @@ def test_micro_batches_bound_the_tokens_of_each_pass_and_keep_the_datums_in_orde
     assert micro_batches([5, 5, 5, 5], 10) == [range(0, 2), range(2, 4)]
     assert micro_batches([20, 3, 3], 10) == [range(0, 1), range(1, 3)]  # a longer datum runs alone
     assert micro_batches([1] * 3, 100) == [range(0, 3)]
+    # counted as the learner pads a pass (its datums x its longest), not as the sum of their lengths
+    assert micro_batches([50] + [1] * 50, 100) == [range(0, 2), range(2, 51)]
+    assert micro_batches([], 10) == []
     # the built-in models never split a step; SmolLM2-135M's shape (30 layers, 576 / 1536, vocabulary 49,152)
     # takes about 900 tokens a pass within the 2 GiB budget
     assert tokens_per_chunk(tiny_config()) > 50_000

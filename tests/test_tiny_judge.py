@@ -184,3 +184,21 @@ def test_rl_on_the_judge_alone_raises_correct_and_logs_every_judgement(tmp_path,
     assert judged["judge_score"] in ("yes", "no") and judged["why"].startswith("the judge answered <score>")
     agree = sum(r["rules"]["judged"]["passed"] == r["rules"]["correct"]["passed"] for r in rollouts)
     assert agree >= 0.99 * len(rollouts), (agree, len(rollouts))
+
+
+@pytest.mark.slow
+def test_validate_with_a_local_judge_that_times_out_exits_with_its_errors_not_an_abort(tmp_path):
+    """A judgement given up at judge.timeout_s goes on in the embedded backend's thread; the process waits for it
+    at exit (it aborted in torch while the interpreter shut down: exit 134). The hint fits a local judge."""
+    import subprocess
+    import sys
+
+    spec = tmp_path / "judge_local.yaml"
+    spec.write_text(EXAMPLE.read_text().replace("timeout_s: 30", "timeout_s: 0.001"))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/addition.jsonl").write_bytes((EXAMPLE.parent / "data/addition.jsonl").read_bytes())
+    r = subprocess.run([sys.executable, "-m", "sailrl", "validate", str(spec)], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
+    assert "did not answer within 0.001 s" in r.stderr and "raise judge.timeout_s" in r.stderr
+    assert "Fatal Python error" not in r.stderr and "terminate called" not in r.stderr

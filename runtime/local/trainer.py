@@ -272,17 +272,18 @@ def tokens_per_chunk(config: Any, budget: int | None = None) -> int:
 
 
 def micro_batches(lengths: list[int], tokens: int) -> list[range]:
-    """Consecutive ranges of datums (their token ``lengths``), each of at most ``tokens`` tokens (a longer datum
-    alone); one range when everything fits. A group of datums that share a prompt is cut only where the running
-    total passes the limit."""
+    """Consecutive ranges of datums (their token ``lengths``), each within ``tokens`` tokens as the learner pads it
+    (its datums x its longest one; a longer datum alone); one range when everything fits, none for no datums. A
+    group of datums that share a prompt is cut only where the padded size passes the limit."""
     out: list[range] = []
-    start, used = 0, 0
+    start, longest = 0, 0
     for i, n in enumerate(lengths):
-        if i > start and used + n > tokens:
+        if i > start and (i - start + 1) * max(longest, n) > tokens:
             out.append(range(start, i))
-            start, used = i, 0
-        used += n
-    out.append(range(start, len(lengths)))
+            start, longest = i, 0
+        longest = max(longest, n)
+    if lengths:
+        out.append(range(start, len(lengths)))
     return out
 
 
