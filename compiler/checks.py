@@ -52,6 +52,7 @@ from sailrl.spec.loader import KeyPath, LoadedSpec, dotted, resolve_plain
 from sailrl.spec.lr_advice import far_limit, lr_advice, lr_far
 from sailrl.spec.messages import did_you_mean_text, model_at, number_text
 from sailrl.spec.models import (
+    BUILTIN_MODELS,
     TINY_JUDGE_MODEL_NAME,
     TINY_JUDGE_RUBRIC,
     UnknownModelError,
@@ -59,6 +60,7 @@ from sailrl.spec.models import (
     context_window,
     default_renderer,
     is_remote_only,
+    is_unknown_builtin,
 )
 from sailrl.spec.patterns import PatternError, compile_pattern
 from sailrl.spec.renderers import KNOWN_RENDERERS
@@ -322,6 +324,10 @@ class _Checker:
             sampler = self.text((*path, "sampler")) or "sail"
             if not model or sampler not in ("sail", "tinker", "local"):
                 continue  # the schema reports these
+            if is_unknown_builtin(model):
+                self.add((*path, "model"), "S231", f"'{model}' is not a model built into sailrl, so no judge can "
+                         "run it" + did_you_mean_text(model, list(BUILTIN_MODELS)), _BUILTIN_HINT)
+                continue
             try:
                 kind = classify(model, self.loaded.base_dir).kind
             except OSError:
@@ -538,6 +544,10 @@ class _Checker:
                  f"Declared fields (dataset.fields): {', '.join(declared) or '(none)'}.")
 
     def model(self) -> None:
+        named = self.text(("model", "name"))
+        if named is not None and is_unknown_builtin(named):
+            self.add(("model", "name"), "S212", f"'{named}' is not a model built into sailrl"
+                     + did_you_mean_text(named, list(BUILTIN_MODELS)), _BUILTIN_HINT)
         rank = self.integer(("model", "lora_rank"))
         if rank is not None and (rank < 1 or rank & (rank - 1)):
             self.add(("model", "lora_rank"), "S213",
@@ -559,6 +569,8 @@ class _Checker:
             return
 
         name = self.text(("model", "name")) or ModelSpec.model_fields["name"].default
+        if is_unknown_builtin(name):
+            return  # said above
         try:
             default_renderer(name, self.loaded.base_dir, embedded=self.text(("sampling", "sampler")) == "local")
         except UnknownModelError as exc:
@@ -752,6 +764,10 @@ def _find_name(source: str, name: str) -> int:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+_BUILTIN_HINT = ("Built-in models (names starting sailrl/): " + ", ".join(BUILTIN_MODELS) + ". Otherwise name a "
+                 "model folder or .gguf file next to the spec, or a Hugging Face hub id.")
 
 
 def _rubric_words(rubric: str) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from sailrl.runtime.judge import SailChatClient, SamplingJudgeClient
 from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
+from sailrl.spec.models import is_unknown_builtin
 
 __all__ = ["connect_judges", "judge_connector", "judge_rules", "not_checked", "sail_key_set"]
 
@@ -48,6 +49,9 @@ def connect_judges(reward_fn: Any, *, service_client: Any = None, local_service:
         if only is not None and name not in only:
             continue
         c = judge.config
+        if is_unknown_builtin(c.model):  # validate says so (S231); nothing to look up on the hub
+            problems[name] = f"the judge ({judge.label}) is not a model built into sailrl"
+            continue
         try:
             if c.sampler == "sail":
                 if not sail_key_set():  # every call would fail (and be retried): it fails at once, said so

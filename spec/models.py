@@ -41,6 +41,7 @@ __all__ = [
     "default_renderer",
     "has_chat_template",
     "is_builtin",
+    "is_unknown_builtin",
     "is_local_model",
     "is_remote_only",
     "lora_family",
@@ -192,6 +193,11 @@ def is_builtin(model_name: str) -> bool:
     """True for the embedded backend's built-in model names (``sailrl/tiny``, ``sailrl/tiny-arith``,
     ``sailrl/tiny-tools``)."""
     return model_name in BUILTIN_MODELS
+
+
+def is_unknown_builtin(model_name: str) -> bool:
+    """A name in the built-in models' namespace (``sailrl/...``, any case) that is none of them (a typo)."""
+    return model_name.lower().startswith("sailrl/") and model_name not in BUILTIN_MODELS
 
 
 def _resolve_path(model_name: str, base_dir: str | Path | None) -> Path:

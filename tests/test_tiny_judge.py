@@ -202,3 +202,21 @@ def test_validate_with_a_local_judge_that_times_out_exits_with_its_errors_not_an
     assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
     assert "did not answer within 0.001 s" in r.stderr and "raise judge.timeout_s" in r.stderr
     assert "Fatal Python error" not in r.stderr and "terminate called" not in r.stderr
+
+
+def test_a_misspelt_built_in_model_is_a_located_error_with_the_right_name():
+    """Names under sailrl/ are the built-in models only: a typo would otherwise be looked up on the hub and, as a
+    judge, fail every judgement of a run that trains on nothing."""
+    from sailrl.spec.errors import SpecErrors
+
+    text = EXAMPLE.read_text()
+    for old, new, key, code, right in (
+            ("model: sailrl/tiny-judge ", "model: sailrl/Tiny-Judgee ", "reward.rules.0.judge.model", "S231",
+             "sailrl/tiny-judge"),
+            ("name: sailrl/tiny-arith\n", "name: sailrl/tiny-arithh\n", "model.name", "S212", "sailrl/tiny-arith")):
+        assert old in text
+        with pytest.raises(SpecErrors) as exc:
+            validate_text(text.replace(old, new), str(EXAMPLE), path=EXAMPLE)
+        (e,) = [e for e in exc.value.errors if e.code == code]
+        assert e.key_path == key and "is not a model built into sailrl" in e.message
+        assert f"did you mean '{right}'?" in e.message and "sailrl/tiny-judge" in e.hint
