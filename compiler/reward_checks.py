@@ -91,7 +91,8 @@ def reward_function(loaded: LoadedSpec, judges: Any = None) -> tuple[Any, dict[s
             unconnected = {n: f"connecting the judge raised {type(exc).__name__}: {exc}" for n in fn.judges}
     for name, judge in fn.judges.items():
         if not judge.connected and name not in unconnected:
-            unconnected[name] = ("the judge was not called here (`sailrl validate` calls a local judge)"
+            unconnected[name] = ("this command does not check examples with the judge (`sailrl validate` does: it "
+                                 "calls a local judge)"
                                  if judge.config.sampler == "local" else
                                  "the judge was not called (`sailrl validate --judge` calls it)")
     return fn, unconnected

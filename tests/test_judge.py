@@ -442,7 +442,7 @@ def test_a_local_judges_unchecked_examples_point_at_plain_validate_not_at_keys()
     does (`sailrl validate SPEC`, no key), not `--judge` "with the judge's keys set"."""
     loaded = validate_file(ROOT / "spec/examples/judge_local.yaml")
     (w,) = [e for e in loaded.warnings if e.code == "W112"]
-    assert "(number 1, 2, 3, 4)" in w.message and "not called here" in w.message
+    assert "(number 1, 2, 3, 4)" in w.message and "this command does not check examples with the judge" in w.message
     assert w.hint == "Run `sailrl validate SPEC` to check them: it calls the local judge (no key needed)."
     remote = [e for e in validate_text(SPEC + EXAMPLES, "spec.yaml").warnings if e.code == "W112"]
     assert "sailrl validate --judge SPEC` with the judge's keys set" in remote[0].hint
