@@ -67,6 +67,7 @@ __all__ = [
     "Verdict",
     "clean_completion",
     "escape_special_tokens",
+    "special_tokens_pattern",
     "judge_messages",
     "read_score",
     "scale_words",
@@ -157,21 +158,26 @@ def clean_completion(text: str) -> str:
     return _TAG_START.sub("&lt;", text)
 
 
-def escape_special_tokens(messages: list[dict[str, str]], tokenizer: Any) -> list[dict[str, str]]:
-    """``messages`` with each of ``tokenizer``'s special tokens (``all_special_tokens``, e.g. ``</s>``,
-    ``<|im_end|>``) in their text written with its first character as an HTML entity (``&lt;/s>``): a tokenizer parses
-    them out of plain text, so a completion could otherwise end the judge's turn or the prompt itself."""
+def special_tokens_pattern(tokenizer: Any) -> Any:
+    """A pattern matching any of ``tokenizer``'s special tokens (``all_special_tokens``, e.g. ``</s>``,
+    ``<|im_end|>``; the longest first), or None when it has none: what :func:`escape_special_tokens` escapes."""
     specials = sorted({s for s in getattr(tokenizer, "all_special_tokens", None) or [] if isinstance(s, str) and s},
                       key=len, reverse=True)
-    if not specials:
+    return regex.compile("|".join(regex.escape(s) for s in specials)) if specials else None
+
+
+def _escape_first(m: Any) -> str:
+    s = m.group(0)
+    return ("&lt;" if s[0] == "<" else f"&#{ord(s[0])};") + s[1:]
+
+
+def escape_special_tokens(messages: list[dict[str, str]], pattern: Any) -> list[dict[str, str]]:
+    """``messages`` with each special token that ``pattern`` (:func:`special_tokens_pattern`) matches in their text
+    written with its first character as an HTML entity (``&lt;/s>``): a tokenizer parses them out of plain text, so
+    a completion could otherwise end the judge's turn or the prompt itself."""
+    if pattern is None:
         return messages
-    pattern = regex.compile("|".join(regex.escape(s) for s in specials))
-
-    def escape(m: Any) -> str:
-        s = m.group(0)
-        return ("&lt;" if s[0] == "<" else f"&#{ord(s[0])};") + s[1:]
-
-    return [{**m, "content": pattern.sub(escape, m["content"])} if isinstance(m.get("content"), str) else m
+    return [{**m, "content": pattern.sub(_escape_first, m["content"])} if isinstance(m.get("content"), str) else m
             for m in messages]
 
 
@@ -540,6 +546,7 @@ class SamplingJudgeClient:
         self._opening: asyncio.Lock | None = None
         self.renderer = renderer
         self.label = label
+        self._specials = special_tokens_pattern(getattr(renderer, "tokenizer", None))  # once, not per judgement
 
     async def _sampling_client(self) -> Any:
         if self._client is None:
@@ -556,7 +563,7 @@ class SamplingJudgeClient:
         from tinker_cookbook import renderers  # lazy: the same; takes seconds (torch)
 
         client = await self._sampling_client()
-        messages = escape_special_tokens(messages, getattr(self.renderer, "tokenizer", None))
+        messages = escape_special_tokens(messages, self._specials)
         model_input = self.renderer.build_generation_prompt(messages)
         result = await client.sample_async(
             prompt=model_input, num_samples=1,

@@ -19,7 +19,7 @@ import torch
 
 from sailrl.compiler.validate import validate_file, validate_text
 from sailrl.runtime.judge_clients import connect_judges
-from sailrl.runtime.local.tiny import PRETRAINED_WEIGHTS, build_tiny_model, resolve_base_model, weights_sha256
+from sailrl.runtime.local.tiny import PRETRAINED_WEIGHTS, load_base_model, resolve_base_model, weights_sha256
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.spec.models import BUILTIN_MODELS, TINY_JUDGE_RUBRIC, default_renderer
 from tests.fakes.recipes import recipe, weights_metadata
@@ -38,11 +38,7 @@ def _meta() -> dict[str, str]:
 
 
 def _shipped_model():
-    from safetensors.torch import load_file
-
-    model = build_tiny_model(0, config=BUILTIN_MODELS["sailrl/tiny-judge"].config)
-    model.load_state_dict(load_file(str(WEIGHTS)))
-    return model.eval()
+    return load_base_model(resolve_base_model("sailrl/tiny-judge", seed=0))
 
 
 def test_tiny_judge_is_a_shipped_builtin_of_four_layers():
