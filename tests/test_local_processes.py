@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -67,10 +66,15 @@ def test_the_sampling_process_samples_exactly_what_in_process_sampling_does(tmp_
 
 
 @pytest.mark.slow
-def test_a_checkpoint_the_child_cannot_read_fails_its_sampler_and_the_process_goes_on(tmp_path):
+def test_a_child_process_that_fails_fails_its_call_in_one_plain_line_and_the_rest_goes_on(tmp_path):
+    """One service with both child processes (each costs seconds of imports, so the cases share it): a checkpoint
+    the sampling process cannot read fails that sampler only; the child's ValueError is raised here; a killed
+    sampling process fails the next sample in one plain line while training goes on; a killed training process
+    fails the next update likewise, and what is checked before the child is still checked."""
     svc = LocalServiceClient(MODEL, processes=True, base_dir=tmp_path)
     try:
         tc = svc.create_lora_training_client(base_model=MODEL, rank=4, seed=0).result()
+        tok = tc.get_tokenizer()
         bad = tc.save_weights_for_sampler("bad").result().path
         good = tc.save_weights_for_sampler("good").result().path
         directory = svc._backend.store.existing(bad)
@@ -78,32 +82,37 @@ def test_a_checkpoint_the_child_cannot_read_fails_its_sampler_and_the_process_go
         with pytest.raises(FileNotFoundError, match="adapter_model.safetensors"):
             tc.create_sampling_client(bad).result()
         sampler = tc.create_sampling_client(good).result()
-        tok = tc.get_tokenizer()
         response = sampler.sample(_prompt(tok, "User: 1+1=\n\nAssistant:"), 2,
                                   types.SamplingParams(max_tokens=4, seed=1)).result()
         assert len(response.sequences) == 2 and all(1 <= len(s.tokens) <= 4 for s in response.sequences)
         with pytest.raises(ValueError, match="context"):  # the child's ValueError, raised here
             sampler.sample(types.ModelInput.from_ints([5] * 5000), 1, types.SamplingParams(max_tokens=2)).result()
-    finally:
-        svc.close("done")
 
-
-@pytest.mark.slow
-def test_a_killed_sampling_process_fails_the_sample_in_one_plain_line(tmp_path):
-    svc = LocalServiceClient(MODEL, processes=True, base_dir=tmp_path)
-    try:
-        tc = svc.create_lora_training_client(base_model=MODEL, rank=4, seed=0).result()
-        sampler = tc.create_sampling_client(tc.save_weights_for_sampler("s").result().path).result()
+        # the sampling process killed
         process = svc._backend.sampler_process
         os.kill(process.pid, signal.SIGKILL)
         process._proc.wait(10)
         with pytest.raises(SamplerProcessError) as err:
-            sampler.sample(_prompt(tc.get_tokenizer(), "User: 1+1=\n\nAssistant:"), 1,
-                           types.SamplingParams(max_tokens=2)).result()
+            sampler.sample(_prompt(tok, "User: 1+1=\n\nAssistant:"), 1, types.SamplingParams(max_tokens=2)).result()
         message = str(err.value)
         assert "sampling process stopped during sampling (killed by signal 9)" in message
         assert "out-of-memory" in message and "SAILRL_LOCAL_PROCESSES=0" in message and "\n" not in message
         assert tc.save_weights_for_sampler("after").result().path  # training goes on: state can be saved
+
+        # the training process killed
+        with pytest.raises(AttributeError, match="training process"):
+            tc.peft_model  # noqa: B018 -- the model is not in this process
+        process = svc._backend.trainer_process
+        os.kill(process.pid, signal.SIGKILL)
+        process._proc.wait(10)
+        ids = tok.encode("User: 1+1=\n\nAssistant: 2", add_special_tokens=False)
+        datum = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
+                            loss_fn_inputs={"target_tokens": types.TensorData(data=ids[1:], dtype="int64")})
+        with pytest.raises(TrainerProcessError) as err:
+            tc.forward_backward([datum], "cross_entropy").result()
+        assert "training process stopped during forward_backward (killed by signal 9)" in str(err.value)
+        with pytest.raises(ValueError, match="loss_fn_inputs for 'importance_sampling' are wrong"):
+            tc.forward_backward([datum], "importance_sampling").result()  # checked here, before the child
     finally:
         svc.close("done")
 
@@ -132,52 +141,6 @@ def _gone(pid: int, within_s: float) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
-def test_the_child_processes_exit_when_their_parent_is_killed(tmp_path):
-    code = textwrap.dedent(f"""
-        from sailrl.runtime.local import LocalServiceClient
-        svc = LocalServiceClient({MODEL!r}, processes=True, base_dir={str(tmp_path)!r})
-        tc = svc.create_lora_training_client(base_model={MODEL!r}, rank=4).result()
-        tc.create_sampling_client(tc.save_weights_for_sampler("s").result().path).result()
-        print("ready", flush=True)
-        import time; time.sleep(600)
-    """)
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert parent.stdout.readline().strip() == "ready"
-        children = _children(parent.pid)
-        assert len(children) == 2  # the training and the sampling process
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
-        assert all(_gone(c, 15) for c in children), "a child process outlived its killed parent"
-    finally:
-        parent.kill()
-
-
-@pytest.mark.slow
-def test_a_killed_training_process_fails_the_update_in_one_plain_line(tmp_path):
-    svc = LocalServiceClient(MODEL, processes=True, base_dir=tmp_path)
-    try:
-        tc = svc.create_lora_training_client(base_model=MODEL, rank=4, seed=0).result()
-        tok = tc.get_tokenizer()
-        with pytest.raises(AttributeError, match="training process"):
-            tc.peft_model  # noqa: B018 -- the model is not in this process
-        process = svc._backend.trainer_process
-        os.kill(process.pid, signal.SIGKILL)
-        process._proc.wait(10)
-        ids = tok.encode("User: 1+1=\n\nAssistant: 2", add_special_tokens=False)
-        datum = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
-                            loss_fn_inputs={"target_tokens": types.TensorData(data=ids[1:], dtype="int64")})
-        with pytest.raises(TrainerProcessError) as err:
-            tc.forward_backward([datum], "cross_entropy").result()
-        assert "training process stopped during forward_backward (killed by signal 9)" in str(err.value)
-        with pytest.raises(ValueError, match="loss_fn_inputs for 'importance_sampling' are wrong"):
-            tc.forward_backward([datum], "importance_sampling").result()  # checked here, before the child
-    finally:
-        svc.close("done")
 
 
 def test_the_child_processes_are_used_for_off_policy_runs_on_the_cpu(monkeypatch):
@@ -265,9 +228,10 @@ def test_an_off_policy_run_killed_mid_run_resumes_every_step_once_and_leaves_no_
     proc = _popen(script, run_dir, "training.steps=8", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for_steps(run_dir, 5)
     children = _children(proc.pid)
+    assert sorted(map(_role, children)) == ["sailrl-sampler", "sailrl-trainer"]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert children and all(_gone(c, 15) for c in children)
+    assert all(_gone(c, 15) for c in children), "a child process outlived its killed parent"
     r = subprocess.run([sys.executable, str(script), "--set", f"output.run_dir={run_dir}", "--resume",
                         *sum((["--set", o] for o in (*SMALL, "training.steps=8")), [])],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -573,3 +573,58 @@ def test_an_announced_batch_that_never_fills_is_served_after_the_timeout(tmp_pat
     response = client.sample(types.ModelInput.from_ints(prompt), 1, params).result(timeout=30)
     assert len(response.sequences[0].tokens) == 2
     assert client._batcher.batch_sizes == [1]
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "gpt2", "mistral-sliding"])
+def test_prompts_that_start_alike_sample_as_each_prompt_alone(arch):
+    """Distinct prompts that share their first 40 tokens (a judge's instructions, a system prompt) have that start
+    prefilled once: each request's seeded tokens and logprobs are what it gets alone in the sampler (no sharing
+    there), with padding between the shared start and a shorter prompt's own tokens. A sliding-window model prefills
+    each prompt whole."""
+    from sailrl.runtime.local import generation
+    from sailrl.runtime.local.tiny import build_tiny_model
+    from sailrl.runtime.models import get_tokenizer
+
+    model = build_tiny_model(0) if arch == "qwen3" else _arch_model(arch)
+    tok = get_tokenizer("sailrl/tiny")
+    start = tok.encode("You judge replies. Answer yes or no after a reason. ", add_special_tokens=False)[:40]
+    own = ["1+2=", "seven plus one is", "Q:", "x"]
+    prompts = [start + tok.encode(t, add_special_tokens=False) for t in own]
+    assert generation.shared_prompt_length(prompts) == 40
+
+    def requests():
+        return [generation.SampleRequest(p, 2, types.SamplingParams(max_tokens=6, temperature=1.0, seed=10 + i,
+                                                                    stop=[]))
+                for i, p in enumerate(prompts)] + [
+            generation.SampleRequest(prompts[1], 1, types.SamplingParams(max_tokens=5, temperature=0.0, stop=[]))]
+
+    calls = []
+    real = generation._prefill_shared
+
+    def counted(*args, **kwargs):
+        calls.append(args[2])
+        return real(*args, **kwargs)
+
+    gen = torch.Generator().manual_seed(0)
+    generation._prefill_shared = counted
+    try:
+        together = generation.generate(model, requests(), tokenizer=tok, max_context=256, generator=gen)
+    finally:
+        generation._prefill_shared = real
+    assert calls == ([] if arch == "mistral-sliding" else [40])
+    for req, got in zip(requests(), together, strict=True):
+        (alone,) = generation.generate(model, [req], tokenizer=tok, max_context=256, generator=gen)
+        for a, b in zip(got.sequences, alone.sequences, strict=True):
+            assert a.tokens == b.tokens, arch
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4), arch
+
+
+def test_a_shared_start_is_used_only_when_long_enough_and_each_prompt_keeps_a_token():
+    from sailrl.runtime.local.generation import MIN_SHARED_PROMPT, shared_prompt_length
+
+    long = list(range(2, 2 + MIN_SHARED_PROMPT))
+    assert shared_prompt_length([long + [1], long + [1, 5]]) == MIN_SHARED_PROMPT
+    assert shared_prompt_length([long + [3], long + [3, 7]]) == MIN_SHARED_PROMPT  # the shorter keeps its last token
+    assert shared_prompt_length([long[:-1] + [0], long + [1]]) == 0  # 31 tokens alike: not worth a pass
+    assert shared_prompt_length([long + [1]]) == 0  # one prompt: nothing to share
+    assert shared_prompt_length([long + [1], long + [2], [9] + long]) == 0

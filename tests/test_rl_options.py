@@ -193,11 +193,17 @@ def test_a_run_with_every_option_logs_what_each_did(tmp_path, monkeypatch):
     assert {(r["step"], r["sampler_step"], r["staleness"]) for r in rollouts} == {(1, 1, 0), (2, 1, 1), (3, 2, 1)}
 
 
+# The resume tests below run off-policy steps in process (SAILRL_LOCAL_PROCESSES=0): what they check is the loop's
+# resume logic, the same in both modes; an off-policy run on the CPU would otherwise start the two child processes
+# (seconds of imports each, twice a test). The child processes' own kill and resume, and that they train exactly as
+# in process, are tested in test_local_processes.py; the run with every option above uses them.
+
 @pytest.mark.slow
 @pytest.mark.parametrize("first,then", [(0, 1), (1, 0)])
 def test_switching_off_policy_mode_on_resume_continues_and_records_each_steps_mode(tmp_path, monkeypatch,
                                                                                    first, then, capsys):
     monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("SAILRL_LOCAL_PROCESSES", "0")  # in process: see the comment above these tests
     run_dir = tmp_path / "run"
     base = ["training.warmup=null", "training.groups_per_step=4", "training.group_size=4", "sampling.max_tokens=6",
             "training.save_every=1", f"output.run_dir={run_dir}"]
@@ -221,6 +227,7 @@ def test_an_off_policy_run_killed_after_a_periodic_save_resumes_exactly_as_it_wo
     """K=1: the first step after resuming samples from the snapshot one step behind (recorded with the state), as
     the uninterrupted run did, so the resumed steps repeat it: same rollouts, same rewards, same updates."""
     monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("SAILRL_LOCAL_PROCESSES", "0")  # in process: see the comment above these tests
     run_dir = tmp_path / "run"
     sets = ["training.warmup=null", "training.groups_per_step=4", "training.group_size=4", "sampling.max_tokens=6",
             "training.max_steps_off_policy=1", "training.steps=5", "training.save_every=3",

@@ -6,6 +6,13 @@ prompt's KV cache to each of its samples, then decodes all rows one token per st
 model's ``past_key_values``. Works for any Hugging Face causal LM with a KV cache, on any device
 and dtype.
 
+When the distinct prompts all start with the same ``MIN_SHARED_PROMPT`` (32) tokens or more (a
+judge's instructions, a system prompt, few-shot examples), that start is prefilled once and its KV
+cache copied to each prompt before their own tokens run (``_prefill_shared``): the same logits up to
+float rounding, for a fraction of the prefill (a batch of 40 judge prompts of ~250 shared and a few
+own tokens on tiny-judge: 8x less time). Prompt logprobs turn it off (they need every position), and so
+does a sliding-window model (padding in the middle would take window places).
+
 Per decode step the work outside the model is a fixed number of tensor operations on the whole
 batch, however many rows it has:
 
@@ -60,6 +67,9 @@ from tinker import types
 GREEDY_TEMPERATURE = 1e-6
 COMPACT_FRACTION = 8  # compact the batch once 1/8 of its rows have finished
 _INITIAL_RESERVE = 256  # generated positions preallocated in the KV cache before it grows
+#: Tokens every distinct prompt of a batch must start with alike for that part to be prefilled once for all of them
+#: (a judge's instructions, a system prompt, few-shot examples); shorter shared starts are not worth the extra pass.
+MIN_SHARED_PROMPT = 32
 
 
 @dataclass
@@ -526,21 +536,11 @@ def generate(
     rows = _Rows.build(requests, prompt_of_req, max_context, getattr(tokenizer, "eos_token_id", None), generator)
     prompts = list(prompt_index)
     lens = torch.tensor([len(p) for p in prompts])
-    width = int(lens.max())
-    ids = torch.zeros((len(prompts), width), dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
     want_prompt = any(r.include_prompt_logprobs or r.topk_prompt_logprobs > 0 for r in requests)
-    out = model(
-        input_ids=ids.to(device),
-        attention_mask=mask.to(device),
-        position_ids=positions.to(device),
-        use_cache=True,
-        logits_to_keep=0 if want_prompt else 1,
-    )
+    shared = 0 if want_prompt or not _full_attention(model) else shared_prompt_length(prompts)
+    out, mask = (_prefill_shared(model, prompts, shared, device) if shared
+                 else _prefill(model, prompts, device, want_prompt))
+    width = mask.shape[1]
 
     n_rows, max_new = rows.uniforms.shape
     tokens_out = torch.zeros((n_rows, max_new), dtype=torch.long)
@@ -576,6 +576,82 @@ def generate(
             types.SampleResponse(sequences=seqs, prompt_logprobs_np=prompt_lp, _topk_prompt_logprobs_list=topk)
         )
     return responses
+
+
+def shared_prompt_length(prompts: Sequence[Sequence[int]]) -> int:
+    """How many tokens at the start of every prompt in ``prompts`` to prefill once for all of them: the tokens they
+    all start with (each keeping at least one of its own), when there are at least :data:`MIN_SHARED_PROMPT` of
+    them and two or more prompts; else 0."""
+    if len(prompts) < 2:
+        return 0
+    first = prompts[0]
+    common = min(len(p) for p in prompts) - 1
+    for p in prompts[1:]:
+        n = 0
+        while n < common and p[n] == first[n]:
+            n += 1
+        common = n
+        if common < MIN_SHARED_PROMPT:
+            return 0
+    return common
+
+
+def _full_attention(model: Any) -> bool:
+    """Whether every layer of ``model`` attends to all earlier positions (no sliding window): padding between a shared
+    start and a prompt's own tokens would take places in a window that real tokens fill in a plain forward."""
+    config = getattr(model, "config", None)
+    get = getattr(config, "get_text_config", None)
+    config = get() if callable(get) else config
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return all(t == "full_attention" for t in layer_types)
+    return getattr(config, "sliding_window", None) is None
+
+
+def _prefill(model: Any, prompts: list[tuple[int, ...]], device: Any, want_prompt: bool) -> tuple[Any, torch.Tensor]:
+    """One left-padded forward over ``prompts``; returns the model output and the ``(prompts, width)`` padding mask."""
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=positions.to(device),
+        use_cache=True,
+        logits_to_keep=0 if want_prompt else 1,
+    )
+    return out, mask
+
+
+def _prefill_shared(model: Any, prompts: list[tuple[int, ...]], shared: int, device: Any) -> tuple[Any, torch.Tensor]:
+    """The first ``shared`` tokens of ``prompts`` (the same in each) in one forward, its KV cache copied to every
+    prompt, then each prompt's own tokens left-padded after it: padding sits between the shared part and a shorter
+    prompt's tokens, masked out, and positions count real tokens only. Returns the model output (the last
+    position's logits) and the ``(prompts, shared + width)`` padding mask."""
+    head = model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True, logits_to_keep=1)
+    cache = head.past_key_values
+    cache.batch_repeat_interleave(len(prompts))
+    width = max(len(p) for p in prompts) - shared
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    own = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - (len(p) - shared) :] = torch.tensor(p[shared:])
+        own[i, width - (len(p) - shared) :] = 1
+    mask = torch.cat([torch.ones((len(prompts), shared), dtype=torch.long), own], dim=1)
+    positions = shared + (own.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=positions.to(device),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return out, mask
 
 
 def _decode(
