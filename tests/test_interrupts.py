@@ -31,7 +31,15 @@ def _steps(path: Path) -> list[int]:
     return [json.loads(x)["step"] for x in path.read_text().splitlines() if x.strip()]
 
 
-def test_ctrl_c_during_the_warmup_saves_state_and_resume_finishes_it(tmp_path):
+def _run_here(run_dir: Path, *sets: str, resume: bool = False) -> int:
+    """``sailrl run`` in this process (no interrupt to send: the seconds of a new interpreter's imports saved)."""
+    from sailrl.cli import main
+
+    return main(_args(run_dir, *sets)[3:] + (["--resume"] if resume else []))
+
+
+def test_ctrl_c_during_the_warmup_saves_state_and_resume_finishes_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
     run_dir = tmp_path / "run"
     sets = ("training.warmup.steps=60", "training.steps=2")  # interrupted after 5: 55 steps of margin
     proc = subprocess.Popen(_args(run_dir, *sets), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -48,27 +56,31 @@ def test_ctrl_c_during_the_warmup_saves_state_and_resume_finishes_it(tmp_path):
     done = len(_steps(warmup))
     record = json.loads((run_dir / "checkpoints.jsonl").read_text().splitlines()[-1])
     assert record["batch"] == 0 and record["warmup"] == done and "interrupted" in record["name"]
-    r = subprocess.run(_args(run_dir, *sets) + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert f"at warm-up step {done + 1}" in r.stderr
+    code = _run_here(run_dir, *sets, resume=True)
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    assert f"at warm-up step {done + 1}" in err
     assert _steps(warmup) == list(range(1, 61))  # each warm-up step once
     assert _steps(run_dir / "metrics.jsonl") == [1, 2]
 
 
-def test_a_kill_after_the_last_periodic_save_resumes_to_the_final_adapter(tmp_path):
+def test_a_kill_after_the_last_periodic_save_resumes_to_the_final_adapter(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
     run_dir = tmp_path / "run"
     sets = ("training.warmup=null", "training.steps=2", "training.save_every=2")
-    r = subprocess.run(_args(run_dir, *sets), cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert _run_here(run_dir, *sets) == 0, capsys.readouterr().err[-2000:]
     records = (run_dir / "checkpoints.jsonl").read_text().splitlines()
     assert json.loads(records[-1]).get("final") and json.loads(records[-2])["batch"] == 2
     # what a kill between the periodic save of step 2 and the final save leaves behind
     (run_dir / "checkpoints.jsonl").write_text("\n".join(records[:-1]) + "\n")
-    r = subprocess.run(_args(run_dir, *sets) + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "all 2 steps were done; saving the final adapter" in r.stderr and "final adapter:" in r.stderr
+    capsys.readouterr()
+    code = _run_here(run_dir, *sets, resume=True)
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    assert "all 2 steps were done; saving the final adapter" in err and "final adapter:" in err
     assert json.loads((run_dir / "checkpoints.jsonl").read_text().splitlines()[-1]).get("final")
     assert _steps(run_dir / "metrics.jsonl") == [1, 2]
     # and a complete run says so instead of training again
-    r = subprocess.run(_args(run_dir, *sets) + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 1 and "already completed 2 steps" in r.stderr and "Traceback" not in r.stderr
+    code = _run_here(run_dir, *sets, resume=True)
+    err = capsys.readouterr().err
+    assert code == 1 and "already completed 2 steps" in err and "Traceback" not in err

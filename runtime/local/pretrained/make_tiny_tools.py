@@ -286,8 +286,9 @@ def _batch_loss(model: torch.nn.Module, batch: list[dict], prefix: list[int]) ->
 
 def train(steps: int, lr: float, batch_size: int, seed: int, tool_fraction: float = 0.5,
           practice_fraction: float = 0.0, log_every: int = 25, save_every: int = 0,
-          out: Path | None = None) -> tuple[torch.nn.Module, dict[str, float]]:
-    """Pretrain and return (model in eval mode, final measures + ``direct_pool_correct``)."""
+          out: Path | None = None, measures: bool = True) -> tuple[torch.nn.Module, dict[str, float]]:
+    """Pretrain and return (model in eval mode, final measures + ``direct_pool_correct``; without ``measures``, only
+    ``direct_pool_correct``: the measures are a teacher-forced function of the weights)."""
 
     torch.set_num_threads(1)
     tool, direct, right, pool_correct, practice = episodes(seed, practice=practice_fraction > 0)
@@ -318,14 +319,14 @@ def train(steps: int, lr: float, batch_size: int, seed: int, tool_fraction: floa
         opt.step()
         if save_every and out is not None and (step + 1) % save_every == 0 and step + 1 < steps:
             save_pretrained_weights(model, out.with_suffix(f".step{step + 1}.safetensors"), {"steps": str(step + 1)})
-        if (step + 1) % log_every == 0 or step + 1 == steps:
+        if measures and ((step + 1) % log_every == 0 or step + 1 == steps):
             model.eval()
             m = measure(model, tool, right)
             model.train()
             print(f"step {step + 1:4d}  loss {loss.item():.4f}  p(call) {m['p_call']:.3f}  p(copy) {m['p_copy']:.3f}"
                   f"  p(direct ok) {m['p_direct_ok']:.3f}  expected correct {m['expected_correct']:.3f}", flush=True)
     model.eval()
-    return model, {**measure(model, tool, right), "direct_pool_correct": pool_correct}
+    return model, {**(measure(model, tool, right) if measures else {}), "direct_pool_correct": pool_correct}
 
 
 def main(argv: list[str] | None = None) -> int:
