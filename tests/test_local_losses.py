@@ -274,8 +274,17 @@ def test_datums_sharing_a_prompt_share_its_forward_with_the_same_logprobs_and_gr
     monkeypatch.undo()
     chunked_grads = {n: p.grad.clone() for n, p in client.peft_model.named_parameters() if p.grad is not None}
     client.peft_model.zero_grad(set_to_none=True)
-    assert set(one_grads) == set(shared_grads) == set(chunked_grads) and len(one_grads) >= 8
-    for other, other_grads in ((shared, shared_grads), (chunked, chunked_grads)):
+    # the completions after each shared prompt in passes of like lengths (a pass costing 1 token: as many passes as
+    # there are lengths), each pass with its own copy of the prompt cache rows
+    own = [d.model_input.length - plan[1][g] for d, g in zip(data, plan[0], strict=True)]
+    assert len(trainer_mod.length_batches(own, 1)) > 2
+    monkeypatch.setattr(trainer_mod, "pass_tokens", lambda config: 1)
+    split = client.forward_backward(data, "importance_sampling").result()
+    monkeypatch.undo()
+    split_grads = {n: p.grad.clone() for n, p in client.peft_model.named_parameters() if p.grad is not None}
+    client.peft_model.zero_grad(set_to_none=True)
+    assert set(one_grads) == set(shared_grads) == set(chunked_grads) == set(split_grads) and len(one_grads) >= 8
+    for other, other_grads in ((shared, shared_grads), (chunked, chunked_grads), (split, split_grads)):
         for a, b in zip(one_pass.loss_fn_outputs, other.loss_fn_outputs, strict=True):
             torch.testing.assert_close(b["logprobs"].to_torch(), a["logprobs"].to_torch(), atol=1e-6, rtol=0)
         assert other.metrics["loss:sum"] == pytest.approx(one_pass.metrics["loss:sum"], rel=1e-6)
@@ -301,6 +310,25 @@ def test_micro_batches_bound_the_tokens_of_each_pass_and_keep_the_datums_in_orde
     smol = SimpleNamespace(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, vocab_size=49152)
     assert 800 <= tokens_per_chunk(smol) <= 1000
     assert tokens_per_chunk(smol, budget=4 << 30) // 2 == tokens_per_chunk(smol)
+
+
+def test_length_batches_split_only_where_padding_costs_more_than_a_pass():
+    from sailrl.runtime.local.tiny import tiny_config
+    from sailrl.runtime.local.trainer import length_batches, pass_tokens
+
+    assert length_batches([64] * 8, 75) == [list(range(8))]  # one length: one pass, in order
+    assert length_batches([50, 60, 55, 64], 112) == [[0, 1, 2, 3]]  # 28 padded tokens do not pay for a pass
+    assert length_batches([5, 60, 6, 64], 112) == [[0, 2], [1, 3]]  # 116 do
+    assert len(length_batches([40, 60, 45, 64], 20)) > 1  # and 38 do at SmolLM2's pass cost
+    assert length_batches([3], 1) == [[0]] and length_batches([], 1) == [[]]
+    lengths = [4, 64, 30, 50, 12, 64, 5, 40]
+    batches = length_batches(lengths, 4)
+    assert sorted(i for b in batches for i in b) == list(range(8))
+    padded = sum(len(b) * max(lengths[i] for i in b) + 4 for b in batches)
+    assert padded < len(lengths) * 64 + 4  # fewer padded tokens, passes counted
+    assert pass_tokens(tiny_config()) == 112  # measured: 111
+    smol = SimpleNamespace(hidden_size=576, intermediate_size=1536)
+    assert pass_tokens(smol) == 20  # measured: 22
 
 
 def test_shared_prefixes_groups_runs_that_start_alike_and_declines_when_it_saves_little():
