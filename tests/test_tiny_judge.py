@@ -91,18 +91,27 @@ def test_the_shipped_weights_carry_their_measures():
 
 @pytest.mark.slow
 def test_the_judge_agrees_with_the_rule_through_the_real_local_path():
-    """The example's judge rule, connected as a run connects it (the embedded backend samples the judge's answer,
-    greedy, and read_score reads it): on 48 completions of every kind it says yes exactly when the completion is
-    only the reference number, and every answer has a score."""
+    """The example's judge rule, connected and scored as a run does it (the step's completions scored at once, the
+    embedded backend sampling the judge's answers in one batch, greedy, and read_score reading them): on 48
+    completions of every kind it says yes exactly when the completion is only the reference number, and every
+    answer has a score."""
+    import asyncio
+
+    from sailrl.runtime.scoring import StepScorer
+
     m = _script()
     loaded = validate_file(EXAMPLE)
     fn = RewardFunction.from_spec(loaded.spec.reward, "answer", spec_dir=EXAMPLE.parent)
     assert connect_judges(fn, spec_dir=EXAMPLE.parent) == {}
     rng = random.Random(7)
     cases = [m.example(rng) for _ in range(48)]
+    scorer = StepScorer(fn)
+
+    async def step() -> list:
+        return await asyncio.gather(*(scorer.score(text, dict(fields)) for fields, text, _ in cases))
+
     agree = 0
-    for fields, text, _ in cases:
-        score = fn.score(text, dict(fields))
+    for (fields, text, _), score in zip(cases, asyncio.run(step()), strict=True):
         verdict = score.judge["judged"]
         assert verdict.kind == "ok", verdict
         agree += score.passed["judged"] == m.verdict(fields["answer"], text)
