@@ -6,7 +6,10 @@ be for this single-threaded run, so it carries over a busy machine better than t
 run's ``correct`` figure.
 
 Arms:
-- ``shared``: the shipped learner (each RL group's prompt runs once in a shared-prefix forward pass);
+- ``shared``: the shipped learner (each RL group's prompt runs once in a shared-prefix forward pass, the completions
+  after it in passes of like lengths where that pays: ``trainer.length_batches``);
+- ``one-length``: the same with every group's completions in one pass, padded to the longest
+  (``runtime.local.trainer.PASS_COST`` made huge);
 - ``one-pass``: the same with ``runtime.local.trainer.shared_prefixes`` turned off (every datum's full sequence in
   one right-padded pass, as before the shared-prefix pass);
 - ``start-up``: the same spec with ``training.steps=1`` (imports, loading, compiling, one step).
@@ -33,6 +36,8 @@ import sys
 import sailrl.runtime.local.trainer as trainer
 if sys.argv[1] == "one-pass":
     trainer.shared_prefixes = lambda tokens: None
+if sys.argv[1] == "one-length":
+    trainer.PASS_COST = 10**18
 from sailrl.cli import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -44,7 +49,7 @@ def run(arm: str, run_dir: Path) -> tuple[float, str]:
     if arm == "start-up":
         args += ["--set", "training.steps=1"]
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CODE, "one-pass" if arm == "one-pass" else "shared", *args],
+    proc = subprocess.run([sys.executable, "-c", CODE, arm if arm in ("one-pass", "one-length") else "shared", *args],
                           capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
     out = proc.stdout + proc.stderr
@@ -56,8 +61,8 @@ def run(arm: str, run_dir: Path) -> tuple[float, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arms", nargs="+", default=["shared", "one-pass", "start-up"],
-                        choices=["shared", "one-pass", "start-up"])
+    parser.add_argument("--arms", nargs="+", default=["shared", "one-length", "one-pass", "start-up"],
+                        choices=["shared", "one-length", "one-pass", "start-up"])
     parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-quickstart-"))
@@ -82,6 +87,10 @@ def main() -> int:
         cs = statistics.median(r[1] for r in results["shared"])
         co = statistics.median(r[1] for r in results["one-pass"])
         print(f"one-pass / shared CPU (median): {co / cs:.2f}x")
+    if "shared" in results and "one-length" in results:
+        cs = statistics.median(r[1] for r in results["shared"])
+        cl = statistics.median(r[1] for r in results["one-length"])
+        print(f"one-length / shared CPU (median): {cl / cs:.2f}x")
     return 0
 
 
