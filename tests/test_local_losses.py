@@ -341,3 +341,32 @@ def test_shared_prefixes_groups_runs_that_start_alike_and_declines_when_it_saves
     long_tails = [prompt_a[:4] + list(range(100 + 40 * i, 140 + 40 * i)) for i in range(2)]
     assert shared_prefixes(long_tails) is None  # 4 of 44 tokens shared: under a quarter saved
     assert shared_prefixes([prompt_a, prompt_a]) == ([0, 0], [19])  # identical datums keep one token each
+
+
+def test_a_long_prompt_beside_long_completions_stays_within_absolute_positions(tmp_path, monkeypatch):
+    """GPT-2 numbers its 256 positions absolutely: a group with a 200-token prompt and 30-token completions in one
+    pass beside one with a 5-token prompt and 60-token completions pads the first group's completions to 60 places,
+    which must not be numbered past its last token (an IndexError at position 259 before). Same logprobs as the
+    forward without shared prompts."""
+    from sailrl.runtime.local import trainer as trainer_mod
+    from tests.fakes.tiny_models import save_model_dir
+
+    save_model_dir("gpt2", tmp_path / "gpt2")
+    svc = LocalServiceClient(str(tmp_path / "gpt2"), base_dir=tmp_path / "ck", seed=0)
+    client = svc.create_lora_training_client(str(tmp_path / "gpt2"), rank=4, seed=3).result()
+    gen = torch.Generator().manual_seed(5)
+
+    def datum(prompt: list[int], n: int) -> types.Datum:
+        full = prompt + torch.randint(3, 250, (n,), generator=gen).tolist()
+        return types.Datum(model_input=types.ModelInput.from_ints(full[:-1]), loss_fn_inputs={
+            "target_tokens": full[1:], "logprobs": [-3.0] * (len(full) - 1),
+            "advantages": [0.0] * (len(prompt) - 1) + [0.5] * n})
+
+    long_prompt, short_prompt = (torch.randint(3, 250, (k,), generator=gen).tolist() for k in (200, 5))
+    data = [datum(long_prompt, 30) for _ in range(3)] + [datum(short_prompt, 60) for _ in range(3)]
+    assert max(d.model_input.length for d in data) < 256
+    shared = client.forward_backward(data, "importance_sampling").result()
+    monkeypatch.setattr(trainer_mod, "shared_prefixes", lambda tokens: None)
+    whole = client.forward_backward(data, "importance_sampling").result()
+    for a, b in zip(whole.loss_fn_outputs, shared.loss_fn_outputs, strict=True):
+        torch.testing.assert_close(b["logprobs"].to_torch(), a["logprobs"].to_torch(), atol=1e-5, rtol=0)

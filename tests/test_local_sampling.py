@@ -575,17 +575,46 @@ def test_an_announced_batch_that_never_fills_is_served_after_the_timeout(tmp_pat
     assert client._batcher.batch_sizes == [1]
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "llama", "gpt2", "mistral-sliding"])
+def _windowed_model(arch):
+    """Models whose attention is not over every earlier position, or whose positions scale with the pass."""
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3ForCausalLM
+
+    from sailrl.runtime.local.tiny import tiny_config
+
+    torch.manual_seed(0)
+    if arch == "qwen3-sliding":  # Qwen3 with its sliding window switched on
+        return Qwen3ForCausalLM(tiny_config({"use_sliding_window": True, "sliding_window": 8,
+                                             "max_window_layers": 0, "layer_types": None})).eval()
+    if arch == "gpt-neo-local":  # GPT-Neo's local layers (TinyStories models): window_size, attention_layers
+        return GPTNeoForCausalLM(GPTNeoConfig(vocab_size=259, hidden_size=64, num_layers=2, num_heads=4,
+                                              attention_types=[[["global", "local"], 1]], window_size=8,
+                                              max_position_embeddings=256)).eval()
+    return LlamaForCausalLM(LlamaConfig(vocab_size=259, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=48,
+                                        rope_scaling={"rope_type": "dynamic", "factor": 2.0},
+                                        tie_word_embeddings=False)).eval()
+
+
+SHARED_START_ARCHS = ["qwen3", "llama", "gpt2"]  # the rest prefill each prompt whole
+
+
+@pytest.mark.parametrize("arch", [*SHARED_START_ARCHS, "mistral-sliding", "qwen3-sliding", "gpt-neo-local",
+                                  "llama-dynamic-rope"])
 def test_prompts_that_start_alike_sample_as_each_prompt_alone(arch):
     """Distinct prompts that share their first 40 tokens (a judge's instructions, a system prompt) have that start
     prefilled once: each request's seeded tokens and logprobs are what it gets alone in the sampler (no sharing
-    there), with padding between the shared start and a shorter prompt's own tokens. A sliding-window model prefills
-    each prompt whole."""
+    there), with padding between the shared start and a shorter prompt's own tokens. A model with sliding or local
+    attention windows (the padding would take window places) or dynamic RoPE prefills each prompt whole."""
     from sailrl.runtime.local import generation
     from sailrl.runtime.local.tiny import build_tiny_model
     from sailrl.runtime.models import get_tokenizer
 
-    model = build_tiny_model(0) if arch == "qwen3" else _arch_model(arch)
+    if arch == "qwen3":
+        model = build_tiny_model(0)
+    elif arch in ("llama", "gpt2", "mistral-sliding"):
+        model = _arch_model(arch)
+    else:
+        model = _windowed_model(arch)
     tok = get_tokenizer("sailrl/tiny")
     start = tok.encode("You judge replies. Answer yes or no after a reason. ", add_special_tokens=False)[:40]
     own = ["1+2=", "seven plus one is", "Q:", "x"]
@@ -611,12 +640,15 @@ def test_prompts_that_start_alike_sample_as_each_prompt_alone(arch):
         together = generation.generate(model, requests(), tokenizer=tok, max_context=256, generator=gen)
     finally:
         generation._prefill_shared = real
-    assert calls == ([] if arch == "mistral-sliding" else [40])
+    assert calls == ([40] if arch in SHARED_START_ARCHS else [])
     for req, got in zip(requests(), together, strict=True):
         (alone,) = generation.generate(model, [req], tokenizer=tok, max_context=256, generator=gen)
         for a, b in zip(got.sequences, alone.sequences, strict=True):
             assert a.tokens == b.tokens, arch
-            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4), arch
+            # dynamic RoPE scales with the pass's padded length, so a batch differs from alone by more than rounding
+            # whether or not a start is shared (3e-4 here); that is why it is not shared
+            atol = 1e-3 if arch == "llama-dynamic-rope" else 1e-4
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=atol), arch
 
 
 def test_a_shared_start_is_used_only_when_long_enough_and_each_prompt_keeps_a_token():

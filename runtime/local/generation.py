@@ -11,7 +11,7 @@ judge's instructions, a system prompt, few-shot examples), that start is prefill
 cache copied to each prompt before their own tokens run (``_prefill_shared``): the same logits up to
 float rounding, for a fraction of the prefill (a batch of 40 judge prompts of ~250 shared and a few
 own tokens on tiny-judge: 8x less time). Prompt logprobs turn it off (they need every position), and so
-does a sliding-window model (padding in the middle would take window places).
+do models with sliding or local attention windows and dynamic RoPE (``_can_share_prompt_start``).
 
 Per decode step the work outside the model is a fixed number of tensor operations on the whole
 batch, however many rows it has:
@@ -537,7 +537,7 @@ def generate(
     prompts = list(prompt_index)
     lens = torch.tensor([len(p) for p in prompts])
     want_prompt = any(r.include_prompt_logprobs or r.topk_prompt_logprobs > 0 for r in requests)
-    shared = 0 if want_prompt or not _full_attention(model) else shared_prompt_length(prompts)
+    shared = 0 if want_prompt or not _can_share_prompt_start(model) else shared_prompt_length(prompts)
     out, mask = (_prefill_shared(model, prompts, shared, device) if shared
                  else _prefill(model, prompts, device, want_prompt))
     width = mask.shape[1]
@@ -596,16 +596,33 @@ def shared_prompt_length(prompts: Sequence[Sequence[int]]) -> int:
     return common
 
 
-def _full_attention(model: Any) -> bool:
-    """Whether every layer of ``model`` attends to all earlier positions (no sliding window): padding between a shared
-    start and a prompt's own tokens would take places in a window that real tokens fill in a plain forward."""
+#: Config fields that give some layers a window of recent positions (GPT-Neo's ``window_size``, Longformer,
+#: Llama 4's chunked attention); ``sliding_window`` counts unless ``use_sliding_window`` is off (Qwen2 / Qwen3).
+_WINDOW_FIELDS = ("window_size", "attention_window", "attention_window_size", "attention_chunk_size")
+
+
+def _can_share_prompt_start(model: Any) -> bool:
+    """Whether a shared prompt start may be prefilled apart from each prompt's own tokens (``_prefill_shared``):
+    only when every layer attends to all earlier positions and positions are plain token indices. In a sliding or
+    local window, the padding between the shared start and a prompt's own tokens would take places that real
+    tokens fill in a plain forward; dynamic RoPE scales by the length of the pass, which the shared start would run
+    without its own tokens."""
     config = getattr(model, "config", None)
     get = getattr(config, "get_text_config", None)
     config = get() if callable(get) else config
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None:
-        return all(t == "full_attention" for t in layer_types)
-    return getattr(config, "sliding_window", None) is None
+    for field in ("layer_types", "attention_layers"):  # transformers' per-layer kinds; GPT-Neo's global / local
+        kinds = getattr(config, field, None)
+        if kinds is not None and any(kind not in ("full_attention", "global") for kind in kinds):
+            return False
+    if any(getattr(config, field, None) for field in _WINDOW_FIELDS):
+        return False
+    if getattr(config, "use_sliding_window", True) and getattr(config, "sliding_window", None) is not None:
+        return False
+    for field in ("rope_parameters", "rope_scaling"):
+        rope = getattr(config, field, None)
+        if isinstance(rope, dict) and "dynamic" in (rope.get("rope_type"), rope.get("type")):
+            return False
+    return True
 
 
 def _prefill(model: Any, prompts: list[tuple[int, ...]], device: Any, want_prompt: bool) -> tuple[Any, torch.Tensor]:

@@ -191,7 +191,8 @@ class LoraTrainer:
                 s_ids[row, : own[i]] = torch.tensor(prepared[i][0][prefix_len[group_of[i]]:])
                 s_mask[row, : own[i]] = 1
             starts = torch.tensor([prefix_len[g] for g in groups])
-            s_pos = starts[:, None] + torch.arange(ws)[None, :]
+            last = starts + torch.tensor([own[i] for i in batch]) - 1  # a datum's last position: its padding's too
+            s_pos = torch.minimum(starts[:, None] + torch.arange(ws)[None, :], last[:, None])
             mask = torch.cat([p_mask[torch.tensor(groups)], s_mask], dim=1)
             logits = self.model(input_ids=s_ids.to(device), attention_mask=mask.to(device),
                                 position_ids=s_pos.to(device), past_key_values=cache, use_cache=True).logits
