@@ -160,7 +160,7 @@ def test_rollouts_that_just_miss_the_estimate_poll_again_densely(fake_sail_serve
     fake_sail_server.service_times = [0.3] + [0.32] * 9  # by creation order
     _, ends = asyncio.run(step(policy, 10))
     assert 0.25 <= policy.stats.service_estimate_s < 0.4  # client-side stamps: can be a little off 0.3
-    assert all(0.32 <= e < 0.75 for e in ends[1:]), ends
+    assert all(0.30 <= e < 0.75 for e in ends[1:]), ends  # client-side stamps: a few ms off the service's 0.32 s
     late = [n for rid, n in fake_sail_server.polls.items() if rid != "resp_000001"]
     assert max(late) <= 40 and sorted(late)[len(late) // 2] <= 4, late  # a scout's share; the rest 1 + about 2
 
