@@ -19,6 +19,7 @@ import sys
 import time
 
 import torch
+from tinker_cookbook.renderers import get_renderer
 
 from sailrl.runtime.judge import Judge
 from sailrl.runtime.local import generation
@@ -31,8 +32,6 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "spec", "examples", "jud
 
 def judge_prompts(n: int) -> list[tuple[int, ...]]:
     """``n`` distinct judge prompts of the judge_local example, tokenized as the local judge path sends them."""
-    from tinker_cookbook.renderers import get_renderer
-
     spec = load_spec(EXAMPLE).spec
     rule = next(r for r in spec.reward.rules if getattr(r, "kind", None) == "judge")
     judge = Judge("judged", rule)
