@@ -100,12 +100,8 @@ class Workload:
 
     # -- Hugging Face generate -----------------------------------------------------------------------------------
     def _generate(self, prompts: list[list[int]], n: int) -> list[list[int]]:
-        width = max(len(p) for p in prompts)
-        ids = torch.zeros((len(prompts), width), dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
+        ids, mask = gen_mod.left_padded(prompts)
+        width = ids.shape[1]
         with torch.no_grad():
             out = self.model.generate(
                 input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,

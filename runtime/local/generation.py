@@ -625,14 +625,21 @@ def _can_share_prompt_start(model: Any) -> bool:
     return True
 
 
+def left_padded(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)``, both ``(len(seqs), longest)`` long tensors: each sequence at the right end of its row, zeros
+    (mask 0) before it."""
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, seq in enumerate(seqs):
+        ids[i, width - len(seq) :] = torch.tensor(seq)
+        mask[i, width - len(seq) :] = 1
+    return ids, mask
+
+
 def _prefill(model: Any, prompts: list[tuple[int, ...]], device: Any, want_prompt: bool) -> tuple[Any, torch.Tensor]:
     """One left-padded forward over ``prompts``; returns the model output and the ``(prompts, width)`` padding mask."""
-    width = max(len(p) for p in prompts)
-    ids = torch.zeros((len(prompts), width), dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
+    ids, mask = left_padded(prompts)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(
         input_ids=ids.to(device),
@@ -652,12 +659,7 @@ def _prefill_shared(model: Any, prompts: list[tuple[int, ...]], shared: int, dev
     head = model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True, logits_to_keep=1)
     cache = head.past_key_values
     cache.batch_repeat_interleave(len(prompts))
-    width = max(len(p) for p in prompts) - shared
-    ids = torch.zeros((len(prompts), width), dtype=torch.long)
-    own = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - (len(p) - shared) :] = torch.tensor(p[shared:])
-        own[i, width - (len(p) - shared) :] = 1
+    ids, own = left_padded([p[shared:] for p in prompts])
     mask = torch.cat([torch.ones((len(prompts), shared), dtype=torch.long), own], dim=1)
     positions = shared + (own.cumsum(-1) - 1).clamp(min=0)
     out = model(

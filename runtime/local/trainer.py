@@ -274,17 +274,24 @@ class LoraTrainer:
 ACTIVATION_BYTES = 2 << 30
 
 
-def tokens_per_chunk(config: Any, budget: int | None = None) -> int:
-    """How many tokens one learner pass of a model with ``config`` (a transformers config) may take within
-    ``budget`` bytes (default :data:`ACTIVATION_BYTES`): float32 activations kept for the backward pass, estimated
-    per token as 12 hidden-sized and 4 MLP-sized vectors a layer plus 4 vocabulary-sized ones (logits,
-    log-probabilities and their gradients)."""
+def _dims(config: Any) -> tuple[int, int, int, int]:
+    """``(hidden, layers, mlp, vocab)`` sizes of a transformers config (its text model's; 0 where it has none, the
+    MLP 4x hidden by default)."""
     get = getattr(config, "get_text_config", None)
     config = get() if callable(get) else config
     hidden = int(getattr(config, "hidden_size", 0) or 0)
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)
     mlp = int(getattr(config, "intermediate_size", 0) or 4 * hidden)
     vocab = int(getattr(config, "vocab_size", 0) or 0)
+    return hidden, layers, mlp, vocab
+
+
+def tokens_per_chunk(config: Any, budget: int | None = None) -> int:
+    """How many tokens one learner pass of a model with ``config`` (a transformers config) may take within
+    ``budget`` bytes (default :data:`ACTIVATION_BYTES`): float32 activations kept for the backward pass, estimated
+    per token as 12 hidden-sized and 4 MLP-sized vectors a layer plus 4 vocabulary-sized ones (logits,
+    log-probabilities and their gradients)."""
+    hidden, layers, mlp, vocab = _dims(config)
     per_token = 4 * (layers * (12 * hidden + 4 * mlp) + 4 * vocab)
     budget = ACTIVATION_BYTES if budget is None else budget
     return max(1, budget // per_token) if per_token > 0 else 1 << 30
@@ -357,10 +364,7 @@ MIN_PASS_TOKENS = 20
 
 def pass_tokens(config: Any) -> int:
     """What one more learner pass of the model with ``config`` (a transformers config) costs, in tokens."""
-    get = getattr(config, "get_text_config", None)
-    config = get() if callable(get) else config
-    hidden = int(getattr(config, "hidden_size", 0) or 0)
-    mlp = int(getattr(config, "intermediate_size", 0) or 4 * hidden)
+    hidden, _, mlp, _ = _dims(config)
     per_layer = 4 * hidden * hidden + 3 * hidden * mlp
     return max(MIN_PASS_TOKENS, PASS_COST // per_layer) if per_layer else MIN_PASS_TOKENS
 
