@@ -9,7 +9,7 @@ import pytest
 import torch
 from tinker import types
 
-from sailrl.runtime.local import LocalServiceClient
+from sailrl.runtime.local import LocalServiceClient, generation
 
 PROMPT = "User: 2+3=?\n\nAssistant:"
 
@@ -124,16 +124,23 @@ def test_prompt_logprobs_and_compute_logprobs(sampler, prompt):
     assert torch.allclose(torch.tensor(last[-3:]), ref[-3:], atol=1e-5)
 
 
-def test_concurrent_calls_are_one_batch_with_one_prefill_per_prompt(sampler, prompt):
+def test_concurrent_calls_are_one_batch_with_one_prefill_per_prompt(sampler, prompt, monkeypatch):
     model = _model(sampler)
     prefills: list[tuple[int, int]] = []
+    forward_of = generation.decoder_of
 
-    def hook(module, args, kwargs):
-        ids = kwargs.get("input_ids")
-        if ids is not None and ids.shape[1] > 1:
-            prefills.append(tuple(ids.shape))
+    def recording(m):  # every forward the sampler runs (the model's own or decoder.FusedDecoder), its input shape
+        forward = forward_of(m)
 
-    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+        def call(**kwargs):
+            ids = kwargs.get("input_ids")
+            if ids is not None and ids.shape[1] > 1:
+                prefills.append(tuple(ids.shape))
+            return forward(**kwargs)
+
+        return call
+
+    monkeypatch.setattr(generation, "decoder_of", recording)
     other = prompt[:-3]
 
     async def run():
@@ -143,10 +150,7 @@ def test_concurrent_calls_are_one_batch_with_one_prefill_per_prompt(sampler, pro
         return await asyncio.gather(*calls)
 
     before = len(sampler._batcher.batch_sizes)
-    try:
-        results = asyncio.run(run())
-    finally:
-        handle.remove()
+    results = asyncio.run(run())
     assert sampler._batcher.batch_sizes[before:] == [10]
     assert prefills == [(2, len(prompt))]  # two distinct prompts, left-padded, prefilled once
     assert [len(r.sequences) for r in results] == [1] * 6 + [2] * 2

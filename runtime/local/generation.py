@@ -64,6 +64,8 @@ import numpy as np
 import torch
 from tinker import types
 
+from sailrl.runtime.local.decoder import decoder_of
+
 GREEDY_TEMPERATURE = 1e-6
 COMPACT_FRACTION = 8  # compact the batch once 1/8 of its rows have finished
 _INITIAL_RESERVE = 256  # generated positions preallocated in the KV cache before it grows
@@ -538,8 +540,9 @@ def generate(
     lens = torch.tensor([len(p) for p in prompts])
     want_prompt = any(r.include_prompt_logprobs or r.topk_prompt_logprobs > 0 for r in requests)
     shared = 0 if want_prompt or not _can_share_prompt_start(model) else shared_prompt_length(prompts)
-    out, mask = (_prefill_shared(model, prompts, shared, device) if shared
-                 else _prefill(model, prompts, device, want_prompt))
+    forward = decoder_of(model)
+    out, mask = (_prefill_shared(forward, prompts, shared, device) if shared
+                 else _prefill(forward, prompts, device, want_prompt))
     width = mask.shape[1]
 
     n_rows, max_new = rows.uniforms.shape
@@ -549,7 +552,9 @@ def generate(
     stopped = torch.zeros(n_rows, dtype=torch.bool)
     live = torch.nonzero(rows.limits > 0).squeeze(-1)
     if live.numel():
-        _decode(model, out, mask, lens, requests, rows, live, tokenizer, tokens_out, logprobs_out, final_len, stopped)
+        with _decode_attention(model):
+            _decode(forward, out, mask, lens, requests, rows, live, tokenizer, tokens_out, logprobs_out, final_len,
+                    stopped)
 
     tokens_np = tokens_out.numpy().astype(np.int32)
     logprobs_np = logprobs_out.numpy()
@@ -732,47 +737,46 @@ def _decode(
     attn[:, :width] = mask[prompt_of_row].to(device)
     next_pos = lens[prompt_of_row].to(device)[:, None]
 
-    with _decode_attention(model):
-        step = 0
-        while True:
-            choice, lp = _sample(logits, rp, uniforms[:, step])
-            choice_c = choice.cpu()
-            tokens_out[batch_rows, step] = choice_c
-            logprobs_out[batch_rows, step] = lp.float().cpu()
-            hit = id_table[id_set, choice_c]
-            for m_i, matcher in enumerate(matchers):
-                check = alive & (string_set == m_i) & ~hit
-                if bool(check.any()):
-                    pos = torch.nonzero(check).squeeze(-1)
-                    lo = max(0, step + 1 - matcher.window)
-                    for p in pos[matcher.candidates(choice_c[pos])].tolist():
-                        if matcher.matches(tokens_out[batch_rows[p], lo : step + 1].tolist()):
-                            hit[p] = True
-            done = alive & (hit | (limit <= step + 1))
-            if bool(done.any()):
-                final_len[batch_rows[done]] = step + 1
-                stopped[batch_rows[done]] = hit[done]
-                alive &= ~done
-                n_alive = int(alive.sum())
-                if n_alive == 0:
-                    return
-                if alive.numel() - n_alive >= max(1, alive.numel() // COMPACT_FRACTION):
-                    keep = torch.nonzero(alive).squeeze(-1)
-                    keep_d = keep.to(device)
-                    cache.batch_select_indices(keep_d)
-                    batch_rows, alive, limit, id_set, string_set = (
-                        batch_rows[keep], alive[keep], limit[keep], id_set[keep], string_set[keep])
-                    rp, uniforms, attn, next_pos, choice = (
-                        rp.select(keep_d), uniforms[keep_d], attn[keep_d], next_pos[keep_d], choice[keep_d])
-            attn[:, width + step] = 1
-            out = model(
-                input_ids=choice[:, None],
-                attention_mask=attn[:, : width + step + 1],
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache = out.past_key_values
-            logits = out.logits[:, -1, :]
-            next_pos = next_pos + 1
-            step += 1
+    step = 0
+    while True:
+        choice, lp = _sample(logits, rp, uniforms[:, step])
+        choice_c = choice.cpu()
+        tokens_out[batch_rows, step] = choice_c
+        logprobs_out[batch_rows, step] = lp.float().cpu()
+        hit = id_table[id_set, choice_c]
+        for m_i, matcher in enumerate(matchers):
+            check = alive & (string_set == m_i) & ~hit
+            if bool(check.any()):
+                pos = torch.nonzero(check).squeeze(-1)
+                lo = max(0, step + 1 - matcher.window)
+                for p in pos[matcher.candidates(choice_c[pos])].tolist():
+                    if matcher.matches(tokens_out[batch_rows[p], lo : step + 1].tolist()):
+                        hit[p] = True
+        done = alive & (hit | (limit <= step + 1))
+        if bool(done.any()):
+            final_len[batch_rows[done]] = step + 1
+            stopped[batch_rows[done]] = hit[done]
+            alive &= ~done
+            n_alive = int(alive.sum())
+            if n_alive == 0:
+                return
+            if alive.numel() - n_alive >= max(1, alive.numel() // COMPACT_FRACTION):
+                keep = torch.nonzero(alive).squeeze(-1)
+                keep_d = keep.to(device)
+                cache.batch_select_indices(keep_d)
+                batch_rows, alive, limit, id_set, string_set = (
+                    batch_rows[keep], alive[keep], limit[keep], id_set[keep], string_set[keep])
+                rp, uniforms, attn, next_pos, choice = (
+                    rp.select(keep_d), uniforms[keep_d], attn[keep_d], next_pos[keep_d], choice[keep_d])
+        attn[:, width + step] = 1
+        out = model(
+            input_ids=choice[:, None],
+            attention_mask=attn[:, : width + step + 1],
+            position_ids=next_pos,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :]
+        next_pos = next_pos + 1
+        step += 1

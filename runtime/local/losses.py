@@ -98,7 +98,8 @@ def datum_loss(
     inputs: Mapping[str, torch.Tensor],
     loss_fn_config: Mapping[str, float | str] | None = None,
 ) -> torch.Tensor:
-    """The scalar loss of one datum (sum over its ``N`` tokens); formulas in the module docstring.
+    """The scalar loss of one datum (sum over its ``N`` tokens); formulas in the module docstring. Every loss is a
+    sum over tokens, so for several datums' tokens one after another it is the sum of their losses.
 
     ``target_logprobs``: float tensor ``(N,)`` (differentiable). ``inputs``: float tensors ``(N,)``
     for ``weights`` / ``logprobs`` / ``advantages``. ``cross_entropy`` without ``weights`` weighs

@@ -26,6 +26,7 @@ from tinker import types
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from sailrl.runtime.local.checkpoints import OPTIMIZER_FILE, TRAINING_STATE_FILE, CheckpointStore, LocalPath
+from sailrl.runtime.local.decoder import decoder_of
 from sailrl.runtime.local.lora import adapter_state, attach_lora, quiet_peft
 from sailrl.runtime.local.losses import check_loss_request, datum_loss
 from sailrl.runtime.local.tiny import BaseModelSpec
@@ -77,6 +78,7 @@ class LoraTrainer:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = _new_optimizer(self.params)
         self.steps = 0
+        self.run_model = decoder_of(model)  # the model's forward, hand-written where it allows (decoder.py)
 
     @property
     def arch(self) -> str | None:
@@ -109,25 +111,21 @@ class LoraTrainer:
         for chunk in micro_batches([len(t) for t, _ in prepared], tokens_per_chunk(self.model.config)):
             part = prepared[chunk.start:chunk.stop]
             plan = shared_prefixes([t for t, _ in part])
+            lengths = [len(t) for t, _ in part]
+            inputs = _joined_inputs(part, self.device)
             with torch.set_grad_enabled(backward):
-                per_datum = self._logprobs(part) if plan is None else self._logprobs_shared(part, *plan)
-                device = self.device
-                total = torch.zeros((), device=per_datum[0].device)
-                for lp, (_, inputs) in zip(per_datum, part, strict=True):
-                    total = total + datum_loss(
-                        loss_fn, lp, {k: torch.from_numpy(v).to(device) for k, v in inputs.items()}, loss_fn_config
-                    )
-                    outputs.append({"logprobs": types.TensorData.from_torch(lp.detach().cpu())})
+                flat = self._logprobs(part) if plan is None else self._logprobs_shared(part, *plan)
+                # every loss is a sum over tokens: the datums' tokens in one tensor give the sum of their losses
+                total = datum_loss(loss_fn, flat, inputs, loss_fn_config)
                 if backward:
                     total.backward()  # gradients add up over the micro-batches: the loss is a sum over datums
+            outputs += [{"logprobs": types.TensorData.from_torch(lp)} for lp in flat.detach().cpu().split(lengths)]
             loss_sum += float(total.detach())
         return types.ForwardBackwardOutput("ArrayRecord", outputs, {"loss:sum": loss_sum})
 
-    def _targets(self, prepared: Prepared) -> list[torch.Tensor]:
-        return [torch.from_numpy(inputs["target_tokens"]).to(self.device) for _, inputs in prepared]
-
-    def _logprobs(self, prepared: Prepared) -> list[torch.Tensor]:
-        """Each datum's target logprobs from one right-padded forward over every datum."""
+    def _logprobs(self, prepared: Prepared) -> torch.Tensor:
+        """The datums' target logprobs, one after another (``(sum of lengths,)``), from one right-padded forward
+        over every datum."""
         width = max(len(t) for t, _ in prepared)
         ids = torch.zeros((len(prepared), width), dtype=torch.long)
         mask = torch.zeros((len(prepared), width), dtype=torch.long)
@@ -137,17 +135,14 @@ class LoraTrainer:
             mask[i, : len(tokens)] = 1
             targets[i, : len(tokens)] = torch.from_numpy(inputs["target_tokens"])
         device = self.device
-        logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        if logits.dtype in (torch.float16, torch.bfloat16):
-            logits = logits.float()
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.to(device)[..., None]).squeeze(-1)
-        return [logprobs[i, : len(tokens)] for i, (tokens, _) in enumerate(prepared)]
+        logits = self.run_model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        return _target_logprobs(logits, targets.to(device))[mask.to(device).bool()]  # row by row: datum order
 
-    def _logprobs_shared(self, prepared: Prepared, group_of: list[int], prefix_len: list[int]) -> list[torch.Tensor]:
-        """Each datum's target logprobs, its group's prefix (``prefix_len[g]`` tokens, shared by the datums with
-        ``group_of[i] == g``) run once: a left-padded forward over the prefixes with a KV cache, the cache
-        indexed out to the datums, then right-padded forwards over each datum's own tokens after its prefix --
-        one, or several of datums of like lengths when that pads less by more than the passes cost
+    def _logprobs_shared(self, prepared: Prepared, group_of: list[int], prefix_len: list[int]) -> torch.Tensor:
+        """The datums' target logprobs, one after another, each group's prefix (``prefix_len[g]`` tokens, shared
+        by the datums with ``group_of[i] == g``) run once: a left-padded forward over the prefixes with a KV cache,
+        the cache indexed out to the datums, then right-padded forwards over each datum's own tokens after its
+        prefix -- one, or several of datums of like lengths when that pads less by more than the passes cost
         (:func:`length_batches`)."""
         device = self.device
         n_groups = len(prefix_len)
@@ -162,18 +157,19 @@ class LoraTrainer:
             p_ids[g, wp - p:] = torch.tensor(prepared[first[g]][0][:p])
             p_mask[g, wp - p:] = 1
         p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=p_ids.to(device), attention_mask=p_mask.to(device),
-                         position_ids=p_pos.to(device), use_cache=True)
-        p_logits = out.logits
-        if p_logits.dtype in (torch.float16, torch.bfloat16):
-            p_logits = p_logits.float()
-        p_lp = torch.log_softmax(p_logits, dim=-1)  # (groups, wp, V)
+        out = self.run_model(input_ids=p_ids.to(device), attention_mask=p_mask.to(device),
+                             position_ids=p_pos.to(device), use_cache=True)
+        # each datum's prefix targets, read from its group's prefix logits: (group, position, target) per token
+        head_at = [(group_of[i], wp - prefix_len[group_of[i]] + j, int(t))
+                   for i, (_, inputs) in enumerate(prepared)
+                   for j, t in enumerate(inputs["target_tokens"][:prefix_len[group_of[i]]])]
+        heads = _target_logprobs(out.logits, *torch.tensor(head_at, device=device).T).split(
+            [prefix_len[g] for g in group_of])
         own = [len(t) - prefix_len[g] for (t, _), g in zip(prepared, group_of, strict=True)]
         prefix_cache = out.past_key_values
         plain = all(type(layer) is DynamicLayer for layer in getattr(prefix_cache, "layers", [None]))
         batches = length_batches(own, pass_tokens(self.model.config)) if plain else [list(range(len(prepared)))]
-        targets = self._targets(prepared)
-        result: list[torch.Tensor | None] = [None] * len(prepared)
+        tails: list[torch.Tensor | None] = [None] * len(prepared)
         for batch in batches:
             groups = [group_of[i] for i in batch]
             rows = torch.tensor(groups, device=device)
@@ -187,25 +183,22 @@ class LoraTrainer:
             ws = max(own[i] for i in batch)
             s_ids = torch.zeros((len(batch), ws), dtype=torch.long)
             s_mask = torch.zeros((len(batch), ws), dtype=torch.long)
+            s_targets = torch.zeros((len(batch), ws), dtype=torch.long)
             for row, i in enumerate(batch):
-                s_ids[row, : own[i]] = torch.tensor(prepared[i][0][prefix_len[group_of[i]]:])
+                p = prefix_len[group_of[i]]
+                s_ids[row, : own[i]] = torch.tensor(prepared[i][0][p:])
                 s_mask[row, : own[i]] = 1
+                s_targets[row, : own[i]] = torch.from_numpy(prepared[i][1]["target_tokens"][p:])
             starts = torch.tensor([prefix_len[g] for g in groups])
             last = starts + torch.tensor([own[i] for i in batch]) - 1  # a datum's last position: its padding's too
             s_pos = torch.minimum(starts[:, None] + torch.arange(ws)[None, :], last[:, None])
             mask = torch.cat([p_mask[torch.tensor(groups)], s_mask], dim=1)
-            logits = self.model(input_ids=s_ids.to(device), attention_mask=mask.to(device),
-                                position_ids=s_pos.to(device), past_key_values=cache, use_cache=True).logits
-            if logits.dtype in (torch.float16, torch.bfloat16):
-                logits = logits.float()
-            s_lp = torch.log_softmax(logits, dim=-1)  # (datums of this pass, ws, V)
-            for row, i in enumerate(batch):
-                g, target = group_of[i], targets[i]
-                p = prefix_len[g]
-                head = p_lp[g, wp - p:].gather(-1, target[:p, None]).squeeze(-1)
-                tail = s_lp[row, : own[i]].gather(-1, target[p:, None]).squeeze(-1)
-                result[i] = torch.cat([head, tail])
-        return result  # type: ignore[return-value]
+            logits = self.run_model(input_ids=s_ids.to(device), attention_mask=mask.to(device),
+                                    position_ids=s_pos.to(device), past_key_values=cache, use_cache=True).logits
+            tail = _target_logprobs(logits, s_targets.to(device))[s_mask.to(device).bool()]
+            for i, lp in zip(batch, tail.split([own[i] for i in batch]), strict=True):
+                tails[i] = lp
+        return torch.cat([piece for head, tail in zip(heads, tails, strict=True) for piece in (head, tail)])
 
     def optim(self, params: types.AdamParams) -> types.OptimStepResponse:
         """One AdamW step with ``params`` (clipping at ``grad_clip_norm`` when > 0), then clear the gradients.
@@ -266,6 +259,28 @@ class LoraTrainer:
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """A copy of the adapter's tensors (``lora.adapter_state``)."""
         return adapter_state(self.model)
+
+
+def _joined_inputs(part: Prepared, device: str) -> dict[str, torch.Tensor]:
+    """The datums' loss inputs, each key's arrays one after another; a datum without the optional ``weights`` of
+    ``cross_entropy`` weighs its tokens 1 (as ``losses.datum_loss`` does)."""
+    keys = sorted({key for _, inputs in part for key in inputs})
+    return {key: torch.from_numpy(np.concatenate([
+        inputs[key] if key in inputs else np.ones(len(tokens), dtype=np.float32) for tokens, inputs in part
+    ])).to(device) for key in keys}
+
+
+def _target_logprobs(logits: torch.Tensor, *index: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities of target tokens under ``logits`` (upcast to float32 from half precision):
+    ``_target_logprobs(logits, targets)`` with ``targets`` shaped as ``logits`` without its last axis, or
+    ``_target_logprobs(logits, rows, positions, targets)`` for the tokens at those places of ``(B, T, V)``
+    logits."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    if len(index) == 1:
+        return torch.log_softmax(logits, dim=-1).gather(-1, index[0][..., None]).squeeze(-1)
+    rows, positions, targets = index
+    return torch.log_softmax(logits[rows, positions], dim=-1).gather(-1, targets[:, None]).squeeze(-1)
 
 
 #: Activation memory one learner pass may take (bytes, as :func:`tokens_per_chunk` estimates it): a step whose datums
