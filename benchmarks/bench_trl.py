@@ -52,6 +52,7 @@ import torch
 from tinker import types
 
 from sailrl.runtime.local import LocalServiceClient
+from sailrl.runtime.local import decoder as decoder_mod
 from sailrl.runtime.local import generation as gen_mod
 from sailrl.runtime.local import sampling as sampling_mod
 from sailrl.runtime.local import trainer as trainer_mod
@@ -149,6 +150,7 @@ class SailrlArm:
         self.prompts, self.tok, self.args = prompts, tok, args
         self.calls = 0
         self.tokens: list[int] = []
+        self.trained: list[int] = []  # datums trained on per step (degenerate groups left out)
 
     async def _step(self) -> int:
         a = self.args
@@ -169,6 +171,8 @@ class SailrlArm:
             data = []
             for g in range(len(self.prompts)):
                 chunk = range(g * a.group_size, (g + 1) * a.group_size)
+                if not a.train_degenerate and len({rewards[i] for i in chunk}) == 1:
+                    continue  # a degenerate group: no gradient, not trained on (the loop's rl.split_degenerate)
                 mean = sum(rewards[i] for i in chunk) / a.group_size
                 for i in chunk:
                     prompt, seq = rows[i][0], seqs[i]
@@ -183,6 +187,9 @@ class SailrlArm:
                             "advantages": [0.0] * n_prompt + [rewards[i] - mean] * len(toks),
                         },
                     ))
+        self.trained.append(len(data))
+        if not data:  # every group degenerate: the loop makes no update
+            return sum(len(s.tokens) for s in seqs)
         with PROFILE.timed("forward_backward + optim_step (wall)"):
             fb = await self.tc.forward_backward_async(data, "importance_sampling")
             opt = await self.tc.optim_step_async(types.AdamParams(learning_rate=a.lr, beta1=0.9, beta2=0.999,
@@ -294,6 +301,8 @@ def install_profile(trainer: Any, model_class: type) -> None:
     P.wrap(gen_mod, "_sample", "sampling: token choice (_sample)")
     P.wrap(model_class, "forward", lambda: "model forward (sampling)" if not torch.is_grad_enabled()
            else "model forward (train)")
+    P.wrap(decoder_mod.FusedDecoder, "__call__", lambda: "model forward (sampling)" if not torch.is_grad_enabled()
+           else "model forward (train)")  # sailrl's hand-written forward (lm_head included)
     sampling_mod.generate = gen_mod.generate  # the batcher resolves it at call time
 
 
@@ -310,7 +319,7 @@ def profile_table(spent: dict[str, dict[str, float]]) -> str:
         inside = d.pop("model forward (sampling)", 0.0)
         choice = d.pop("sampling: token choice (_sample)", 0.0)
         if "sampling" in d:
-            d["  of which decoder forward (no lm_head)"] = inside
+            d["  of which model forward (TRL: decoder without lm_head)"] = inside
             if choice:
                 d["  of which token choice (_sample)"] = choice
             d["  of which sampler bookkeeping"] = d["sampling"] - inside - choice
@@ -321,7 +330,8 @@ def profile_table(spent: dict[str, dict[str, float]]) -> str:
                                                 - d.get("optimizer (AdamW.step)", 0.0))
             top += d["training worker hand-off"]
         d["rest (Python: loop, padding, tensors, logging)"] = step - top
-    order = ["snapshot (save weights, merged sampler copy)", "sampling", "  of which decoder forward (no lm_head)",
+    order = ["snapshot (save weights, merged sampler copy)", "sampling",
+             "  of which model forward (TRL: decoder without lm_head)",
              "  of which token choice (_sample)", "  of which sampler bookkeeping",
              "scoring, advantages, datums (Python)", "log-probs (no grad)", "forward (loss)", "backward",
              "optimizer (AdamW.step)", "training worker hand-off", "rest (Python: loop, padding, tensors, logging)",
@@ -349,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both arms")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per arm")
     parser.add_argument("--reps", type=int, default=5, help="timed steps per arm")
+    parser.add_argument("--train-degenerate", action="store_true",
+                        help="sailrl trains on degenerate groups too (every completion of a prompt scored alike: zero "
+                             "advantages, zero gradient), as TRL does; by default it leaves them out as a run does")
     parser.add_argument("--profile", action="store_true", help="one more step per arm, split by timing wrappers")
     parser.add_argument("--trl-micro-batch", type=int, default=0,
                         help="TRL's completions per forward/backward pass (gradient accumulation over the step's "
@@ -420,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     pairs = [t / s for t, s in zip(trl_t, sail_t, strict=True)]
     print(f"trl / sailrl per step: {ratio_min:.2f}x (min), {ratio_med:.2f}x (median), pairs {min(pairs):.2f}-"
           f"{max(pairs):.2f}x; per sampled token (median) {per_tok:.2f}x")
+    trained = sailrl.trained[args.warmup:args.warmup + args.reps]
+    print(f"sailrl trained on {sum(trained)} of {len(trained) * args.groups * args.group_size} datums in the timed "
+          f"steps ({'every group' if args.train_degenerate else 'degenerate groups left out, as a run does'}); "
+          f"TRL on all of them")
     if args.profile:
         print("\nprofile (one step per arm, timing wrappers on):")
         print(profile_table(PROFILE.spent))
