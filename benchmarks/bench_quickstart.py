@@ -6,12 +6,15 @@ be for this single-threaded run, so it carries over a busy machine better than t
 run's ``correct`` figure.
 
 Arms:
-- ``shared``: the shipped learner (each RL group's prompt runs once in a shared-prefix forward pass, the completions
-  after it in passes of like lengths where that pays: ``trainer.length_batches``);
+- ``shared``: the shipped learner and sampler (the hand-written forward of ``runtime.local.decoder``; each RL
+  group's prompt runs once in a shared-prefix forward pass, the completions after it in passes of like lengths
+  where that pays: ``trainer.length_batches``);
 - ``one-length``: the same with every group's completions in one pass, padded to the longest
   (``runtime.local.trainer.PASS_COST`` made huge);
 - ``one-pass``: the same with ``runtime.local.trainer.shared_prefixes`` turned off (every datum's full sequence in
   one right-padded pass, as before the shared-prefix pass);
+- ``module-stack``: the shipped learner and sampler running the model's own transformers / peft forward instead of
+  the hand-written one (``runtime.local.decoder``);
 - ``start-up``: the same spec with ``training.steps=1`` (imports, loading, compiling, one step).
 
     .venv/bin/python benchmarks/bench_quickstart.py --reps 2
@@ -38,6 +41,9 @@ if sys.argv[1] == "one-pass":
     trainer.shared_prefixes = lambda tokens: None
 if sys.argv[1] == "one-length":
     trainer.PASS_COST = 10**18
+if sys.argv[1] == "module-stack":
+    import sailrl.runtime.local.decoder as decoder
+    decoder.supports = lambda model: False
 from sailrl.cli import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -49,8 +55,8 @@ def run(arm: str, run_dir: Path) -> tuple[float, str]:
     if arm == "start-up":
         args += ["--set", "training.steps=1"]
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CODE, arm if arm in ("one-pass", "one-length") else "shared", *args],
-                          capture_output=True, text=True, check=False)
+    variant = arm if arm in ("one-pass", "one-length", "module-stack") else "shared"
+    proc = subprocess.run([sys.executable, "-c", CODE, variant, *args], capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
@@ -61,8 +67,8 @@ def run(arm: str, run_dir: Path) -> tuple[float, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arms", nargs="+", default=["shared", "one-length", "one-pass", "start-up"],
-                        choices=["shared", "one-length", "one-pass", "start-up"])
+    parser.add_argument("--arms", nargs="+", default=["shared", "module-stack", "one-length", "one-pass", "start-up"],
+                        choices=["shared", "module-stack", "one-length", "one-pass", "start-up"])
     parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-quickstart-"))
