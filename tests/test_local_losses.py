@@ -118,6 +118,30 @@ def test_loss_and_gradient_match_hand_computation(tc, loss_fn, cfg):
     assert any(float(g.abs().max()) > 0 for g in got_grads.values())
 
 
+def test_cross_entropy_datums_without_weights_weigh_every_token_1_beside_datums_with_them(tc):
+    """The learner sums the loss over all datums' tokens at once: a datum sent without ``weights`` (optional for
+    cross_entropy) counts each token once, beside one whose weights zero some tokens."""
+    model = tc.peft_model
+    weights = [0.0, 1.0, 2.0, 0.0, 1.0, 1.0, 0.5]
+    data = [
+        types.Datum(model_input=types.ModelInput.from_ints(SEQS[0][:-1]),
+                    loss_fn_inputs={"target_tokens": SEQS[0][1:], "weights": weights}),
+        types.Datum(model_input=types.ModelInput.from_ints(SEQS[1][:-1]), loss_fn_inputs={"target_tokens": SEQS[1][1:]}),
+    ]
+    model.zero_grad(set_to_none=True)
+    out = tc.forward_backward(data, "cross_entropy").result()
+    got = _grads(model)
+    model.zero_grad(set_to_none=True)
+    hand = (-_hand_logprobs(model, SEQS[0]) * torch.tensor(weights, dtype=torch.float64)).sum() - \
+        _hand_logprobs(model, SEQS[1]).sum()
+    hand.backward()
+    want = _grads(model)
+    model.zero_grad(set_to_none=True)
+    assert out.metrics["loss:sum"] == pytest.approx(float(hand.detach()), rel=1e-10)
+    for name in want:
+        assert float((got[name] - want[name]).abs().max()) < 1e-9, name
+
+
 def test_ppo_clipping_engages(tc):
     """Every ratio above clip_high with A > 0: the clipped objective is constant, gradient exactly 0;
     cispo keeps a gradient there (its clipped ratio is only a detached weight)."""
