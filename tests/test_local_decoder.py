@@ -132,7 +132,7 @@ def test_every_lora_gradient_equals_peft(arch):
 
 
 def test_building_a_decoder_fuses_the_weights_in_place_and_the_module_stack_still_reads_them():
-    model = _models()["qwen3"].double().eval()
+    model = _models()["qwen3"].double().eval().requires_grad_(False)  # frozen, as the sampler's copy
     ids, mask, pos = _batch()
     with torch.no_grad():
         before = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
@@ -157,8 +157,10 @@ def test_other_models_run_their_own_forward():
     sliding_qwen3 = Qwen3ForCausalLM(Qwen3Config(**SMALL, head_dim=8, use_sliding_window=True, sliding_window=4))
     gelu = LlamaForCausalLM(LlamaConfig(**SMALL, hidden_act="gelu"))
     for model in (gpt2, window, sliding_qwen3, gelu):
-        assert not supports(model)
+        assert not supports(model.requires_grad_(False))
         assert decoder_of(model) is model
+    trainable_base = _models()["qwen2"]  # its weights and q / k / v biases train: only peft's path gives them grads
+    assert not supports(trainable_base) and supports(trainable_base.requires_grad_(False))
     llama = _models()["llama"]
     dropout = attach_lora(copy.deepcopy(llama), rank=2, seed=0, train_mlp=True, train_attn=False, train_unembed=False)
     assert supports(dropout)
@@ -174,5 +176,5 @@ def test_the_embedded_backend_uses_it_for_the_built_in_models():
 
     bases = BaseModelCache(torch.float32, "cpu")
     for name in ("sailrl/tiny", "sailrl/tiny-arith", "sailrl/tiny-judge"):
-        assert supports(bases.get(resolve_base_model(name, 0))), name
+        assert supports(bases.get(resolve_base_model(name, 0)).requires_grad_(False)), name
     assert decoder.SUPPORTED_TYPES == {"llama", "mistral", "qwen2", "qwen3"}

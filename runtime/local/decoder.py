@@ -22,7 +22,11 @@ gradient against transformers' forward and peft's adapters in float64, and the s
 ``benchmarks/bench_trl.md``.
 
 Building a decoder fuses the model's projection weights in place: q / k / v (and gate / up) weights become views of
-one tensor, so the module stack still runs and reads the same numbers, and no weight is stored twice.
+one tensor, so the module stack still runs and reads the same numbers, and no weight is stored twice. A decoder
+reads the model as it was when built (:func:`decoder_of` builds one per model object): in-place changes to weights
+(an optimizer step, loading a checkpoint into the adapters, adding a merged adapter to an untied weight) reach it;
+replacing a weight tensor, untying embeddings, changing dtype or device, or merging / disabling peft adapters after
+it was built do not. sailrl's models are set up (merged, frozen, adapters attached) before their first forward.
 """
 
 from __future__ import annotations
@@ -99,6 +103,8 @@ def supports(model: Any) -> bool:
         return False
     if getattr(config, "use_sliding_window", True) and getattr(config, "sliding_window", None) is not None:
         return False
+    if any(p.requires_grad and ".lora_" not in name for name, p in lm.named_parameters()):
+        return False  # a trainable base weight or bias: the decoder gives only the adapters gradients
     inner = getattr(lm, "model", None)
     layers = getattr(inner, "layers", None)
     if layers is None or getattr(inner, "rotary_emb", None) is None or getattr(inner, "embed_tokens", None) is None:

@@ -277,10 +277,11 @@ def _target_logprobs(logits: torch.Tensor, *index: torch.Tensor) -> torch.Tensor
     logits."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
+    logprobs = torch.log_softmax(logits, dim=-1)  # once over the logits: indexing first would copy a row per token
     if len(index) == 1:
-        return torch.log_softmax(logits, dim=-1).gather(-1, index[0][..., None]).squeeze(-1)
+        return logprobs.gather(-1, index[0][..., None]).squeeze(-1)
     rows, positions, targets = index
-    return torch.log_softmax(logits[rows, positions], dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    return logprobs[rows, positions, targets]
 
 
 #: Activation memory one learner pass may take (bytes, as :func:`tokens_per_chunk` estimates it): a step whose datums
