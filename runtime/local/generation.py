@@ -4,7 +4,8 @@
 ``sampling.SampleBatcher``), prefills each DISTINCT prompt once (left-padded batch), copies the
 prompt's KV cache to each of its samples, then decodes all rows one token per step with the
 model's ``past_key_values``. Works for any Hugging Face causal LM with a KV cache, on any device
-and dtype.
+and dtype; Llama-family models run the hand-written forward of ``decoder.py`` (``decoder_of``), the
+others their own.
 
 When the distinct prompts all start with the same ``MIN_SHARED_PROMPT`` (32) tokens or more (a
 judge's instructions, a system prompt, few-shot examples), that start is prefilled once and its KV
@@ -642,11 +643,12 @@ def left_padded(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tens
     return ids, mask
 
 
-def _prefill(model: Any, prompts: list[tuple[int, ...]], device: Any, want_prompt: bool) -> tuple[Any, torch.Tensor]:
-    """One left-padded forward over ``prompts``; returns the model output and the ``(prompts, width)`` padding mask."""
+def _prefill(forward: Any, prompts: list[tuple[int, ...]], device: Any, want_prompt: bool) -> tuple[Any, torch.Tensor]:
+    """One left-padded forward over ``prompts`` (``forward``: the model, or its ``decoder.FusedDecoder``); returns the
+    output and the ``(prompts, width)`` padding mask."""
     ids, mask = left_padded(prompts)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(
+    out = forward(
         input_ids=ids.to(device),
         attention_mask=mask.to(device),
         position_ids=positions.to(device),
@@ -656,18 +658,18 @@ def _prefill(model: Any, prompts: list[tuple[int, ...]], device: Any, want_promp
     return out, mask
 
 
-def _prefill_shared(model: Any, prompts: list[tuple[int, ...]], shared: int, device: Any) -> tuple[Any, torch.Tensor]:
+def _prefill_shared(forward: Any, prompts: list[tuple[int, ...]], shared: int, device: Any) -> tuple[Any, torch.Tensor]:
     """The first ``shared`` tokens of ``prompts`` (the same in each) in one forward, its KV cache copied to every
     prompt, then each prompt's own tokens left-padded after it: padding sits between the shared part and a shorter
     prompt's tokens, masked out, and positions count real tokens only. Returns the model output (the last
     position's logits) and the ``(prompts, shared + width)`` padding mask."""
-    head = model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True, logits_to_keep=1)
+    head = forward(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True, logits_to_keep=1)
     cache = head.past_key_values
     cache.batch_repeat_interleave(len(prompts))
     ids, own = left_padded([p[shared:] for p in prompts])
     mask = torch.cat([torch.ones((len(prompts), shared), dtype=torch.long), own], dim=1)
     positions = shared + (own.cumsum(-1) - 1).clamp(min=0)
-    out = model(
+    out = forward(
         input_ids=ids.to(device),
         attention_mask=mask.to(device),
         position_ids=positions.to(device),
@@ -679,7 +681,7 @@ def _prefill_shared(model: Any, prompts: list[tuple[int, ...]], shared: int, dev
 
 
 def _decode(
-    model: Any,
+    forward: Any,
     prefill: Any,
     mask: torch.Tensor,
     lens: torch.Tensor,
@@ -692,7 +694,8 @@ def _decode(
     final_len: torch.Tensor,
     stopped: torch.Tensor,
 ) -> None:
-    """Decode the ``live`` rows (those with ``limits > 0``) from the ``prefill`` output.
+    """Decode the ``live`` rows (those with ``limits > 0``) from the ``prefill`` output with ``forward`` (the model,
+    or its ``decoder.FusedDecoder``).
 
     Fills ``tokens_out`` / ``logprobs_out`` ``(n, max_new)``, ``final_len`` and ``stopped`` ``(n,)`` in
     place. The batch holds the rows still decoding (``batch_rows``: batch position -> row) plus the
@@ -769,7 +772,7 @@ def _decode(
                 rp, uniforms, attn, next_pos, choice = (
                     rp.select(keep_d), uniforms[keep_d], attn[keep_d], next_pos[keep_d], choice[keep_d])
         attn[:, width + step] = 1
-        out = model(
+        out = forward(
             input_ids=choice[:, None],
             attention_mask=attn[:, : width + step + 1],
             position_ids=next_pos,
