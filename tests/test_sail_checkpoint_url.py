@@ -119,7 +119,7 @@ def test_signed_url_problem_matches_the_installed_tinker() -> None:
 
 @pytest.mark.skipif(
     callable(getattr(tinker_rest_client_class(), "get_checkpoint_archive_url_from_tinker_path_async", None)),
-    reason="the installed tinker still has the archive-URL method sail needs",
+    reason="checks the message for a tinker without the archive-URL method sail needs; the installed tinker has it",
 )
 def test_the_real_tinker_rest_client_class_is_reported_plainly() -> None:
     rest = object.__new__(tinker_rest_client_class())  # the real class, never connected (ttl None: no request is made)
