@@ -38,7 +38,7 @@ CODE = """
 import sys
 import sailrl.runtime.local.trainer as trainer
 if sys.argv[1] == "one-pass":
-    trainer.shared_prefixes = lambda tokens: None
+    trainer.shared_prefixes = lambda tokens, *_: None
 if sys.argv[1] == "one-length":
     trainer.PASS_COST = 10**18
 if sys.argv[1] == "module-stack":

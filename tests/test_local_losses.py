@@ -281,7 +281,7 @@ def test_datums_sharing_a_prompt_share_its_forward_with_the_same_logprobs_and_gr
 
     def run(shared: bool):
         if not shared:
-            monkeypatch.setattr(trainer_mod, "shared_prefixes", lambda tokens: None)
+            monkeypatch.setattr(trainer_mod, "shared_prefixes", lambda tokens, *_: None)
         out = client.forward_backward(data, "importance_sampling").result()
         monkeypatch.undo()
         grads = {n: p.grad.clone() for n, p in client.peft_model.named_parameters() if p.grad is not None}
@@ -364,6 +364,10 @@ def test_shared_prefixes_groups_runs_that_start_alike_and_declines_when_it_saves
     assert shared_prefixes([[1, 2, 3, 4, 5, 6, 7, 8], [9, 8, 7, 6, 5, 4]]) is None  # nothing shared
     long_tails = [prompt_a[:4] + list(range(100 + 40 * i, 140 + 40 * i)) for i in range(2)]
     assert shared_prefixes(long_tails) is None  # 4 of 44 tokens shared: under a quarter saved
+    assert shared_prefixes(long_tails, 2) is None and shared_prefixes(long_tails, 1) == ([0, 0], [4])  # 4 > 2 passes
+    step = [p + list(range(100 + 64 * i, 164 + 64 * i)) for p in (prompt_a, prompt_b) for i in range(4)]
+    assert shared_prefixes(step) is None  # 2 x 3 x 20 of 672 tokens shared (18%) ...
+    assert shared_prefixes(step, 111) is None and shared_prefixes(step, 59)[1] == [20, 20]  # ... pays over 2 x 59
     assert shared_prefixes([prompt_a, prompt_a]) == ([0, 0], [19])  # identical datums keep one token each
 
 
@@ -390,7 +394,7 @@ def test_a_long_prompt_beside_long_completions_stays_within_absolute_positions(t
     data = [datum(long_prompt, 30) for _ in range(3)] + [datum(short_prompt, 60) for _ in range(3)]
     assert max(d.model_input.length for d in data) < 256
     shared = client.forward_backward(data, "importance_sampling").result()
-    monkeypatch.setattr(trainer_mod, "shared_prefixes", lambda tokens: None)
+    monkeypatch.setattr(trainer_mod, "shared_prefixes", lambda tokens, *_: None)
     whole = client.forward_backward(data, "importance_sampling").result()
     for a, b in zip(whole.loss_fn_outputs, shared.loss_fn_outputs, strict=True):
         torch.testing.assert_close(b["logprobs"].to_torch(), a["logprobs"].to_torch(), atol=1e-5, rtol=0)
