@@ -231,7 +231,6 @@ class FusedDecoder:
         lm = _causal_lm(model)
         inner = lm.model
         config = _text_config(lm)
-        self.config = config
         self.embed = inner.embed_tokens
         self.rotary = inner.rotary_emb
         self.norm = inner.norm
@@ -239,7 +238,6 @@ class FusedDecoder:
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
-        self.eps = float(config.rms_norm_eps)
         self.layers = []
         for layer in inner.layers:
             attn, mlp = layer.self_attn, layer.mlp

@@ -94,9 +94,9 @@ class LoraTrainer:
         added to the adapter's (they accumulate until :meth:`optim`).
 
         Datums that start with the same tokens (an RL group: one prompt, several completions) share that prefix's
-        forward pass when it saves at least a quarter of the tokens (:func:`shared_prefixes`): each distinct prefix
-        runs once, its KV cache is indexed out to its datums, and only their own tokens run after it, in passes of
-        datums of like lengths where padding every datum to the longest would cost more than the extra passes
+        forward pass when that pays (:func:`shared_prefixes`: a quarter of the tokens left out, or more than two
+        passes cost): each distinct prefix runs once, its KV cache is indexed out to its datums, and only their own
+        tokens run after it, in passes of datums of like lengths where padding every datum to the longest would cost more than the extra passes
         (:func:`length_batches`). The same logprobs and gradients up to float rounding (the prefix's gradient is
         summed over its datums before the matmuls instead of inside them).
 
@@ -108,13 +108,14 @@ class LoraTrainer:
         self.model.eval()  # no dropout; LoRA dropout is 0
         outputs = []
         loss_sum = 0.0
+        pass_cost = pass_tokens(self.model.config)
         for chunk in micro_batches([len(t) for t, _ in prepared], tokens_per_chunk(self.model.config)):
             part = prepared[chunk.start:chunk.stop]
-            plan = shared_prefixes([t for t, _ in part], pass_tokens(self.model.config))
+            plan = shared_prefixes([t for t, _ in part], pass_cost)
             lengths = [len(t) for t, _ in part]
             inputs = _joined_inputs(part, self.device)
             with torch.set_grad_enabled(backward):
-                flat = self._logprobs(part) if plan is None else self._logprobs_shared(part, *plan)
+                flat = self._logprobs(part) if plan is None else self._logprobs_shared(part, *plan, pass_cost)
                 # every loss is a sum over tokens: the datums' tokens in one tensor give the sum of their losses
                 total = datum_loss(loss_fn, flat, inputs, loss_fn_config)
                 if backward:
@@ -138,12 +139,13 @@ class LoraTrainer:
         logits = self.run_model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         return _target_logprobs(logits, targets.to(device))[mask.to(device).bool()]  # row by row: datum order
 
-    def _logprobs_shared(self, prepared: Prepared, group_of: list[int], prefix_len: list[int]) -> torch.Tensor:
+    def _logprobs_shared(self, prepared: Prepared, group_of: list[int], prefix_len: list[int],
+                         pass_cost: int) -> torch.Tensor:
         """The datums' target logprobs, one after another, each group's prefix (``prefix_len[g]`` tokens, shared
         by the datums with ``group_of[i] == g``) run once: a left-padded forward over the prefixes with a KV cache,
         the cache indexed out to the datums, then right-padded forwards over each datum's own tokens after its
         prefix -- one, or several of datums of like lengths when that pads less by more than the passes cost
-        (:func:`length_batches`)."""
+        (:func:`length_batches`; ``pass_cost``: :func:`pass_tokens`)."""
         device = self.device
         n_groups = len(prefix_len)
         first = {}
@@ -168,7 +170,7 @@ class LoraTrainer:
         own = [len(t) - prefix_len[g] for (t, _), g in zip(prepared, group_of, strict=True)]
         prefix_cache = out.past_key_values
         plain = all(type(layer) is DynamicLayer for layer in getattr(prefix_cache, "layers", [None]))
-        batches = length_batches(own, pass_tokens(self.model.config)) if plain else [list(range(len(prepared)))]
+        batches = length_batches(own, pass_cost) if plain else [list(range(len(prepared)))]
         tails: list[torch.Tensor | None] = [None] * len(prepared)
         for batch in batches:
             groups = [group_of[i] for i in batch]
