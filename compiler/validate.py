@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
+
+from pydantic import BaseModel
 
 from sailrl.compiler import reward_checks
 from sailrl.compiler.checks import check_spec
@@ -37,6 +39,12 @@ __all__ = ["problems", "validate_file", "validate_text"]
 _PATTERN_CODES = frozenset({"S201", "S202"})
 # Check problems that make a rule unusable for scoring (the schema's own complaints are found per rule).
 _RULE_CODES = _PATTERN_CODES
+# The top-level sections whose value is a mapping (a model of the schema, or None where it may be absent).
+_MAPPING_SECTIONS = frozenset(
+    name for name, f in Spec.model_fields.items()
+    if any(isinstance(t, type) and issubclass(t, BaseModel)
+           for t in (f.annotation, *(get_args(f.annotation) if get_origin(f.annotation) is not list else ()))))
+_SAYS_NOTHING: dict[str, dict[str, Any]] = {"model": {"name": None}}
 
 
 def validate_file(path: str | Path, *, judges: Any = None) -> LoadedSpec:
@@ -88,7 +96,18 @@ def _cost_checks(loaded: LoadedSpec) -> list[SpecError]:
 
 
 def _episode_checks(loaded: LoadedSpec) -> list[SpecError]:
-    return list(check_environment(loaded))
+    return list(check_environment(_mapping_sections(loaded)))
+
+
+def _mapping_sections(loaded: LoadedSpec) -> LoadedSpec:
+    """``loaded`` with every top-level section that must be a mapping and is not (``model: Qwen/Qwen3-8B``) read
+    as one that says nothing: the schema reports that section at its place, and a check that reads it as a mapping
+    finds no values in it instead of failing on a plain value. A ``model:`` that says nothing names no model (left
+    out, it would name the default one, and the checks would speak of a model the spec does not name)."""
+    data = loaded.data if isinstance(loaded.data, dict) else {}
+    shaped = {k: v if k not in _MAPPING_SECTIONS or v is None or isinstance(v, dict) else _SAYS_NOTHING.get(k, {})
+              for k, v in data.items()}
+    return loaded if shaped == data else dataclasses.replace(loaded, data=shaped)
 
 
 def _drop_covered(schema_errors: list[SpecError], check_errors: list[SpecError]) -> list[SpecError]:

@@ -14,13 +14,16 @@ each ends in one line with exit 1 or 2 (a closed pipe: quietly, exit 0), never e
 
 from __future__ import annotations
 
+import copy
 import random
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sailrl.cli import main
 from sailrl.compiler.render import render_script
@@ -133,6 +136,68 @@ def test_the_unmutated_sources_are_valid(source):
     loaded = validate_text(source.read_text(encoding="utf-8"), source.name, path=where)
     assert loaded.spec is not None
     assert all(e.code in CODES for e in loaded.warnings)
+
+
+def _sections(node, path=()):
+    """(key path, value) of every mapping and list in ``node`` down to two keys deep (a section, its subsections
+    and lists: ``model``, ``reward.rules``, ``environment.tools``)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        if isinstance(value, (dict, list)):
+            yield (*path, key), value
+            if len(path) < 1:
+                yield from _sections(value, (*path, key))
+
+
+def _wrong_shapes():
+    for source in SOURCES:
+        data = yaml.safe_load(source.read_text(encoding="utf-8"))
+        for path, value in _sections(data):
+            for other in ("x", 3, ["a", 1] if isinstance(value, dict) else {"a": 1}):
+                changed = copy.deepcopy(data)
+                parent = changed
+                for key in path[:-1]:
+                    parent = parent[key]
+                parent[path[-1]] = other
+                yield f"{source.stem}:{'.'.join(map(str, path))}={other!r}", yaml.safe_dump(changed, sort_keys=False)
+
+
+def test_a_section_of_the_wrong_shape_is_a_located_error():
+    """Every mapping or list of the shipped specs (two keys deep) replaced by a plain value, a number, or a list
+    for a mapping (a mapping for a list): each is a problem (a plain value one located at that key), never another
+    exception. (A mapping is a valid ``dataset.fields``: the templates then name unknown fields.)"""
+    failures = []
+    for name, text in _wrong_shapes():
+        path, other = name.split(":", 1)[1].split("=", 1)
+        try:
+            validate_text(text, "s.yaml", path=EXAMPLES / "s.yaml")
+        except SpecErrors as exc:
+            if other[0] not in "[{" and not any(e.key_path == path or path.startswith(e.key_path + ".") or e.key_path.startswith(path + ".")
+                       for e in exc.errors if not e.is_warning):
+                failures.append(f"{name}: no error at {path}: {[e.key_path for e in exc.errors]}")
+        except Exception as exc:  # noqa: BLE001 -- the point of the test
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+        else:
+            failures.append(f"{name}: validated")
+    assert not failures, "\n".join(failures)
+
+
+def test_a_plain_model_beside_an_environment_is_one_located_error(tmp_path, capsys):
+    """calculator.yaml with ``model: sailrl/tiny-tools``: exit 1 with the schema's S103 at ``model``, and no
+    check speaks of a model the spec does not name."""
+    text = (EXAMPLES / "calculator.yaml").read_text(encoding="utf-8")
+    start = text.index("\nmodel:\n") + 1
+    end = text.index("\n\n", start)
+    (tmp_path / "data").mkdir()
+    shutil.copy(EXAMPLES / "data" / "addition.jsonl", tmp_path / "data")
+    spec = tmp_path / "calculator.yaml"
+    spec.write_text(text[:start] + "model: sailrl/tiny-tools" + text[end:], encoding="utf-8")
+    assert main(["validate", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{spec}:23:8: model: expected a mapping (indented `key: value` lines), got "
+                          "'sailrl/tiny-tools'\n")
+    assert err.count("= code: ") == 1 and "= code: S103 wrong-type" in err
+    assert "Traceback" not in err and "Kimi" not in err
 
 
 # ------------------------------------------------------------------------------ the command line's environment
