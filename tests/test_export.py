@@ -193,11 +193,67 @@ def test_bad_input_is_one_line_and_writes_nothing(trained, home, tmp_path, capsy
     target.mkdir()
     (target / "keep.txt").write_text("mine")
     assert main(["export", str(run_dir), "-o", str(target)]) == 1
-    assert "already exists: pass --overwrite to replace it" in _one_line(capsys)
+    assert "already exists: pass --overwrite to replace an earlier export" in _one_line(capsys)
     assert [p.name for p in target.iterdir()] == ["keep.txt"]
-    assert main(["export", str(run_dir), "-o", str(target), "--overwrite"]) == 0
-    assert (target / "adapter_model.safetensors").is_file() and not (target / "keep.txt").exists()
+    assert main(["export", str(run_dir), "-o", str(target), "--overwrite"]) == 1
+    assert "was not written by sailrl export" in _one_line(capsys)
+    assert [p.name for p in target.iterdir()] == ["keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "taken"]
+
+
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder`` with its bytes (None for a folder, the target for a link)."""
+    out: dict[str, bytes | None] = {}
+    for p in sorted(folder.rglob("*")):
+        key = str(p.relative_to(folder))
+        out[key] = os.readlink(p).encode() if p.is_symlink() else None if p.is_dir() else p.read_bytes()
+    return out
+
+
+def test_overwrite_replaces_only_a_folder_an_earlier_export_wrote(trained, home, tmp_path, capsys, monkeypatch):
+    """``--overwrite`` deleted whatever folder -o named: a folder of personal files, the whole checkpoint store
+    (``-o $SAILRL_HOME``), a project folder, each with exit 0. It replaces only a folder holding the marker an
+    export leaves; any other folder is one line, exit 1, and stays byte for byte as it was."""
+    import shutil
+
+    run_dir = trained[0]
+    store = tmp_path / "home-copy"
+    shutil.copytree(home, store)
+    monkeypatch.setenv("SAILRL_HOME", str(store))
+    personal = tmp_path / "photos"
+    personal.mkdir()
+    (personal / "holiday.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (project / "train.py").write_text("print('mine')\n")
+    forged = tmp_path / "forged"  # a marker that is a link, and one that another program wrote
+    forged.mkdir()
+    (forged / "data.txt").write_text("keep")
+    (forged / ".sailrl-export.json").symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text('{"written_by": "sailrl export"}')
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".sailrl-export.json").write_text('{"written_by": "someone else"}')
+    for target in (personal, store, project, forged, other):
+        before = _tree(target)
+        assert main(["export", str(run_dir), "-o", str(target), "--overwrite"]) == 1
+        line = _one_line(capsys)
+        assert line == (f"error: {target} exists and was not written by sailrl export (it has no "
+                        ".sailrl-export.json): nothing was replaced; --overwrite replaces only an earlier export, "
+                        "so give -o a new folder"), line
+        assert _tree(target) == before
+    assert not list(tmp_path.glob(".*partial*"))
+
+    earlier = tmp_path / "earlier"
+    assert main(["export", str(run_dir), "--checkpoint", "1", "-o", str(earlier)]) == 0
+    marker = json.loads((earlier / ".sailrl-export.json").read_text())
+    assert marker["written_by"] == "sailrl export" and marker["step"] == 1 and marker["format"] == "peft"
+    (earlier / "stale.txt").write_text("from the earlier export's folder")
+    assert main(["export", str(run_dir), "--format", "merged", "-o", str(earlier), "--overwrite"]) == 0
+    marker = json.loads((earlier / ".sailrl-export.json").read_text())
+    assert marker["step"] == 2 and marker["format"] == "merged" and not (earlier / "stale.txt").exists()
+    assert (earlier / "model.safetensors").is_file()
 
 
 def test_a_run_without_a_final_checkpoint_names_the_ones_it_has(trained, home, tmp_path, capsys):

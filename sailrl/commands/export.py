@@ -2,8 +2,8 @@
 
 ``--checkpoint final`` (default) or a step number; ``--format peft`` (default: an adapter vLLM / SGLang load with
 the base model) or ``merged``; ``-o DIR`` (default ``RUN_DIR/export/<format>-<final|step-N>``); ``--overwrite``
-replaces an existing folder; ``--push REPO_ID`` then uploads it to the Hugging Face Hub (private unless
-``--public``). See :mod:`sailrl.export`. Exit 0, or 1 with one line saying what to do.
+replaces a folder an earlier export wrote (never another folder); ``--push REPO_ID`` then uploads it to the Hugging
+Face Hub (private unless ``--public``). See :mod:`sailrl.export`. Exit 0, or 1 with one line saying what to do.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("peft", "merged"), default="peft",
                    help="peft: a LoRA adapter for vLLM / SGLang / peft (default); merged: a full Hugging Face model")
     p.add_argument("-o", "--output", metavar="DIR", help="output folder (default RUN_DIR/export/FORMAT-CHECKPOINT)")
-    p.add_argument("--overwrite", action="store_true", help="replace the output folder if it exists")
+    p.add_argument("--overwrite", action="store_true", help="replace the output folder if an earlier sailrl export wrote it")
     p.add_argument("--push", metavar="REPO_ID", help="upload the folder to the Hugging Face Hub (e.g. user/my-model)")
     p.add_argument("--public", action="store_true", help="with --push: make the repository public (default private)")
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sailrl.export.build import FORMATS, Built, build_local, build_tinker, write_atomically
+from sailrl.export.build import FORMATS, Built, build_local, build_tinker, write_atomically, write_marker
 from sailrl.export.card import write_card
 from sailrl.export.runinfo import Checkpoint, ExportError, RunInfo
 
@@ -41,7 +41,7 @@ def export_run(run_dir: str | Path, checkpoint: str | int = "final", fmt: str = 
 
     Raises :class:`ExportError` (one line) for a folder that is not a run directory, a checkpoint the run does not
     have or that is gone (cleaned, or expired on Tinker), a base model that cannot be loaded, an existing output
-    folder without ``overwrite``. Nothing is left half-written.
+    folder without ``overwrite``, or with it one that no earlier export wrote. Nothing is left half-written.
     """
     if fmt not in FORMATS:
         raise ExportError(f"--format takes {' or '.join(FORMATS)}, not {fmt!r}")
@@ -60,6 +60,7 @@ def export_run(run_dir: str | Path, checkpoint: str | int = "final", fmt: str = 
         else:
             built = build_tinker(ckpt, fmt, out, spec.model.name, have)
         write_card(out, run, ckpt, fmt, built, target.name)
+        write_marker(out, ckpt, fmt)
         result["built"] = built
 
     write_atomically(target, overwrite, fill)

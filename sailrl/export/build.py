@@ -14,7 +14,8 @@ at all.
   in ``base/``.
 
 Everything is written to a temporary folder beside the target and renamed into place at the end, so a failure (or
-Ctrl-C) leaves no half-written output and an existing folder is replaced only with ``overwrite``.
+Ctrl-C) leaves no half-written output. An existing folder is replaced only with ``overwrite`` and only when an
+earlier export wrote it (its :data:`EXPORT_MARKER`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,9 +34,14 @@ from sailrl.export.runinfo import Checkpoint, ExportError
 from sailrl.runtime.backends import local_checkpoint_dir
 from sailrl.spec.models import is_builtin
 from sailrl.spec.schema import Spec
+from sailrl.spec.version import __version__
 
 FORMATS = ("peft", "merged")
 BASE_SUBFOLDER = "base"
+#: The file every export leaves in its folder; ``--overwrite`` replaces only a folder that holds it.
+EXPORT_MARKER = ".sailrl-export.json"
+MARKER_WRITER = "sailrl export"
+MARKER_MAX_BYTES = 64 * 1024
 
 
 @dataclass
@@ -53,13 +60,55 @@ class Built:
 # ------------------------------------------------------------------------------------------------ atomic output
 
 
+def write_marker(out: Path, ckpt: Checkpoint, fmt: str) -> None:
+    """Leave :data:`EXPORT_MARKER` in ``out``: the sign that ``sailrl export`` wrote the folder, which is what
+    lets a later ``--overwrite`` replace it."""
+    record = {"written_by": MARKER_WRITER, "sailrl_version": __version__, "format": fmt, "checkpoint": ckpt.path,
+              "step": ckpt.step}
+    (out / EXPORT_MARKER).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def written_by_export(folder: Path) -> bool:
+    """Whether ``folder`` holds the marker an export leaves: a regular file (not a link), at most
+    :data:`MARKER_MAX_BYTES`, a JSON object whose ``written_by`` is ``sailrl export``."""
+    marker = folder / EXPORT_MARKER
+    try:
+        if not stat.S_ISREG(os.lstat(marker).st_mode):
+            return False
+        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return False
+            raw = f.read(MARKER_MAX_BYTES + 1)
+        data = json.loads(raw.decode("utf-8")) if len(raw) <= MARKER_MAX_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("written_by") == MARKER_WRITER
+
+
+def _has_entries(folder: Path) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return True
+
+
 def check_target(target: Path, overwrite: bool) -> None:
-    """:class:`ExportError` when ``target`` exists and ``overwrite`` is not set (or is not a folder)."""
+    """:class:`ExportError` when ``target`` exists and ``overwrite`` is not set, or is set but ``target`` is neither
+    a folder an earlier ``sailrl export`` wrote (its :data:`EXPORT_MARKER`) nor empty: ``--overwrite`` deletes the
+    folder it replaces, so it replaces only what an export made (never a folder of the user's files, a project,
+    the checkpoint store)."""
     if target.exists() or target.is_symlink():
         if not overwrite:
-            raise ExportError(f"{target} already exists: pass --overwrite to replace it, or -o another folder")
+            raise ExportError(f"{target} already exists: pass --overwrite to replace an earlier export, or -o "
+                              "another folder")
         if not target.is_dir() or target.is_symlink():
             raise ExportError(f"{target} exists and is not a folder: remove it or pass -o another folder")
+        if not written_by_export(target) and _has_entries(target):
+            raise ExportError(f"{target} exists and was not written by sailrl export (it has no {EXPORT_MARKER}): "
+                              "nothing was replaced; --overwrite replaces only an earlier export, so give -o a "
+                              "new folder")
 
 
 def write_atomically(target: Path, overwrite: bool, fill: Callable[[Path], None]) -> None:
