@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("peft", "merged"), default="peft",
                    help="peft: a LoRA adapter for vLLM / SGLang / peft (default); merged: a full Hugging Face model")
     p.add_argument("-o", "--output", metavar="DIR", help="output folder (default RUN_DIR/export/FORMAT-CHECKPOINT)")
-    p.add_argument("--overwrite", action="store_true", help="replace the output folder if an earlier sailrl export wrote it")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the output folder if an earlier sailrl export wrote it")
     p.add_argument("--push", metavar="REPO_ID", help="upload the folder to the Hugging Face Hub (e.g. user/my-model)")
     p.add_argument("--public", action="store_true", help="with --push: make the repository public (default private)")
 
