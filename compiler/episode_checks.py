@@ -12,6 +12,9 @@ Each problem is located at its key and coded (:mod:`sailrl.spec.codes`):
 - ``W130`` (warning) a feedback message that shows ``why`` of an answer rule (its reason names the reference);
 - ``W131`` (warning) ``sandbox: sail`` without a tool that runs code there (the built-in python tool);
 - ``W132`` (warning) feedback with ``max_turns: 1``, where no feedback turn can ever be given;
+- ``S255`` the python tool with ``sandbox: worker`` (the default) where its isolation is unavailable (no bubblewrap,
+  not Linux, namespaces refused): refused rather than run unisolated; ``W133`` (warning) ``sandbox:
+  unisolated_worker``; ``W134`` (warning) a python tool with ``network: true``;
 - ``S254`` a ``function:`` tool whose file or function does not exist, whose file raises on import, or whose
   parameters cannot be described to the model (loaded in a worker process, bounded in time, as python rules are).
 """
@@ -23,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sailrl.runtime.bubblewrap import sandbox_problem
 from sailrl.runtime.prompts import PromptError, template_variables
 from sailrl.runtime.tools import ToolFunction
 from sailrl.spec.environment import SANDBOXED_TOOLS, EnvironmentSpec, ToolEntry
@@ -215,6 +219,8 @@ def check_environment(loaded: LoadedSpec) -> list[SpecError]:
                                    "Add `- builtin: python` to environment.tools, or remove sandbox: sail.",
                                    code="W131", severity="warning"))
 
+    errors += _sandbox_problems(loaded, env, tools)
+
     for i, raw in enumerate(tools):
         try:
             t = ToolEntry.model_validate(raw)
@@ -228,4 +234,35 @@ def check_environment(loaded: LoadedSpec) -> list[SpecError]:
             code, words = problem
             errors.append(loaded.error(("environment", "tools", i, "function"), f"tool '{t.name}': {words}",
                                        _TOOL_HINTS.get(code, _TOOL_HINT), code="S254"))
+    return errors
+
+
+def _sandbox_problems(loaded: LoadedSpec, env: dict[str, Any], tools: list[Any]) -> list[SpecError]:
+    """S255 when the python tool's isolation is unavailable here (never a silent downgrade), W133 when the spec
+    opts out of it, W134 for a python tool with network access."""
+    errors: list[SpecError] = []
+    sandbox = env.get("sandbox", EnvironmentSpec.model_fields["sandbox"].default)
+    python = [i for i, t in enumerate(tools) if isinstance(t, dict) and t.get("builtin") == "python"]
+    if not python:
+        return errors
+    if sandbox == "worker":
+        problem = sandbox_problem()
+        if problem is not None:
+            errors.append(loaded.error(("environment", "tools", python[0], "builtin"), f"the python tool runs the "
+                                       f"model's code isolated from this machine, and {problem}",
+                                       "Install what it names, or set environment.sandbox: sail (a Sailbox), or "
+                                       "environment.sandbox: unisolated_worker to run the model's code without "
+                                       "isolation (it can then read this machine's files and keys).", code="S255"))
+    elif sandbox == "unisolated_worker":
+        errors.append(loaded.error(("environment", "sandbox"), "environment.sandbox is unisolated_worker: the "
+                                   "model's code runs on this machine without isolation, so it can read your files "
+                                   "and keys (and edit the reward rules' files) and reach the network",
+                                   "Remove sandbox: unisolated_worker to run it isolated (the default, bubblewrap), "
+                                   "or use sandbox: sail.", code="W133", severity="warning"))
+    for i in python:
+        if tools[i].get("network") is True:
+            errors.append(loaded.error(("environment", "tools", i, "network"), "the python tool has network: true, "
+                                       "so the model's code can send what it finds and fetch what it likes from "
+                                       "this machine's network", "Remove network: true unless the task needs it.",
+                                       code="W134", severity="warning"))
     return errors

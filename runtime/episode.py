@@ -58,10 +58,11 @@ from tinker_cookbook.tool_use import (
 )
 
 from sailrl.runtime import calculator
+from sailrl.runtime.bubblewrap import DEFAULT_DISK_MB, sandbox_problem
 from sailrl.runtime.prompts import render_template, with_tool_declaration
 from sailrl.runtime.python_tool import SPEC as PYTHON_SPEC
-from sailrl.runtime.python_tool import PythonTool
-from sailrl.runtime.rollout import score_record
+from sailrl.runtime.python_tool import PythonTool, UnisolatedPythonTool
+from sailrl.runtime.rollout import enter_episode, score_record
 from sailrl.runtime.sail_sandbox import SailboxPythonTool, sail_key_problem
 from sailrl.runtime.scoring import StepScorer
 from sailrl.runtime.tools import ToolFunction
@@ -138,7 +139,7 @@ def tool_specs(environment: Any, spec_dir: str | Path) -> list[dict[str, Any]]:
 
 def _load_function_tool(entry: Any, spec_dir: str | Path) -> WorkerTool:
     fn = ToolFunction(spec_dir, entry.function, timeout_s=entry.timeout_s, memory_mb=entry.memory_mb,
-                      max_output_chars=entry.max_output_chars)
+                      max_output_chars=entry.max_output_chars, env=list(getattr(entry, "env", []) or []))
     spec, problem = fn.load()
     if spec is None:
         raise ToolLoadError(f"environment.tools: tool '{entry.name}': "
@@ -171,13 +172,22 @@ def build_tools(environment: Any, spec_dir: str | Path) -> list[Tool]:
         if entry.builtin == "python":
             limits = {"timeout_s": entry.timeout_s, "memory_mb": entry.memory_mb,
                       "max_output_chars": entry.max_output_chars}
-            if getattr(environment, "sandbox", "worker") == "sail":
+            sandbox = getattr(environment, "sandbox", "worker")
+            if sandbox == "sail":
                 problem = sail_key_problem()
                 if problem:
                     raise ToolLoadError(f"environment.sandbox: sail: {problem}")
                 tools.append(SailboxPythonTool(**limits))
+            elif sandbox == "unisolated_worker":
+                tools.append(UnisolatedPythonTool(**limits))
             else:
-                tools.append(PythonTool(**limits))
+                problem = sandbox_problem()
+                if problem:
+                    raise ToolLoadError(f"environment.tools: python: {problem}; or set environment.sandbox: sail "
+                                        "(a Sailbox) or unisolated_worker (no isolation: the model's code can read "
+                                        "this machine's files and keys)")
+                tools.append(PythonTool(**limits, disk_mb=getattr(entry, "disk_mb", None) or DEFAULT_DISK_MB,
+                                        network=bool(getattr(entry, "network", False))))
             continue
         tools.append(_load_function_tool(entry, spec_dir))
     return tools

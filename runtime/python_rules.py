@@ -28,17 +28,26 @@ The contract (checked by ``sailrl validate``, enforced while scoring):
 
 Workers (:class:`sailrl.runtime.workers.WorkerPool`, up to :data:`POOL_SIZE` processes per file) import the
 file once and serve every function of it; one pool per file version (path, size, modification time) is shared by
-the process, so an edited file is loaded afresh.
+the process, so an edited file is loaded afresh (the studio and ``sailrl rewards`` follow edits this way).
+
+A run freezes its code instead (:func:`freeze_files`): each rule's and tool's file is read once when the run
+opens, its sha256 goes into ``config.json``, and its workers -- a replaced one included -- run that text, so the
+reward cannot change mid-run; a change on disk is ignored with one warning. Workers get no environment variable
+of the run's but an allowlist (:func:`sailrl.runtime.workers.worker_environment`) and the names the rule lists in
+``env:``, so no key reaches a rule that does not ask for it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import math
 import numbers
 import os
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +65,8 @@ __all__ = [
     "SUBSCORE_NAME_CHARS",
     "PythonFunction",
     "PythonResult",
+    "file_version",
+    "freeze_files",
     "module_file",
     "split_ref",
 ]
@@ -119,9 +130,24 @@ def _exc_text(exc: BaseException) -> str:
     return text if len(text) <= 140 else text[:137] + "..."
 
 
-def import_user_module(spec_dir: str | Path, module: str) -> tuple[Path, str, Any]:
+def _exec_frozen(module: str, path: Path, source: str) -> Any:
+    """Import ``module`` from ``source`` (the text a run froze) as if from ``path``: its parent packages from disk."""
+    parent = module.rpartition(".")[0]
+    if parent:
+        importlib.import_module(parent)
+    spec = importlib.util.spec_from_loader(module, loader=None, origin=str(path),
+                                           is_package=path.name == "__init__.py")
+    mod = importlib.util.module_from_spec(spec)
+    mod.__file__ = str(path)
+    sys.modules[module] = mod
+    exec(compile(source, str(path), "exec"), mod.__dict__)  # noqa: S102 - the user's own trusted rule file
+    return mod
+
+
+def import_user_module(spec_dir: str | Path, module: str, source: str | None = None) -> tuple[Path, str, Any]:
     """Import ``module`` from the file next to the spec, in a worker: ``(spec folder, file relative to it, the
-    module)``. Raises :class:`_LoadError` with a reason (missing file, an import that raises or overruns
+    module)``; with ``source``, the file's text as a run froze it (:func:`freeze_files`) instead of what is on disk.
+    Raises :class:`_LoadError` with a reason (missing file, an import that raises or overruns
     ``IMPORT_TIMEOUT_S``, a name shadowed by an installed module). Python rules and user tools load this way."""
     root = Path(spec_dir).resolve()
     path = module_file(root, module)
@@ -132,7 +158,7 @@ def import_user_module(spec_dir: str | Path, module: str) -> tuple[Path, str, An
     sys.path.insert(0, str(root))
     try:
         with _TimeLimit(IMPORT_TIMEOUT_S):
-            mod = importlib.import_module(module)
+            mod = importlib.import_module(module) if source is None else _exec_frozen(module, path.resolve(), source)
     except _Alarm:
         raise _LoadError("import_error", f"importing {rel} took longer than {IMPORT_TIMEOUT_S:g} s") from None
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: the user's file is reported, not raised
@@ -149,7 +175,7 @@ class PythonJob:
     function) and ``call`` requests."""
 
     def __init__(self, init: dict[str, Any]) -> None:
-        self.root, self.rel, self.module = import_user_module(init["spec_dir"], init["module"])
+        self.root, self.rel, self.module = import_user_module(init["spec_dir"], init["module"], init.get("source"))
         self.functions: dict[str, Any] = {}
         self.info: dict[str, Any] = {"file": self.rel}
 
@@ -271,6 +297,54 @@ class PythonResult:
 
 
 _POOLS = PoolCache()
+#: Largest user code file a run freezes (a rule file is a few kilobytes).
+MAX_CODE_FILE_BYTES = 4 * 2**20
+#: Files a run froze: resolved path -> (sha256, text, (size, mtime) when read).
+_FROZEN: dict[str, tuple[str, str, tuple[int, int]]] = {}
+#: Frozen files found changed on disk, already warned about: path -> the (size, mtime) last checked.
+_SEEN_CHANGED: dict[str, tuple[int, int]] = {}
+_FROZEN_LOCK = threading.Lock()
+
+
+def freeze_files(paths: list[Path]) -> dict[str, str]:
+    """Read each user code file once and have every worker of this process run that text from now on (a run's
+    rules and tools: the reward cannot change mid-run). Returns ``{path: sha256}`` for ``config.json``. Raises
+    OSError for a file that cannot be read, ValueError for one over :data:`MAX_CODE_FILE_BYTES` or not UTF-8."""
+    found: dict[str, str] = {}
+    for path in paths:
+        real = str(Path(path).resolve())
+        with open(real, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read(MAX_CODE_FILE_BYTES + 1)
+        if len(data) > MAX_CODE_FILE_BYTES:
+            raise ValueError(f"{path} is over {MAX_CODE_FILE_BYTES // 2**20} MiB; a rule or tool file is a few "
+                             "kilobytes")
+        sha = hashlib.sha256(data).hexdigest()
+        with _FROZEN_LOCK:
+            _FROZEN[real] = (sha, data.decode("utf-8"), (st.st_size, st.st_mtime_ns))
+        found[str(path)] = sha
+    return found
+
+
+def file_version(path: Path | None) -> tuple[Any, str | None]:
+    """(what identifies the version of ``path`` workers run, the frozen text or None): a frozen file's sha256 and
+    text -- with one warning on stderr the first time the file on disk differs -- else its size and mtime."""
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        st = None
+    frozen = _FROZEN.get(str(path.resolve())) if path is not None else None
+    if frozen is None:
+        return ((st.st_size, st.st_mtime_ns) if st else None), None
+    sha, text, stamp = frozen
+    now = (st.st_size, st.st_mtime_ns) if st else (-1, -1)
+    if now != stamp and _SEEN_CHANGED.get(str(path)) is None:
+        _SEEN_CHANGED[str(path)] = now
+        print(f"warning: {path} changed on disk during the run; the run goes on with the version it started with "
+              f"(sha256 {sha[:12]}), and the change takes effect in the next run", file=sys.stderr, flush=True)
+    return ("frozen", sha), text
+
+
 #: Seconds a worker may take to check a function (the module is already imported).
 _LOAD_TIMEOUT_S = 10.0
 
@@ -282,7 +356,8 @@ class PythonFunction:
     """
 
     def __init__(self, spec_dir: Path | str | None, ref: str, timeout_s: float,
-                 memory_mb: float | None = DEFAULT_MEMORY_MB) -> None:
+                 memory_mb: float | None = DEFAULT_MEMORY_MB, env: list[str] | None = None) -> None:
+        self.env = list(env or [])
         self.spec_dir = Path(spec_dir).resolve() if spec_dir is not None else None
         self.ref = ref
         self.module, self.function = split_ref(ref)
@@ -293,15 +368,12 @@ class PythonFunction:
     def _pool(self) -> WorkerPool:
         assert self.spec_dir is not None
         path = module_file(self.spec_dir, self.module)
-        try:
-            st = path.stat() if path is not None else None
-        except OSError:
-            st = None
-        key = (str(self.spec_dir), self.module, self.memory_mb, str(path), st.st_size if st else None,
-               st.st_mtime_ns if st else None)
-        return _POOLS.get(key, key[:3], lambda: WorkerPool(
-            {"kind": "python", "spec_dir": str(self.spec_dir), "module": self.module, "memory_mb": self.memory_mb},
-            size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 10, cwd=str(self.spec_dir)))
+        version, source = file_version(path)
+        key = (str(self.spec_dir), self.module, self.memory_mb, tuple(self.env), str(path), version)
+        return _POOLS.get(key, key[:4], lambda: WorkerPool(
+            {"kind": "python", "spec_dir": str(self.spec_dir), "module": self.module, "memory_mb": self.memory_mb,
+             **({"source": source} if source is not None else {})},
+            size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 10, cwd=str(self.spec_dir), env_names=self.env))
 
     def load_problem(self) -> tuple[str, str] | None:
         """``(code, plain words)`` when the function cannot be loaded, else None (it is then loaded and ready).

@@ -1,4 +1,4 @@
-"""The built-in ``python`` tool: the model's snippet run in a worker process, bounded, its output the result.
+"""The built-in ``python`` tool: the model's snippet run isolated from the machine, bounded, its output the result.
 
 The model calls ``python`` with ``{"code": "..."}``. The snippet runs as :func:`sailrl.runtime.snippet.run_code`
 runs it: a fresh namespace per call (nothing carries over from one call to the next), and the value of a last
@@ -6,25 +6,23 @@ expression printed as a Python shell shows it (``sum(range(10))`` alone answers 
 what the snippet printed (stdout and stderr, in order); a snippet that prints nothing answers
 :data:`NO_OUTPUT`.
 
-Where it runs: in the same worker processes as python reward rules (:class:`sailrl.runtime.workers.WorkerPool`,
-``kind: python_tool``). The worker forks a fresh process for each snippet, so one snippet can neither see nor
-break the next, and in that process:
+Where it runs is ``environment.sandbox``:
 
-* the address space is capped at its size plus the tool's ``memory_mb`` (``RLIMIT_AS``; Linux);
-* it may not start processes (``RLIMIT_NPROC`` 0: no ``subprocess``, ``os.system`` or threads -- not enforced
-  for root) nor write files over :data:`MAX_FILE_BYTES` (``RLIMIT_FSIZE``), and it runs in an empty temporary
-  folder, removed after the call;
-* the worker reads its output through a pipe and kills it (SIGKILL) at ``timeout_s`` or as soon as it printed
-  more than ``max_output_chars`` characters.
-
-This bounds a snippet's time, memory, output and processes; it is not isolation from the machine's files or
-network. For code you would not run on the training machine, use ``environment.sandbox: sail`` (a Sailbox,
-:mod:`sailrl.runtime.sail_sandbox`).
+* ``worker`` (the default): :class:`PythonTool`, each call a fresh process in its own Linux namespaces
+  (:mod:`sailrl.runtime.bubblewrap`): no keys, no file of the user's, no network, no descriptor back into the run,
+  no process that outlives the call, and bounded time, memory, output, files and processes. Where that isolation
+  is unavailable, a spec with the python tool is refused (``sailrl validate``: S255) -- never run unisolated.
+* ``unisolated_worker``: :class:`UnisolatedPythonTool`, the snippet in a process forked from a worker
+  (:class:`sailrl.runtime.workers.WorkerPool`, ``kind: python_tool``), bounded in time, memory, output and
+  processes but able to read the machine's files and reach its network, as the user running sailrl. Only for
+  code you would run yourself; ``sailrl validate`` warns (W133).
+* ``sail``: a Sailbox (:mod:`sailrl.runtime.sail_sandbox`).
 
 Each failure is a *tool error* -- a tool message ``{"error": ..., "output": <what it printed before>}`` that the
 model reads, with a kind counted in ``episode/tool_errors`` -- never an exception in the training loop:
 ``raised`` (names the exception and the snippet's line), ``timeout``, ``memory``, ``output``, ``died`` (killed
-by a signal, e.g. a crash in C code), ``code`` (no code, or more than :data:`MAX_CODE_CHARS` characters).
+by a signal, e.g. a crash in C code, or exited without a result), ``sandbox`` (the sandbox itself failed), ``code``
+(no code, or more than :data:`MAX_CODE_CHARS` characters).
 """
 
 from __future__ import annotations
@@ -46,9 +44,11 @@ from typing import Any
 from tinker_cookbook.tool_use import ToolInput, ToolResult, simple_tool_result
 
 from sailrl.runtime import snippet
+from sailrl.runtime.bubblewrap import DEFAULT_DISK_MB, Limits, run_isolated
 from sailrl.runtime.workers import WorkerPool, WorkerStartError, limit_memory
 
-__all__ = ["MAX_CODE_CHARS", "NO_OUTPUT", "SPEC", "PythonTool", "SnippetJob", "SnippetOutcome", "snippet_error"]
+__all__ = ["MAX_CODE_CHARS", "NO_OUTPUT", "SPEC", "PythonTool", "SnippetJob", "SnippetOutcome",
+           "UnisolatedPythonTool", "snippet_error"]
 
 #: The tool as the model sees it (a cookbook ``ToolSpec``).
 SPEC: dict[str, Any] = {
@@ -64,11 +64,11 @@ SPEC: dict[str, Any] = {
 }
 #: Longest snippet accepted.
 MAX_CODE_CHARS = 20_000
-#: Largest file a snippet may write in its folder (worker sandbox).
+#: Largest file a snippet may write in its folder (unisolated worker).
 MAX_FILE_BYTES = 16 * 2**20
 #: The result of a snippet that printed nothing.
 NO_OUTPUT = "(the code ran and printed nothing)"
-#: Worker processes for the python tool.
+#: Worker processes for the unisolated python tool.
 POOL_SIZE = min(4, os.cpu_count() or 1)
 #: Seconds the worker may take beyond the snippet's limit (the fork, the kill, the clean-up).
 _SLACK_S = 2.0
@@ -96,6 +96,7 @@ def _in_fork(code: str, out_w: int, res_w: int, workdir: str, memory_mb: int) ->
     try:
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
+        res_w = _only_descriptors(res_w)  # the worker's protocol pipes are not the snippet's to write
         os.chdir(workdir)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
@@ -121,9 +122,18 @@ def _in_fork(code: str, out_w: int, res_w: int, workdir: str, memory_mb: int) ->
         os._exit(status)
 
 
+def _only_descriptors(keep: int) -> int:
+    """Close every descriptor but 0, 1, 2 and ``keep`` (moved to 3); the new number of ``keep``."""
+    os.dup2(keep, 3)
+    os.closerange(4, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1 << 16)
+    return 3
+
+
 class SnippetJob:
-    """The worker side (``kind: python_tool``): each ``run`` request forks a process for its snippet (see the
-    module docstring) and answers ``{"result": "ok", "output", "error", "message"}``."""
+    """The unisolated worker's side (``kind: python_tool``): each ``run`` request forks a process for its snippet,
+    which may not start processes (``RLIMIT_NPROC`` 0, not binding root) nor write files over
+    :data:`MAX_FILE_BYTES`, runs in an empty temporary folder and holds no descriptor of the worker's; answers
+    ``{"result": "ok", "output", "error", "message"}``."""
 
     def __init__(self, init: dict[str, Any]) -> None:
         self.info: dict[str, Any] = {}
@@ -234,14 +244,59 @@ def _pool() -> WorkerPool:
 
 
 class PythonTool:
-    """The built-in ``python`` tool (worker sandbox) as a cookbook :class:`~tinker_cookbook.tool_use.Tool`.
-    ``timeout_s``, ``memory_mb``, ``max_output_chars``: the spec's tool entry."""
+    """The built-in ``python`` tool, each call isolated in its own Linux namespaces (:mod:`sailrl.runtime.bubblewrap`),
+    as a cookbook :class:`~tinker_cookbook.tool_use.Tool`. ``timeout_s``, ``memory_mb``, ``max_output_chars``,
+    ``disk_mb``, ``network``: the spec's tool entry."""
 
     name = "python"
     description = SPEC["description"]
     parameters_schema = SPEC["parameters"]
 
-    def __init__(self, *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 4000) -> None:
+    def __init__(self, *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 4000,
+                 disk_mb: int = DEFAULT_DISK_MB, network: bool = False) -> None:
+        self.timeout_s = float(timeout_s)
+        self.memory_mb = int(memory_mb)
+        self.max_output_chars = int(max_output_chars)
+        self.limits = Limits(timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                             max_output_chars=self.max_output_chars, disk_mb=int(disk_mb), network=bool(network))
+
+    def to_spec(self) -> dict[str, Any]:
+        return dict(SPEC)
+
+    def call(self, arguments: dict[str, Any]) -> SnippetOutcome:
+        """Run the snippet of ``arguments`` in a fresh sandbox. Never raises; bounded by ``timeout_s`` plus half
+        a second."""
+        code, bad = check_code(arguments)
+        if bad is not None:
+            return bad
+        try:
+            found = run_isolated(code, self.limits)
+        except (OSError, RuntimeError) as exc:  # bwrap could not start, or isolation is unavailable here
+            return SnippetOutcome(snippet_error(f"the python tool's sandbox could not start: {exc}"), "sandbox")
+        if found.error == "sandbox":
+            return SnippetOutcome(snippet_error(f"the python tool's sandbox failed: {found.message}"), "sandbox")
+        return describe_outcome(found.error, found.output, found.message, timeout_s=self.timeout_s,
+                                memory_mb=self.memory_mb, max_output_chars=self.max_output_chars)
+
+    async def run(self, input: ToolInput) -> ToolResult:  # noqa: A002 - the cookbook's parameter name
+        out = await asyncio.to_thread(self.call, input.arguments)
+        result = simple_tool_result(out.content, call_id=input.call_id or "", name=self.name)
+        if out.error:
+            result.metadata["error"] = out.error
+        return result
+
+
+class UnisolatedPythonTool:
+    """The built-in ``python`` tool in a process forked from a worker (``environment.sandbox: unisolated_worker``:
+    not isolated from the machine), as a cookbook :class:`~tinker_cookbook.tool_use.Tool`. ``timeout_s``,
+    ``memory_mb``, ``max_output_chars``: the spec's tool entry."""
+
+    name = "python"
+    description = SPEC["description"]
+    parameters_schema = SPEC["parameters"]
+
+    def __init__(self, *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 4000,
+                 **_: Any) -> None:
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
         self.max_output_chars = int(max_output_chars)

@@ -456,7 +456,8 @@ class _Python(_Check):
     """A ``kind: python`` rule: the user's function, called in a worker process (see python_rules)."""
 
     def __init__(self, rule: PythonRule, spec_dir: Path | str | None) -> None:
-        self.fn = PythonFunction(spec_dir, rule.function, rule.timeout_s, rule.memory_mb)
+        self.fn = PythonFunction(spec_dir, rule.function, rule.timeout_s, rule.memory_mb,
+                                 env=list(getattr(rule, "env", []) or []))
         self.weighted = rule.weighted
         self.weight = 1.0 if rule.weight is None else float(rule.weight)
         self.label = f"python: {self.fn.label}"

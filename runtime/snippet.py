@@ -1,7 +1,8 @@
 """Running one Python snippet the way the built-in ``python`` tool does: standard library only.
 
-This module's source is also what runs a snippet in a Sailbox (``environment.sandbox: sail``), so it imports
-nothing but the standard library and defines nothing that needs sailrl.
+This module's source is also what runs a snippet in its sandbox (:mod:`sailrl.runtime.bubblewrap`, or a Sailbox
+with ``environment.sandbox: sail``), so it imports nothing but the standard library and defines nothing that needs
+sailrl.
 
 :func:`run_code` executes the snippet in a fresh namespace (``__name__ == "__main__"``). When its last statement
 is an expression, that expression's value is printed as a Python shell would show it (``repr``, nothing for
@@ -12,6 +13,7 @@ and the snippet's line it came from, e.g. ``ZeroDivisionError: division by zero 
 from __future__ import annotations
 
 import ast
+import os
 import sys
 
 #: The file name a snippet's code is compiled under (its frames are the ones named in an error).
@@ -60,19 +62,30 @@ def error_text(exc: BaseException) -> str:
     return text + (f" (line {line})" if line is not None else "")
 
 
-#: Prefix of the one stderr line a Sailbox run writes when the snippet raised (followed by error_text).
+#: Prefix of the one stderr line a sandboxed run writes when the snippet raised (followed by error_text).
 ERROR_MARK = "\x00sailrl-snippet-error:"
 
 
 def main(code: str) -> int:
-    """A Sailbox's entry point: run ``code``; on an exception write :data:`ERROR_MARK` + its text on stderr and
-    return 1."""
+    """A sandbox's entry point (bubblewrap or a Sailbox): run ``code``; on an exception write :data:`ERROR_MARK` +
+    its text on stderr and return 1."""
     try:
         run_code(code)
     except BaseException as exc:  # noqa: BLE001 - every failure of the snippet is reported, none escapes
-        sys.stdout.flush()
-        sys.stderr.write("\n" + ERROR_MARK + error_text(exc) + "\n")
-        sys.stderr.flush()
+        _flush()
+        try:
+            os.write(2, ("\n" + ERROR_MARK + error_text(exc) + "\n").encode("utf-8", "replace"))
+        except OSError:  # the snippet closed its stderr: the exit status still says it failed
+            pass
         return 1
-    sys.stdout.flush()
+    _flush()
     return 0
+
+
+def _flush() -> None:
+    """Flush what the snippet printed; a snippet may have closed or replaced its streams."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - a closed or broken stream has nothing more to give
+            pass

@@ -39,6 +39,7 @@ from sailrl.runtime.python_rules import (
     _LoadError,
     _user_frame,
     describe,
+    file_version,
     import_user_module,
     module_file,
     split_ref,
@@ -108,7 +109,7 @@ class ToolJob:
 
         self._FunctionTool, self._ToolInput = FunctionTool, ToolInput
         self._error, self._ok = error_tool_result, simple_tool_result
-        self.root, self.rel, self.module = import_user_module(init["spec_dir"], init["module"])
+        self.root, self.rel, self.module = import_user_module(init["spec_dir"], init["module"], init.get("source"))
         self.tools: dict[str, Any] = {}
         self.info: dict[str, Any] = {"file": self.rel}
 
@@ -218,8 +219,9 @@ class ToolFunction:
     version). ``limits``: ``timeout_s``, ``memory_mb``, ``max_output_chars`` (the spec's tool entry)."""
 
     def __init__(self, spec_dir: Path | str, ref: str, *, timeout_s: float = 5.0, memory_mb: int = 512,
-                 max_output_chars: int = 4000) -> None:
+                 max_output_chars: int = 4000, env: list[str] | None = None) -> None:
         self.spec_dir = Path(spec_dir).resolve()
+        self.env = list(env or [])
         self.ref = ref
         self.module, self.function = split_ref(ref)
         self.name = self.function
@@ -230,15 +232,12 @@ class ToolFunction:
 
     def _pool(self) -> WorkerPool:
         path = module_file(self.spec_dir, self.module)
-        try:
-            st = path.stat() if path is not None else None
-        except OSError:
-            st = None
-        key = (str(self.spec_dir), self.module, str(path), st.st_size if st else None,
-               st.st_mtime_ns if st else None)
-        return _POOLS.get(key, key[:2], lambda: WorkerPool(
-            {"kind": "tool", "spec_dir": str(self.spec_dir), "module": self.module},
-            size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 30, cwd=str(self.spec_dir)))
+        version, source = file_version(path)
+        key = (str(self.spec_dir), self.module, tuple(self.env), str(path), version)
+        return _POOLS.get(key, key[:3], lambda: WorkerPool(
+            {"kind": "tool", "spec_dir": str(self.spec_dir), "module": self.module,
+             **({"source": source} if source is not None else {})},
+            size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 30, cwd=str(self.spec_dir), env_names=self.env))
 
     def load(self) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
         """(the tool's ToolSpec: name, description, parameters) or (None, (code, plain words)). Bounded in time."""

@@ -3,7 +3,8 @@ under a hard time limit.
 
 A :class:`WorkerPool` keeps up to ``size`` child processes (``python -P -m sailrl.runtime.worker_child``). Each child
 loads one job once (``math``: math-verify; ``python``: one function from a file next to the spec; ``tool``:
-the tools of a file next to the spec, :mod:`sailrl.runtime.tools`) and then
+the tools of a file next to the spec, :mod:`sailrl.runtime.tools`; ``python_tool``: the unisolated python tool's
+snippets) and then
 answers one request at a time over pipes: every message is a 4-byte big-endian length and a pickle
 (:data:`MAX_FRAME_BYTES` at most). A request carries a time limit ``timeout_s``:
 
@@ -23,6 +24,10 @@ first :data:`MAX_OUTPUT_BYTES` and a byte count, sent back with the answer as ``
 ``MemoryError`` that escapes the job answers ``{"result": "memory"}``. The child ignores SIGINT (Ctrl-C stops the
 parent, which then closes the pipes) and exits when its stdin closes, also when the parent was killed.
 
+A child's environment is an allowlist (:func:`worker_environment`): keys and tokens of the run's environment
+reach only a rule or tool that names them in its ``env:``. The code in a child is the user's own (trusted): the
+model's code never runs in one unless the spec opts in to ``environment.sandbox: unisolated_worker``.
+
 Uses ``select`` on pipes, so POSIX only (Linux, macOS).
 """
 
@@ -31,6 +36,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import re
 import select
 import signal
 import struct
@@ -44,8 +50,8 @@ from typing import Any
 
 from sailrl.spec.errors import ServiceError
 
-__all__ = ["GRACE_S", "MAX_FRAME_BYTES", "MAX_OUTPUT_BYTES", "PoolCache", "WorkerError", "WorkerPool",
-           "WorkerStartError", "close_all", "limit_memory"]
+__all__ = ["GRACE_S", "MAX_FRAME_BYTES", "MAX_OUTPUT_BYTES", "SAFE_ENV", "SECRET_NAME", "PoolCache", "WorkerError",
+           "WorkerPool", "WorkerStartError", "close_all", "limit_memory", "worker_environment"]
 
 #: Seconds a child may overrun a request's time limit before it is killed.
 GRACE_S = 0.5
@@ -120,12 +126,34 @@ def _read_frame(fd: int, deadline: float | None = None) -> Any:
 # ------------------------------------------------------------------------------------------------ parent side
 
 
+#: Variables of the run's environment every worker gets: where programs and libraries are, the locale, the
+#: interpreter's and numeric libraries' settings, offline switches. Nothing that holds a credential.
+SAFE_ENV = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "PYTHONPATH", "PYTHONHASHSEED",
+    "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONWARNINGS", "VIRTUAL_ENV", "LD_LIBRARY_PATH",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+    "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "SAILRL_HOME",
+})
+#: Parts of a variable's name that mark it as a credential: never passed unless a rule or tool names it.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|SESSION|COOKIE|PRIVATE|_PROXY$|^PROXY", re.I)
+
+
+def worker_environment(names: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment of a worker process: :data:`SAFE_ENV` and ``LC_*`` from this process's (never a name that
+    looks like a credential, :data:`SECRET_NAME`), plus the variables a rule or tool names in its ``env:``."""
+    env = {k: v for k, v in os.environ.items()
+           if (k in SAFE_ENV or k.startswith("LC_")) and not SECRET_NAME.search(k)}
+    env.update({k: os.environ[k] for k in names if k in os.environ})
+    env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    return env
+
+
 class _Child:
     """One child process, used by one thread at a time."""
 
-    def __init__(self, init: dict[str, Any], start_timeout_s: float, cwd: str | None) -> None:
-        env = dict(os.environ)
-        env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    def __init__(self, init: dict[str, Any], start_timeout_s: float, cwd: str | None,
+                 env_names: tuple[str, ...] = ()) -> None:
+        env = worker_environment(env_names)
         self.proc = subprocess.Popen(
             [sys.executable, "-P", "-m", "sailrl.runtime.worker_child"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, cwd=cwd, env=env, close_fds=True,
@@ -215,12 +243,14 @@ class WorkerPool:
     :meth:`call` is thread-safe: a thread takes an idle child (or starts one, or waits for one), sends one
     request and gets its answer within ``timeout_s + GRACE_S``. A child that fails to load raises
     :class:`WorkerStartError` from :meth:`call` and :meth:`start`; the failure is remembered, so later calls
-    fail at once instead of loading again. ``cwd``: the children's working directory.
+    fail at once instead of loading again. ``cwd``: the children's working directory; ``env_names``: variables
+    of this process's environment they get beyond :data:`SAFE_ENV` (:func:`worker_environment`).
     """
 
     def __init__(self, init: dict[str, Any], size: int, *, start_timeout_s: float = 60.0,
-                 cwd: str | None = None) -> None:
+                 cwd: str | None = None, env_names: list[str] | tuple[str, ...] = ()) -> None:
         self.init = dict(init)
+        self.env_names = tuple(env_names)
         self.size = max(1, int(size))
         self.start_timeout_s = start_timeout_s
         self.cwd = cwd
@@ -256,7 +286,7 @@ class WorkerPool:
                     break
                 self._cond.wait()
         try:
-            child = _Child(self.init, self.start_timeout_s, self.cwd)
+            child = _Child(self.init, self.start_timeout_s, self.cwd, self.env_names)
         except WorkerStartError as exc:
             with self._cond:
                 self._live -= 1

@@ -124,6 +124,11 @@ _TABLE: tuple[Code, ...] = (
          "yet."),
     Code("S254", "tool-unusable", "error", "A tool's function cannot be used: no such file or function next to the "
          "spec, the file raises on import, or its parameters have no usable type hints."),
+    Code("S255", "sandbox-unavailable", "error", "The built-in python tool runs the model's code isolated in Linux "
+         "namespaces (bubblewrap), and that isolation is unavailable on this machine (not Linux, bubblewrap not "
+         "installed, or namespaces disabled)."),
+    Code("S256", "tool-option-python-only", "error", "A tool sets network or disk_mb, which only the built-in python "
+         "tool's sandbox has."),
     # -- budget and prices (sailrl.compiler.cost_checks) ----------------------------------------------------
     Code("S241", "budget-needs-prices", "error", "training.max_cost_usd is set but a price the run pays is unknown "
          "(pricing:)."),
@@ -153,6 +158,10 @@ _TABLE: tuple[Code, ...] = (
          "built-in python tool does), so no Sailbox would start."),
     Code("W132", "feedback-never-given", "warning", "The spec has feedback but environment.max_turns is 1, so no "
          "episode can get a feedback turn (it needs a second assistant turn)."),
+    Code("W133", "sandbox-unisolated", "warning", "environment.sandbox: unisolated_worker runs the model's code "
+         "without isolation: it can read this machine's files and keys and reach its network."),
+    Code("W134", "tool-network", "warning", "The python tool has network: true, so the model's code can reach the "
+         "network from the machine that runs it."),
     Code("W110", "answer-rule-gameable", "warning", "An answer rule scores an adversarial completion as correct "
          "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
     Code("W120", "learning-rate-far-from-recommended", "warning", "training.learning_rate is more than 10x above "

@@ -21,7 +21,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sailrl.spec.base import SpecModel, Text
 from sailrl.spec.errors import SpecValueError
-from sailrl.spec.rewards import function_ref
+from sailrl.spec.rewards import env_names, function_ref
 
 #: Built-in tools this version runs.
 BUILTIN_TOOLS: tuple[str, ...] = ("calculator", "python")
@@ -30,8 +30,9 @@ BUILTIN_TOOLS: tuple[str, ...] = ("calculator", "python")
 PLANNED_TOOLS: dict[str, str] = {}
 #: Built-in tools that run code, so ``environment.sandbox`` decides where.
 SANDBOXED_TOOLS: frozenset[str] = frozenset({"python"})
-#: Where the python tool's code runs.
-SANDBOXES: tuple[str, ...] = ("worker", "sail")
+#: Where the python tool's code runs: worker (isolated in Linux namespaces, the default), unisolated_worker (a
+#: forked process with the machine's files and network: opt-in, warned about), sail (a Sailbox).
+SANDBOXES: tuple[str, ...] = ("worker", "unisolated_worker", "sail")
 
 
 class ToolEntry(SpecModel):
@@ -42,8 +43,9 @@ class ToolEntry(SpecModel):
         None,
         description=(
             "A built-in tool: calculator (exact arithmetic on + - * / // % ** and parentheses, read by a safe "
-            "parser, never eval) or python (runs the model's code and returns what it printed, in a worker process "
-            "or, with environment.sandbox: sail, in a Sailbox)."
+            "parser, never eval) or python (runs the model's code and returns what it printed, in a fresh process "
+            "isolated in its own Linux namespaces -- no keys, files, network or lasting processes -- or, with "
+            "environment.sandbox: sail, in a Sailbox)."
         ),
     )
     function: Text | None = Field(
@@ -69,6 +71,27 @@ class ToolEntry(SpecModel):
             "conversation."
         ),
     )
+    disk_mb: int | None = Field(
+        None, ge=1, le=4096,
+        description=(
+            "The python tool only: MiB of files one call may write in its sandbox's folder (all files together); "
+            "default 64. More is an error the model reads."
+        ),
+    )
+    network: bool = Field(
+        False,
+        description=(
+            "The python tool only: let the model's code reach the network from this machine. Off by default, and a "
+            "risk when on (the code can send what it finds and fetch what it likes); sailrl validate warns (W134)."
+        ),
+    )
+    env: list[Text] = Field(
+        default_factory=list, max_length=64,
+        description=(
+            "A function: tool only: names of environment variables its worker process may read (e.g. [LOOKUP_URL]). "
+            "Workers get no other variable of the run's environment, so no key reaches a tool that does not name it."
+        ),
+    )
 
     @field_validator("builtin")
     @classmethod
@@ -87,11 +110,23 @@ class ToolEntry(SpecModel):
     def _function_ref(cls, v: str | None) -> str | None:
         return None if v is None else function_ref(v, module="tools", function="lookup")
 
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: list[str]) -> list[str]:
+        return env_names(v)
+
     @model_validator(mode="after")
     def _one_source(self) -> ToolEntry:
         if (self.builtin is None) == (self.function is None):
             raise SpecValueError("S109", "a tool is either `builtin: calculator` or `function: file:name`, "
                                  "exactly one of them")
+        if self.builtin != "python" and (self.network or self.disk_mb is not None):
+            key = "network" if self.network else "disk_mb"
+            raise SpecValueError("S256", f"{key} is a setting of the built-in python tool's sandbox; tool "
+                                 f"'{self.name}' does not run in it: remove {key}")
+        if self.builtin is not None and self.env:
+            raise SpecValueError("S256", f"env names variables for a function: tool's worker; the built-in tool "
+                                 f"'{self.builtin}' reads none: remove env")
         return self
 
     @property
@@ -143,12 +178,15 @@ class EnvironmentSpec(SpecModel):
         ),
     )
     tools: list[ToolEntry] = Field(default_factory=list, description="The tools the model may call.")
-    sandbox: Literal["worker", "sail"] = Field(
+    sandbox: Literal["worker", "unisolated_worker", "sail"] = Field(
         "worker",
         description=(
-            "Where the python tool's code runs: worker, a process on this machine forked per call, bounded in "
-            "time, memory, output and processes but not cut off from the machine's files; sail, a Sailbox (an "
-            "isolated machine on Sail, through sail.tinker.TinkerSandbox; needs SAIL_API_KEY)."
+            "Where the python tool's code runs: worker, a fresh process on this machine per call, isolated in its "
+            "own Linux namespaces by bubblewrap (no environment variables, none of your files, no network, no "
+            "process that outlives the call; bounded in time, memory, output, disk and processes); sail, a Sailbox "
+            "(an isolated machine on Sail, through sail.tinker.TinkerSandbox; needs SAIL_API_KEY); "
+            "unisolated_worker, a process forked from a worker that can read this machine's files and keys and "
+            "reach its network -- only for code you would run yourself (validate warns, W133)."
         ),
     )
     feedback: list[FeedbackEntry] = Field(default_factory=list,
@@ -176,8 +214,12 @@ class EnvironmentSpec(SpecModel):
             if t.builtin == "calculator":
                 lines.append("Tool calculator (built-in): exact arithmetic on + - * / // % ** and parentheses.")
             elif t.builtin == "python":
-                where = ("in a Sailbox on Sail (one per run, each call a fresh python3 process)"
-                         if self.sandbox == "sail" else "in a fresh process forked from a worker, on this machine")
+                isolated = ("in a fresh process isolated from this machine (its own Linux namespaces: no keys, files, "
+                            + ("or lasting processes; with network access)" if t.network else
+                               "network or lasting processes)"))
+                where = {"sail": "in a Sailbox on Sail (one per run, each call a fresh python3 process)",
+                         "unisolated_worker": "in a process forked from a worker on this machine, NOT isolated "
+                                              "(it can read this machine's files and keys)"}.get(self.sandbox, isolated)
                 lines.append(f"Tool python (built-in): runs the model's code {where}, at most {t.timeout_s:g} s, "
                              f"{t.memory_mb} MiB and {t.max_output_chars} characters of output; what it prints (and "
                              "a last expression's value) is the result; an error is a tool error the model reads.")

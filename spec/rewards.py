@@ -58,6 +58,24 @@ def function_ref(v: str, *, module: str, function: str) -> str:
     return v.strip()
 
 
+#: An environment variable's name.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_names(names: list[str]) -> list[str]:
+    """``names`` when each is an environment variable's name, once; else ``ValueError`` naming the first that is
+    not (``env:`` of a python rule and of a function tool)."""
+    seen: set[str] = set()
+    for name in names:
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable's name (letters, digits and _, not starting "
+                             "with a digit)")
+        if name in seen:
+            raise ValueError(f"{name} is named twice")
+        seen.add(name)
+    return list(names)
+
+
 def _regex_problem(pattern: str, flags: list[str] | tuple[str, ...] = ()) -> str | None:
     """Why ``pattern`` cannot be used (plain words), or None. Uses the ``regex`` module, as scoring does, within
     the pattern limits of :mod:`sailrl.spec.patterns`."""
@@ -345,11 +363,21 @@ class PythonRule(_RuleBase):
         description="MiB of memory the function's worker may allocate beyond what importing its file takes; an "
         "allocation past it raises MemoryError and the call fails the rule (counted). Linux only.",
     )
+    env: list[Text] = Field(
+        default_factory=list, max_length=64,
+        description="Names of environment variables the function's worker process may read (e.g. [GRADER_URL]). "
+        "Workers get no other variable of the run's environment, so no key reaches a rule that does not name it.",
+    )
 
     @field_validator("function")
     @classmethod
     def _function_ref(cls, v: str) -> str:
         return function_ref(v, module="rewards", function="score")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: list[str]) -> list[str]:
+        return env_names(v)
 
     @property
     def weighted(self) -> bool:

@@ -1,5 +1,6 @@
-"""The built-in ``python`` tool: the model's snippet in a process forked from a real worker, and in a Sailbox
-(``environment.sandbox: sail``) through sail.tinker.TinkerSandbox against a loopback fake of the Sailbox API.
+"""The built-in ``python`` tool: the model's snippet in its bubblewrap sandbox (the default), in a process forked
+from a real worker (``environment.sandbox: unisolated_worker``), and in a Sailbox (``environment.sandbox: sail``)
+through sail.tinker.TinkerSandbox against a loopback fake of the Sailbox API.
 Every failure (raises, hangs, prints too much, eats memory, dies, the Sailbox fails or hangs) is a tool error the
 model reads and a counted metric, never an exception."""
 
@@ -16,10 +17,11 @@ import pytest
 from sailrl.runtime import snippet
 from sailrl.runtime.episode import ToolLoadError, build_tools
 from sailrl.runtime.preflight import PreflightError, check_sandbox
-from sailrl.runtime.python_tool import NO_OUTPUT, PythonTool
+from sailrl.runtime.python_tool import NO_OUTPUT, PythonTool, UnisolatedPythonTool
 from sailrl.runtime.sail_sandbox import SailboxPythonTool, remote_command
 from sailrl.spec.environment import EnvironmentSpec
 from tests.fakes.sailbox_server import fake_sailbox_server  # noqa: F401 - the fixture
+from tests.fakes.sandbox import require_sandbox
 from tests.test_episodes import STOP, TOK, _run
 
 
@@ -48,16 +50,17 @@ def test_an_error_names_the_snippets_line():
         assert snippet.error_text(exc).startswith("SyntaxError: ") and snippet.error_text(exc).endswith("(line 1)")
 
 
-# ------------------------------------------------------------------------------------------------ worker sandbox
+# ------------------------------------------------------------------------------------------------ bubblewrap sandbox
 
 
 @pytest.fixture(scope="module")
 def tool() -> PythonTool:
+    require_sandbox()
     return PythonTool(timeout_s=1.0, memory_mb=128, max_output_chars=200)
 
 
 @pytest.mark.slow
-def test_each_failure_of_a_snippet_in_a_worker_is_a_tool_error(tool):
+def test_each_failure_of_a_snippet_in_its_sandbox_is_a_tool_error(tool):
     ok = tool.call({"code": "n = 2 ** 10\nprint('n is', n)\nn + 1"})
     assert (ok.content, ok.error) == ("n is 1024\n1025\n", None)
     assert tool.call({"code": "x = 1"}).content == NO_OUTPUT
@@ -97,20 +100,37 @@ def test_each_failure_of_a_snippet_in_a_worker_is_a_tool_error(tool):
     fresh = tool.call({"code": "import os\nprint(os.listdir('.'))\nsecret"})
     assert fresh.error == "raised" and "NameError: name 'secret' is not defined (line 3)" in fresh.content
     assert "[]" in fresh.content
-    assert tool.call({"code": "open('big', 'wb').write(b'0' * (32 * 2**20))"}).error == "raised"  # RLIMIT_FSIZE
-    # the worker that ran every one of these is still there and answers
+    full = tool.call({"code": "open('big', 'wb').write(b'0' * (80 * 2**20))"})  # the folder's 64 MiB tmpfs
+    assert full.error == "raised" and "No space left on device" in full.content
     assert tool.call({"code": "6 * 7"}).content == "42\n"
 
 
 @pytest.mark.slow
+def test_the_unisolated_worker_runs_snippets_bounded():
+    unisolated = UnisolatedPythonTool(timeout_s=1.0, memory_mb=128, max_output_chars=200)
+    ok = unisolated.call({"code": "n = 2 ** 10\nprint('n is', n)\nn + 1"})
+    assert (ok.content, ok.error) == ("n is 1024\n1025\n", None)
+    raised = unisolated.call({"code": "print('before')\n{}['k']"})
+    assert _error(raised.content) == {"error": "the code raised KeyError: 'k' (line 2)", "output": "before\n"}
+    assert unisolated.call({"code": "import time\ntime.sleep(60)"}).error == "timeout"
+    assert unisolated.call({"code": "block = bytearray(2 ** 31)"}).error == "memory"
+    assert unisolated.call({"code": "open('big', 'wb').write(b'0' * (32 * 2**20))"}).error == "raised"  # FSIZE
+    # the fork holds no descriptor of its worker's but its own output and result pipes
+    fds = unisolated.call({"code": "import os\nsorted(int(f) for f in os.listdir('/proc/self/fd'))"})
+    assert fds.content == "[0, 1, 2, 3, 4]\n"  # 3: its result pipe, 4: the listing itself
+    assert unisolated.call({"code": "6 * 7"}).content == "42\n"
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() == 0, reason="RLIMIT_NPROC does not bind root")
-def test_a_snippet_cannot_start_processes(tool):
-    out = tool.call({"code": "import subprocess\nsubprocess.run(['true'])"})
+def test_an_unisolated_snippet_cannot_start_processes():
+    out = UnisolatedPythonTool(timeout_s=1.0).call({"code": "import subprocess\nsubprocess.run(['true'])"})
     assert out.error == "raised" and ("BlockingIOError" in out.content or "Resource temporarily" in out.content)
 
 
 @pytest.mark.slow
 def test_an_episode_calls_the_python_tool_and_counts_its_errors():
+    require_sandbox()
     def call(code: str) -> str:
         return "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": code}}) + "</tool_call>"
 
