@@ -110,7 +110,7 @@ class Checkpoints:
         paths = await checkpoint_utils.save_checkpoint_async(
             self.training_client, f"{self.spec.name}-final", str(self.run_dir.path),
             loop_state={"batch": self.records.completed, "final": True}, kind="both")
-        self.records.console.print(self.records.summary(paths["state_path"]))
+        self.records.console.result(self.records.summary(paths["state_path"]))
         return paths["state_path"]
 
     async def save_after_stop(self, reason: str) -> str | None:

@@ -26,6 +26,7 @@ from tinker_cookbook.rl.types import TrajectoryGroup
 from sailrl.runtime import report
 from sailrl.runtime.backends import local_checkpoint_dir
 from sailrl.runtime.collapse import collapse_warning
+from sailrl.runtime.console import RunConsole
 from sailrl.runtime.cost import CostModel
 from sailrl.runtime.errors import AllDegenerateError, OnPolicyMismatch
 from sailrl.runtime.rl import update_metrics
@@ -51,7 +52,7 @@ class Records:
     """Metrics, rollout log, console, tokens and cost of one run (``run.records``)."""
 
     def __init__(self, *, spec: Spec, run_dir: RunDirectory, rule_names: Sequence[str], tokenizer: Any,
-                 console: Console, is_local: bool, cost: CostModel, rollout_log: RolloutLog | None,
+                 console: RunConsole, is_local: bool, cost: CostModel, rollout_log: RolloutLog | None,
                  completed: int, wandb_run: Any = None, said_at_start: Sequence[str] = ()) -> None:
         self.spec = spec
         self.run_dir = run_dir
@@ -198,8 +199,8 @@ class Records:
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in line.items() if v is not None}, step=step)
         seconds = rec.timings.get("time/step") or sum(v for k, v in rec.timings.items() if k != "time/step")
-        self.console.print(report.step_line(step, self.spec.training.steps, m, self.rule_names, seconds,
-                                            show_cost=not self.is_local))
+        self.console.result(report.step_line(step, self.spec.training.steps, m, self.rule_names, seconds,
+                                             show_cost=not self.is_local))
         self._warn(step, m, rec)
         train_groups = [g for kind, batch, _, _ in rec.rollouts if kind == "train" for g in batch.groups]
         collapse = collapse_warning(step, self.history, train_groups, self.tokenizer, run_dir=str(self.run_dir.path))

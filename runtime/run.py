@@ -38,7 +38,7 @@ from sailrl.runtime import opening
 from sailrl.runtime.backends import Backend
 from sailrl.runtime.budget import Budget
 from sailrl.runtime.checkpoints import Checkpoints
-from sailrl.runtime.console import make_console
+from sailrl.runtime.console import RunConsole
 from sailrl.runtime.episode import build_tools, close_tools
 from sailrl.runtime.records import Records
 from sailrl.runtime.rollout_log import RolloutLog
@@ -138,7 +138,7 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     """Open the backend, model, data and training client, then the run directory (the steps are
     :mod:`sailrl.runtime.opening`'s). Raises ``RunDirectoryError`` (a run is there and neither ``resume`` nor
     ``overwrite`` is set; or it is complete), ``BackendError`` / ``ModelError`` / ``DataError`` (user errors)."""
-    console = make_console(stderr=True, soft_wrap=True)
+    console = RunConsole(soft_wrap=True)
     run_dir = RunDirectory(run_dir_path(spec, options.spec_dir))
     start = opening.resume_point(run_dir, spec, resume=options.resume, overwrite=options.overwrite,
                                  spec_sha256=options.spec_sha256, console=console)

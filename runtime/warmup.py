@@ -10,9 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import tinker
-from rich.console import Console
-
 from sailrl.runtime import report
+from sailrl.runtime.console import RunConsole
 from sailrl.runtime.data.order import WARMUP_SEED_OFFSET, rows_for_step, shuffle_seed
 from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rundir import RunDirectory
@@ -25,7 +24,7 @@ class Warmup:
     """The supervised warm-up of one run (``run.warmup``). ``completed``: warm-up steps done so far."""
 
     def __init__(self, *, spec: Spec, train_rows: list[dict[str, Any]], prompts: PromptBuilder,
-                 run_dir: RunDirectory, console: Console, completed: int) -> None:
+                 run_dir: RunDirectory, console: RunConsole, completed: int) -> None:
         self.spec = spec
         self.train_rows = train_rows
         self.prompts = prompts
@@ -58,4 +57,4 @@ class Warmup:
         self.completed = i
         w = self.spec.training.warmup
         if i == 1 or i % 10 == 0 or i == w.steps:
-            self.console.print(f"warm-up {i:4d}/{w.steps} | cross_entropy/token {loss:.3f}")
+            self.console.result(f"warm-up {i:4d}/{w.steps} | cross_entropy/token {loss:.3f}")

@@ -10,6 +10,9 @@ the run (:func:`sailrl.runtime.run.open_run`) and awaits the script's ``main(run
   (a service failing, named by step and phase; on-policy mismatch with ``stop``): one ``error:`` line, exit
   status 1 (state saved first when some steps completed).
 
+Output: each step's line and the run's summary on stdout, everything else (progress, warnings, how to resume,
+errors) on stderr (:class:`sailrl.runtime.console.RunConsole`).
+
 Flags: ``--resume``, ``--overwrite``, ``--set KEY=VALUE`` (repeatable; VALUE is YAML), ``--sampler
 {sail,tinker,local}`` (shorthand for ``--set sampling.sampler=...``).
 """

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sailrl.runtime.console import PIPE_WIDTH, make_console, panel_expand
+from sailrl.runtime.console import PIPE_WIDTH, RunConsole, make_console, panel_expand
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,3 +48,32 @@ def test_preflight_into_a_pipe_keeps_each_line_whole() -> None:
                                              r"max_position_embeddings\)", tokens[0]), lines
     assert max(len(line) for line in lines) > 100
     assert any(line.startswith("╰─ reference: ") for line in lines)  # panels fit their content
+
+
+def test_a_run_console_prints_results_to_stdout_and_the_rest_to_stderr(monkeypatch) -> None:
+    """Issue 33.9: a run's step lines and summary go to stdout (``sailrl run spec.yaml > run.log`` keeps them),
+    its progress and warnings to stderr."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out, err = io.StringIO(), io.StringIO()
+    console = RunConsole(file=err, out_file=out, soft_wrap=True)
+    console.print("[yellow]warning: something[/yellow]")
+    console.result("step    1/2 | reward +0.500 [not markup]")
+    assert out.getvalue() == "step    1/2 | reward +0.500 [not markup]\n"
+    assert err.getvalue() == "warning: something\n"
+    assert console.width == console.out.width == PIPE_WIDTH  # neither wraps without a terminal
+
+
+def test_a_run_console_writes_to_the_streams_of_the_moment(capsys) -> None:
+    console = RunConsole()
+    console.print("note")
+    console.result("line")
+    assert capsys.readouterr() == ("line\n", "note\n")
+
+
+def test_on_one_screen_a_result_is_printed_above_the_progress_bar() -> None:
+    """stdout and stderr both terminals: the line goes through the stderr console, whose live progress bar a
+    write beside it would garble."""
+    out, err = io.StringIO(), io.StringIO()
+    console = RunConsole(file=err, out_file=out, force_terminal=True, width=100, color_system=None)
+    console.result("step    1/2 | reward +0.500")
+    assert (out.getvalue(), err.getvalue()) == ("", "step    1/2 | reward +0.500\n")

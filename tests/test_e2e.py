@@ -53,7 +53,7 @@ def test_quickstart_script_runs_a_few_steps_and_logs_everything(tmp_path):
     assert config["spec"]["name"] == "quickstart" and len(config["spec_sha256"]) == 64
     records = [json.loads(x) for x in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
     assert [r.get("batch") for r in records if r.get("state_path")] == [2, 3]
-    assert "reward (first step -> last step)" in r.stderr and "final adapter" in r.stderr  # 3 steps
+    assert "reward (first step -> last step)" in r.stdout and "final adapter" in r.stdout  # 3 steps
 
 
 @pytest.mark.parametrize("name", ["gsm8k", "sail_guide"])

@@ -75,9 +75,9 @@ def test_a_kill_after_the_last_periodic_save_resumes_to_the_final_adapter(tmp_pa
     (run_dir / "checkpoints.jsonl").write_text("\n".join(records[:-1]) + "\n")
     capsys.readouterr()
     code = _run_here(run_dir, *sets, resume=True)
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert code == 0, err[-2000:]
-    assert "all 2 steps were done; saving the final adapter" in err and "final adapter:" in err
+    assert "all 2 steps were done; saving the final adapter" in err and "final adapter:" in out
     assert json.loads((run_dir / "checkpoints.jsonl").read_text().splitlines()[-1]).get("final")
     assert _steps(run_dir / "metrics.jsonl") == [1, 2]
     # and a complete run says so instead of training again

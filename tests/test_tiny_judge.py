@@ -172,8 +172,8 @@ def test_rl_on_the_judge_alone_raises_correct_and_logs_every_judgement(tmp_path,
 
     run_dir = tmp_path / "run"
     assert main(["run", str(EXAMPLE), "--set", f"output.run_dir={run_dir}", "--set", "training.steps=20"]) == 0
-    err = capsys.readouterr().err
-    assert "tokens: prompt" in err and "judge_prompt" in err
+    out = capsys.readouterr().out  # the summary
+    assert "tokens: prompt" in out and "judge_prompt" in out
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert len(rows) == 20
     for m in rows:

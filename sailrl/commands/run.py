@@ -4,6 +4,8 @@ The script is rendered from the overridden spec, so it carries exactly the loop 
 executed in this process; the run records it as ``<run dir>/train.py`` once the run has opened (a run refused
 for a missing key, an unusable model or data, or a run directory in the way writes nothing). Without
 ``--sampler`` the spec's sampler is used; Sail and Tinker need their API keys (one line says so otherwise).
+The step lines and the summary go to stdout; the spec's warnings, progress, notes and errors to stderr
+(:class:`sailrl.runtime.console.RunConsole`).
 Exit status: 0 done, 1 invalid spec or failed run, 2 bad override, 3 budget reached, 130 interrupted.
 """
 
