@@ -158,8 +158,11 @@ def _reward_checks(loaded: LoadedSpec, found: list[SpecError], judges: Any = Non
             skipped, broken = list(range(len(raw))), []
     with_view = dataclasses.replace(loaded, spec=spec_view)
     fn, unconnected = reward_checks.reward_function(with_view, judges)  # one, shared: judges connect once
-    out: list[SpecError] = list(reward_checks.check_reward_rules(with_view, fn=fn, unconnected=unconnected))
-    out += reward_checks.check_reward_examples(with_view, fn=fn, unconnected=unconnected)
+    try:
+        out: list[SpecError] = list(reward_checks.check_reward_rules(with_view, fn=fn, unconnected=unconnected))
+        out += reward_checks.check_reward_examples(with_view, fn=fn, unconnected=unconnected)
+    finally:
+        fn.close_judges()  # what connecting opened (a local judge's backend) does not outlive the validation
     if skipped:
         which = ", ".join(str(i + 1) for i in skipped)
         why = (f"they expect a score of rule {', '.join(repr(b) for b in broken)} or the total, and that rule has "

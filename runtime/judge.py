@@ -338,6 +338,14 @@ class Judge:
     def connect(self, client: JudgeClient | None) -> None:
         self.client = client
 
+    def close(self) -> None:
+        """Disconnect the client and close what it opened for itself (a client's own ``close()``, if it has one);
+        the rule is then not connected."""
+        client, self.client = self.client, None
+        close = getattr(client, "close", None)
+        if callable(close):
+            close()
+
     @property
     def connected(self) -> bool:
         return self.client is not None
@@ -536,10 +544,12 @@ class SamplingJudgeClient:
     (``parse_response``, ``get_text_content``).
 
     ``sampling_client``: the client, or a zero-argument coroutine function that opens it (called once, on the first
-    judgement). ``label``: e.g. ``tinker: Qwen/Qwen3-8B``.
+    judgement). ``label``: e.g. ``tinker: Qwen/Qwen3-8B``. ``owns``: what closes the service the client comes from,
+    when that service was opened for the judges alone (a local judge's own embedded backend): :meth:`close`
+    closes it.
     """
 
-    def __init__(self, sampling_client: Any, renderer: Any, label: str) -> None:
+    def __init__(self, sampling_client: Any, renderer: Any, label: str, *, owns: Any = None) -> None:
         self._client = None if callable(sampling_client) and not hasattr(sampling_client, "sample_async") \
             else sampling_client
         self._open = sampling_client if self._client is None else None
@@ -547,6 +557,13 @@ class SamplingJudgeClient:
         self.renderer = renderer
         self.label = label
         self._specials = special_tokens_pattern(getattr(renderer, "tokenizer", None))  # once, not per judgement
+        self._owns = owns
+
+    def close(self) -> None:
+        """Close the service this client owns (after the judgements it has started), if any."""
+        owns, self._owns = self._owns, None
+        if owns is not None:
+            owns.close("done")
 
     async def _sampling_client(self) -> Any:
         if self._client is None:

@@ -12,14 +12,16 @@
   local, else one of its own), with the model's renderer.
 
 Sampling clients open on the first judgement (so validate and the run start without waiting for them). A local
-judge's own embedded backend is closed when the process exits, after the judgements it has started: a judgement
-given up at its timeout goes on in the backend's thread, and the interpreter must not shut down under it.
+judge's own embedded backend belongs to the judges connected with it: the reward function's ``close_judges()``
+closes it, after the judgements it has started, and so does the process's exit if nothing did before (a judgement
+given up at its timeout goes on in the backend's thread, and the interpreter must not shut down under it).
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import threading
 import weakref
 from typing import Any
 
@@ -45,6 +47,7 @@ def connect_judges(reward_fn: Any, *, service_client: Any = None, local_service:
     """
     problems: dict[str, str] = {}
     own_local: Any = None
+    own_closer: _CloseOnce | None = None  # the judges sharing own_local share its closing
     for name, judge in judge_rules(reward_fn).items():
         if only is not None and name not in only:
             continue
@@ -70,7 +73,10 @@ def connect_judges(reward_fn: Any, *, service_client: Any = None, local_service:
                 if local_service is None and own_local is None:
                     own_local = _local_service(c.model, spec_dir)
                 service = local_service if local_service is not None else own_local
-            judge.connect(SamplingJudgeClient(_opener(service, c.model), renderer, judge.label))
+            if service is own_local and own_closer is None:
+                own_closer = _CloseOnce(own_local)
+            judge.connect(SamplingJudgeClient(_opener(service, c.model), renderer, judge.label,
+                                              owns=own_closer if service is own_local else None))
         except Exception as exc:  # noqa: BLE001 - a judge that cannot be opened fails its rule, said once
             problems[name] = f"the judge ({judge.label}) cannot be opened: {type(exc).__name__}: {exc}"[:300]
     return problems
@@ -140,6 +146,20 @@ def _local_service(model: str, spec_dir: Any) -> Any:
     service = LocalServiceClient(model, model_dir=spec_dir)
     atexit.register(_close_at_exit, weakref.ref(service))
     return service
+
+
+class _CloseOnce:
+    """Closes a service the first time :meth:`close` is called (the judges that share it each call it)."""
+
+    def __init__(self, service: Any) -> None:
+        self._service: Any = service
+        self._lock = threading.Lock()
+
+    def close(self, status: str) -> None:
+        with self._lock:
+            service, self._service = self._service, None
+        if service is not None:
+            service.close(status)
 
 
 def _close_at_exit(ref: weakref.ref) -> None:

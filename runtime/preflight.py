@@ -576,8 +576,11 @@ def build_report(spec: Spec, spec_dir: Path | str, *, sample: int = 0, show: int
     degenerate: tuple[int, int] | None = None
     if plan is not None:
         unchecked = _connect_judges(reward_fn, judges, problems)
-        section = _sample_with(plan, spec, train, seed, sample, show, spec_path, policy, reward_fn,
-                               tokenizer, renderer, problems)
+        try:
+            section = _sample_with(plan, spec, train, seed, sample, show, spec_path, policy, reward_fn,
+                                   tokenizer, renderer, problems)
+        finally:
+            reward_fn.close_judges()  # what connecting opened (a local judge's backend) ends with the report
         if section is None:
             return _finish(report)
         _mark_not_checked(section, unchecked)

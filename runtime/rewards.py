@@ -605,6 +605,13 @@ class RewardFunction:
         """
         return cls(reward, reference_field, spec_dir)
 
+    def close_judges(self) -> None:
+        """Disconnect every judge rule and close what its client opened for itself (a local judge's own embedded
+        backend: its threads and model), after the judgements already started. The judge rules are then not
+        connected; whoever connected them calls this when it is done scoring."""
+        for judge in self.judges.values():
+            judge.close()
+
     # ------------------------------------------------------------------------------------------ scoring
 
     def _run(self, ctx: _Ctx) -> Score:
