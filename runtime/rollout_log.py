@@ -35,6 +35,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from sailrl.runtime.errors import writing
+from sailrl.runtime.rundir import append_whole
+
 ROLLOUTS_FILE = "rollouts.jsonl"
 KINDS = ("train", "eval")
 
@@ -366,11 +369,9 @@ class RolloutLog:
         if not self._tail_checked:
             _cut_partial_line(self.path)
             self._tail_checked = True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        with writing(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        append_whole(self.path, data)  # the step's lines whole or none: a full disk leaves no torn step
         return len(records)
 
     def truncate(self, first_step_to_rerun: int) -> None:

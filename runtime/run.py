@@ -20,7 +20,9 @@ completed steps, so a resumed run continues at ``batch + 1``.
 Safety: nothing is written to the run directory before the backend, the model, the data and the training
 client have opened (so a refused run leaves nothing behind, :mod:`sailrl.runtime.opening`); an update once
 submitted lands and its step is logged before state is saved on Ctrl-C (``run.checkpoints.apply_update``); each
-step's metrics and rollouts are written whole at its end.
+step's metrics and rollouts are written whole at its end, and a state is saved only at a step boundary (a write
+that fails leaves the weights past the last recorded step: nothing is saved, ``--resume`` continues from the last
+state saved before, :mod:`sailrl.runtime.checkpoints`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from sailrl.runtime.budget import Budget
 from sailrl.runtime.checkpoints import Checkpoints
 from sailrl.runtime.console import RunConsole
 from sailrl.runtime.episode import build_tools, close_tools
+from sailrl.runtime.errors import writing
 from sailrl.runtime.records import Records
 from sailrl.runtime.rollout_log import RolloutLog
 from sailrl.runtime.rundir import RunDirectory, run_dir_path
@@ -167,7 +170,8 @@ def _assemble(spec: Spec, options: RunOptions, console: Console, run_dir: RunDir
     limit = spec.output.log_rollouts
     rollout_log = None if limit == 0 else RolloutLog(run_dir.path, limit, reference_field=spec.prompt.reference_field)
     if rollout_log is not None:
-        rollout_log.truncate(start.completed + 1)
+        with writing(rollout_log.path):  # a full disk: one line, not a traceback
+            rollout_log.truncate(start.completed + 1)
     records = Records(spec=spec, run_dir=run_dir, rule_names=inputs.reward_fn.rule_names, tokenizer=inputs.tokenizer,
                       console=console, is_local=backend.is_local, cost=cost, rollout_log=rollout_log,
                       completed=start.completed, wandb_run=opening.open_wandb(spec, console),

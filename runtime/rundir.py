@@ -6,8 +6,8 @@ Layout follows tinker-cookbook: ``metrics.jsonl`` has one JSON object per step w
 Here ``batch`` is the number of completed RL steps; steps are numbered from 1, so a resumed run starts at step
 ``batch + 1``. A state saved during the supervised warm-up also records ``warmup`` (completed warm-up steps).
 
-Crash safety: each metrics line is written whole and flushed with fsync. A run killed mid-step leaves at most a
-partial last line, which is dropped on resume; lines for steps after the last saved state are dropped too (those
+Crash safety: each metrics line is written whole and flushed with fsync (:func:`append_whole`: a write that fails,
+a full disk, is taken back, so no half line stays). A run killed mid-step leaves at most a partial last line, which is dropped on resume; lines for steps after the last saved state are dropped too (those
 steps are re-run), so the metrics of a resumed run have every step exactly once.
 """
 
@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from sailrl.runtime.errors import writing
 from sailrl.spec.files import writable_folder
 from sailrl.spec.schema import Spec
 
@@ -50,6 +51,45 @@ def _read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
             if isinstance(obj, dict):
                 out.append(obj)
     return out
+
+
+def append_whole(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path`` whole and fsync it, or not at all: a write that fails part-way (a full disk) is
+    cut back to where it began before the error, a :class:`~sailrl.runtime.errors.RunWriteError` for a disk
+    failure, is raised. A torn last line a killed writer left is closed with a newline first, so the new record
+    never joins it."""
+    with writing(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
+            if start and os.pread(fd, 1, start - 1) != b"\n":
+                data = b"\n" + data
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except BaseException:
+                os.ftruncate(fd, start)
+                raise
+        finally:
+            os.close(fd)
+
+
+def replace_whole(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` by atomic replace (a temporary file beside it, fsynced); on failure the
+    temporary file is removed and ``path`` is left as it was."""
+    tmp = path.with_name(path.name + ".tmp")
+    with writing(path):
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -116,9 +156,7 @@ class RunDirectory:
     def write_config(self, resolved_spec: dict[str, Any], spec_sha256: str, extra: dict[str, Any]) -> None:
         self.ensure()
         config = {"spec_sha256": spec_sha256, "spec": resolved_spec, **extra}
-        tmp = self.path / (CONFIG_FILE + ".tmp")
-        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, self.path / CONFIG_FILE)
+        replace_whole(self.path / CONFIG_FILE, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
     def read_config(self) -> dict[str, Any] | None:
         p = self.path / CONFIG_FILE
@@ -168,13 +206,7 @@ class RunDirectory:
             return
         kept = [m for m in _read_jsonl_tolerant(path)
                 if isinstance(m.get("step"), int) and m["step"] < first_step_to_rerun]
-        tmp = self.path / (name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for m in kept:
-                f.write(json.dumps(m, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace_whole(path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode("utf-8"))
 
     def append_metrics(self, metrics: dict[str, Any]) -> None:
         """Append one step's metrics as one line, flushed to disk."""
@@ -183,9 +215,7 @@ class RunDirectory:
     def write_script(self, text: str) -> None:
         """Record the training script that runs as ``train.py`` (atomic)."""
         self.ensure()
-        tmp = self.path / (SCRIPT_FILE + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, self.path / SCRIPT_FILE)
+        replace_whole(self.path / SCRIPT_FILE, text.encode("utf-8"))
 
     def read_warmup(self) -> list[dict[str, Any]]:
         return _read_jsonl_tolerant(self.path / WARMUP_FILE)
@@ -194,9 +224,7 @@ class RunDirectory:
         return _read_jsonl_tolerant(self.metrics_path)
 
     def append_jsonl(self, name: str, record: dict[str, Any]) -> None:
-        """Append ``record`` as one line of ``name``, flushed to disk (a kill leaves at most a torn last line)."""
+        """Append ``record`` as one line of ``name``, whole or not at all (:func:`append_whole`; a kill leaves at
+        most a torn last line)."""
         self.ensure()
-        with open(self.path / name, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_whole(self.path / name, (json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))

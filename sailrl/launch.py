@@ -171,7 +171,7 @@ def write_into_config(config: dict[str, Any], spec: Spec) -> None:
 async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, options: Any) -> int:
     """Open the run, await ``script_main(run)`` and turn its end into an exit status (see the module docstring)."""
     # lazy: `sailrl preflight` imports this module for build_spec; the run's modules load torch
-    from sailrl.runtime.errors import BudgetReached
+    from sailrl.runtime.errors import BudgetReached, RunWriteError, write_error
     from sailrl.runtime.run import open_run  # lazy: see above
 
     run = None
@@ -198,10 +198,16 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, opt
             await run.checkpoints.save_after_failure(exc)
         if isinstance(exc, SpecErrors):
             print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
+        elif isinstance(exc, RunWriteError) and run is not None:  # nothing saved on the failing disk: say from where
+            print(f"error: {run.checkpoints.after_write_failure(exc)}", file=sys.stderr)
         else:
             print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as exc:
+        disk = write_error(exc)  # a library's own write (a checkpoint file) on a full or failing disk
+        if disk is not None:
+            print(f"error: {run.checkpoints.after_write_failure(disk) if run is not None else disk}", file=sys.stderr)
+            return EXIT_FAILED
         if run is not None:
             await run.checkpoints.save_after_failure(exc)
         raise

@@ -225,6 +225,8 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
               "overwrite, or one already complete."),
     ErrorCode("E104", "sailrl.runtime.errors.BudgetReached", "The next step would pass training.max_cost_usd (state "
               "saved, exit 3)."),
+    ErrorCode("E105", "sailrl.runtime.errors.RunWriteError", "A write of the run failed: a full disk, a quota, a "
+              "read-only or failing file system (the run stops at a step boundary; --resume continues it)."),
     ErrorCode("E110", "sailrl.runtime.backends.BackendError", "A backend cannot be opened (a missing key, an "
               "unreachable Tinker)."),
     ErrorCode("E120", "sailrl.runtime.data.base.DatasetError", "The dataset is missing, unreadable or malformed, or "

@@ -14,8 +14,11 @@ Datum convention (as tinker-cookbook builds them): ``model_input`` = tokens[:-1]
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +33,18 @@ from sailrl.runtime.local.decoder import decoder_of
 from sailrl.runtime.local.lora import adapter_state, attach_lora, quiet_peft
 from sailrl.runtime.local.losses import check_loss_request, datum_loss
 from sailrl.runtime.local.tiny import BaseModelSpec
+
+#: How safetensors names the errno of a failed write in its message.
+_OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)")
+
+
+def _os_errno(exc: BaseException) -> int | None:
+    """The OS error number of a failed write: an ``OSError``'s, or the one safetensors writes in its message."""
+    if isinstance(exc, OSError):
+        return exc.errno
+    m = _OS_ERROR_IN_TEXT.search(str(exc)) if isinstance(exc, Exception) else None
+    return int(m[1]) if m else None
+
 
 Prepared = list[tuple[list[int], dict[str, np.ndarray]]]  # (tokens, loss inputs) per datum; arrays pickle fast
 
@@ -218,19 +233,32 @@ class LoraTrainer:
 
     def save(self, path: str, overwrite: bool, ttl_seconds: int | None, user_metadata: dict | None) -> str:
         """Write the adapter (PEFT format) to ``path``'s directory, and for a ``weights`` path the optimizer state
-        and step count too; then its metadata. Raises ``ValueError`` if it exists and not ``overwrite``."""
+        and step count too; then its metadata. Raises ``ValueError`` if it exists and not ``overwrite``.
+
+        A save that fails part-way removes the directory it made (a half-written checkpoint is none); a full or
+        failing disk is an ``OSError`` naming the directory (torch's and safetensors' own errors do not say)."""
         lp = LocalPath.parse(path)
         directory = self.store.prepare(lp, overwrite)
-        self.model.save_pretrained(directory, save_embedding_layers=False)
-        readme = os.path.join(directory, "README.md")
-        if os.path.exists(readme):
-            os.remove(readme)
-        self.spec.write(directory)
-        if lp.kind == "weights":
-            torch.save(self.optimizer.state_dict(), os.path.join(directory, OPTIMIZER_FILE))
-            with open(os.path.join(directory, TRAINING_STATE_FILE), "w") as f:
-                json.dump({"optimizer_steps": self.steps, "lora": self.lora.model_dump()}, f, indent=2)
-        self.store.write_meta(lp, ttl_seconds, user_metadata)
+        try:
+            self.model.save_pretrained(directory, save_embedding_layers=False)
+            readme = os.path.join(directory, "README.md")
+            if os.path.exists(readme):
+                os.remove(readme)
+            self.spec.write(directory)
+            if lp.kind == "weights":
+                buffer = io.BytesIO()  # serialized here, written by Python's I/O, whose errors carry the errno
+                torch.save(self.optimizer.state_dict(), buffer)
+                with open(os.path.join(directory, OPTIMIZER_FILE), "wb") as f:
+                    f.write(buffer.getbuffer())
+                with open(os.path.join(directory, TRAINING_STATE_FILE), "w") as f:
+                    json.dump({"optimizer_steps": self.steps, "lora": self.lora.model_dump()}, f, indent=2)
+            self.store.write_meta(lp, ttl_seconds, user_metadata)
+        except BaseException as exc:
+            shutil.rmtree(directory, ignore_errors=True)
+            code = _os_errno(exc)
+            if code is None:
+                raise
+            raise OSError(code, os.strerror(code), getattr(exc, "filename", None) or directory) from exc
         return str(lp)
 
     def load(self, path: str, with_optimizer: bool) -> None:
