@@ -113,7 +113,9 @@ def step_line(step: int, total: int, metrics: dict[str, Any], rule_names: Sequen
               show_cost: bool = True) -> str:
     """``step 3/40 | reward +0.512 = correct +0.40 + format +0.11 | correct 80% | degenerate 12% | truncated 0% |
     tokens 2.8k in, 1.5k out, 1.0k trained | $0.0123 (total $0.04) | 0.9s`` (cost only with ``show_cost`` and a
-    known price)."""
+    known price). An episode run's line also says, per episode, the model's turns, its tool calls and how many
+    of them failed, and feedback turns when there were any: ``episodes 2.10 turns, 1.05 tool calls (0.12
+    failed)``."""
     reward = f"reward {_fmt(metrics.get('reward/total'))}"
     rules = " + ".join(f"{n} {_fmt(metrics.get(f'reward/{n}'))}" for n in rule_names)
     parts = [f"step {step:4d}/{total}", f"{reward} = {rules}" if rules else reward]
@@ -121,6 +123,9 @@ def step_line(step: int, total: int, metrics: dict[str, Any], rule_names: Sequen
         parts.append(f"correct {_pct(metrics['correct'])}")
     parts.append(f"degenerate {100 * (metrics.get('degenerate_frac') or 0):3.0f}%")
     parts.append(f"truncated {100 * (metrics.get('frac_truncated') or 0):3.0f}%")
+    episodes = _episodes(metrics)
+    if episodes:
+        parts.append(episodes)
     parts.append(f"tokens {_k(metrics.get('tokens/prompt'))} in, {_k(metrics.get('tokens/sampled'))} out, "
                  f"{_k(metrics.get('tokens/trained'))} trained")
     if metrics.get("cost/step") is not None and show_cost:
@@ -134,6 +139,19 @@ def step_line(step: int, total: int, metrics: dict[str, Any], rule_names: Sequen
         parts.append(ev)
     parts.append(f"{seconds:.1f}s")
     return " | ".join(parts)
+
+
+def _episodes(metrics: dict[str, Any]) -> str | None:
+    """The step line's episode part (means per episode, from :func:`rollout_metrics`); None for a single-turn
+    run, whose metrics carry no ``episode/`` keys."""
+    turns, calls = metrics.get("episode/turns"), metrics.get("episode/tool_calls")
+    if not isinstance(turns, (int, float)) or not isinstance(calls, (int, float)) or math.isnan(turns):
+        return None
+    text = f"episodes {turns:.2f} turns, {calls:.2f} tool calls ({metrics.get('episode/tool_errors') or 0:.2f} failed)"
+    feedback = metrics.get("episode/feedback_turns")
+    if isinstance(feedback, (int, float)) and feedback > 0:
+        text += f", {feedback:.2f} feedback turns"
+    return text
 
 
 def _window_mean(history: Sequence[dict[str, Any]], key: str, k: int) -> tuple[float, float, int]:

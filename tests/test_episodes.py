@@ -320,7 +320,7 @@ def test_rollout_log_show_and_metrics_carry_every_turn(tmp_path, capsys, monkeyp
     out = capsys.readouterr().out
     assert "turn 1 · assistant" in out and '→ tool call calculator({"expression": "3+4"})' in out
     assert "turn 2 · tool calculator" in out and "turn 3 · assistant" in out
-    assert "episode ended: answered after 3 turns" in out and "scored text" in out
+    assert "episode ended: answered after 2 model turns" in out and "scored text" in out  # not the tool result
 
 
 def test_single_turn_records_have_no_episode_key(tmp_path):
@@ -418,3 +418,23 @@ def test_a_tool_result_nested_too_deep_for_json_is_a_result_error(tmp_path: Path
     assert out.error == "result", out
     assert "the tool returned a dict that is not text or JSON (maximum recursion depth exceeded" in out.content
     assert tool.call({"depth": 1}).content == '{"a": {}}'  # the worker still answers
+
+
+def test_show_counts_the_model_turns_max_turns_counts() -> None:
+    """Issue 33.14: an episode of 3 replies (max_turns: 3) with a tool result and a feedback turn between them ended
+    "after 5 turns"; the number is the model's turns, what environment.max_turns bounds."""
+    import io
+
+    from sailrl.commands.show import _episode
+    from sailrl.runtime.console import make_console
+
+    out = io.StringIO()
+    turns = [{"role": "assistant", "text": "a", "tool_calls": [{"name": "calculator", "arguments": "{}"}]},
+             {"role": "tool", "name": "calculator", "text": "7", "error": False},
+             {"role": "assistant", "text": "8"}, {"role": "user", "text": "Try again"},
+             {"role": "assistant", "text": "9"}]
+    _episode(make_console(file=out, width=100), {"end": "max_turns", "turns": turns})
+    assert out.getvalue().splitlines()[-1] == "episode ended: max_turns after 3 model turns"
+    out = io.StringIO()
+    _episode(make_console(file=out, width=100), {"end": "max_tokens", "turns": turns[:1]})
+    assert out.getvalue().splitlines()[-1] == "episode ended: max_tokens after 1 model turn"

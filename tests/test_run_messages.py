@@ -19,7 +19,7 @@ from conftest import MINIMAL_SPEC
 
 from sailrl.runtime.local.lora import attach_lora
 from sailrl.runtime.local.sources import ResolvedModel, load_model
-from sailrl.runtime.report import summary_lines
+from sailrl.runtime.report import step_line, summary_lines
 from sailrl.runtime.rundir import run_dir_path
 from sailrl.spec.loader import load_spec
 from tests.fakes.tiny_models import save_model_dir, tiny_config, write_llama_gguf
@@ -45,6 +45,22 @@ def test_one_step_is_said_as_one_step() -> None:
                                         "correct (first step -> last step): 0.000 -> 0.400"]
     ten = [{"reward/total": 0.1 * i} for i in range(10)]
     assert summary_lines(ten)[0] == "reward (mean of first 5 steps -> last 5): +0.200 -> +0.700"
+
+
+def test_an_episode_step_line_says_the_tool_use() -> None:
+    """Issue 33.14: an episode run's line shows turns, tool calls and failed tool calls per episode (and feedback
+    turns when there were any); a single-turn run's line has none of it."""
+    base = {"reward/total": 0.5, "reward/correct": 0.5, "correct": 0.5, "degenerate_frac": 0.25,
+            "frac_truncated": 0.0, "tokens/prompt": 2800, "tokens/sampled": 1500, "tokens/trained": 1000}
+    episode = {**base, "episode/turns": 2.125, "episode/tool_calls": 1.0625, "episode/tool_errors": 0.125,
+               "episode/feedback_turns": 0.0}
+    assert step_line(3, 40, episode, ["correct"], 0.9) == (
+        "step    3/40 | reward +0.500 = correct +0.500 | correct 50% | degenerate  25% | truncated   0% | "
+        "episodes 2.12 turns, 1.06 tool calls (0.12 failed) | tokens 2.8k in, 1.5k out, 1.0k trained | 0.9s")
+    fed = {**episode, "episode/tool_calls": 0.0, "episode/tool_errors": 0.0, "episode/feedback_turns": 0.5}
+    assert "| episodes 2.12 turns, 0.00 tool calls (0.00 failed), 0.50 feedback turns |" in step_line(
+        3, 40, fed, ["correct"], 0.9)
+    assert "episodes" not in step_line(3, 40, base, ["correct"], 0.9)
 
 
 def test_lora_on_a_tied_lm_head_does_not_warn_every_run() -> None:

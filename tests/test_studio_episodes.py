@@ -77,7 +77,7 @@ def test_the_run_view_shows_every_turn_the_verdicts_and_the_end(page, project, s
     assert turns.nth(0).locator("li.tool-call").inner_text() == '→ tool call calculator({"expression": "3+4"})'
     assert turns.nth(1).locator("pre.turn-text").inner_text() == "7"
     assert first.locator(".episode-end").inner_text() == (
-        "episode ended: answered after 3 turns (the model answered (a reply without tool calls, and no feedback "
+        "episode ended: answered after 2 model turns (the model answered (a reply without tool calls, and no feedback "
         "rule failed))")
     assert first.locator(".episode-summary").inner_text() == "episode: 2 replies, 1 tool call · ended: answered"
     assert first.locator(".scored-label").inner_text().startswith("scored text: the final reply")
@@ -96,7 +96,7 @@ def test_the_run_view_shows_every_turn_the_verdicts_and_the_end(page, project, s
     assert tool_turn.locator(".turn-head").inner_text() == "turn 2 · tool lookup"
     assert tool_turn.locator("pre.turn-text").inner_text() == LOOKUP_RESULT
     assert hostile.locator(".episode-end").inner_text() == (
-        "episode ended: max_turns after 5 turns (it reached environment.max_turns)")
+        "episode ended: max_turns after 3 model turns (it reached environment.max_turns)")
     assert hostile.locator(".episode-summary").inner_text() == (
         "episode: 3 replies, 1 tool call, 1 feedback · ended: max_turns")
     assert hostile.locator(".verdicts tbody td").nth(1).inner_text() == "fail"
@@ -114,7 +114,7 @@ def test_the_run_view_shows_every_turn_the_verdicts_and_the_end(page, project, s
     # group 2 sample 0: one reply cut at max_tokens
     cut = _rollout(pg, 2, 0)
     assert cut.locator(".episode-end").inner_text() == (
-        "episode ended: max_tokens after 1 turn (a reply was cut off at sampling.max_tokens)")
+        "episode ended: max_tokens after 1 model turn (a reply was cut off at sampling.max_tokens)")
     assert "cut off at max_tokens" in cut.locator(".rollout-head").inner_text()
 
     hostile.scroll_into_view_if_needed()

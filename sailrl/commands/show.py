@@ -232,7 +232,9 @@ def _episode(console: Any, episode: dict[str, Any]) -> None:
             title = f"turn {n} · feedback" if role == "user" else f"turn {n} · {visible(role)}"
             body = Text(text, style="yellow")
         console.print(Panel(body, title=title, title_align="left", box=box.SQUARE, expand=panel_expand(console)))
-    console.print(Text(f"episode ended: {visible(str(episode.get('end', '')))} after {len(turns)} turns"))
+    replies = sum(1 for t in turns if t.get("role") == "assistant")  # what environment.max_turns counts
+    console.print(Text(f"episode ended: {visible(str(episode.get('end', '')))} after {replies} model "
+                       f"turn{'' if replies == 1 else 's'}"))
 
 
 def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *, best: bool = False,

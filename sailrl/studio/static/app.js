@@ -730,7 +730,8 @@ function episodeView(ep) {
       calls));
   });
   const end = String(ep.end ?? "");
-  box.append(h("div", { class: "episode-end" }, `episode ended: ${end || "?"} after ${turns.length} turn${turns.length === 1 ? "" : "s"}`,
+  const replies = turns.filter((t) => t.role === "assistant").length;  // what environment.max_turns counts
+  box.append(h("div", { class: "episode-end" }, `episode ended: ${end || "?"} after ${replies} model turn${replies === 1 ? "" : "s"}`,
     END_WORDS[end] ? ` (${END_WORDS[end]})` : ""));
   return box;
 }
