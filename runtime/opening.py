@@ -244,11 +244,13 @@ def load_inputs(spec: Spec, backend: Backend, training_client: Any, spec_dir: Pa
     reward_fn = RewardFunction.from_spec(spec.reward, reference_field=spec.prompt.reference_field, spec_dir=spec_dir)
     if reward_fn.judges:  # kind: judge rules: their clients open on the first judgement
         service = backend.service_client
-        for name, why in connect_judges(reward_fn, service_client=None if backend.is_local else service,
-                                        local_service=service if backend.is_local else None,
-                                        spec_dir=spec_dir).items():
-            console.print(f"[yellow]warning: judge rule '{name}': {why}; it fails every judgement (judge/failed)"
-                          "[/yellow]")
+        unconnected = connect_judges(reward_fn, service_client=None if backend.is_local else service,
+                                     local_service=service if backend.is_local else None, spec_dir=spec_dir)
+        if unconnected:  # a rule no step could compute: stop before the first step, not train on its fail score
+            name, why = next(iter(unconnected.items()))
+            more = f" (and {len(unconnected) - 1} more judge rules)" if len(unconnected) > 1 else ""
+            raise ConfigError(f"judge rule '{name}' cannot be computed: {why}{more}; the run stops before its "
+                              "first step")
     rows = load_rows(spec, spec_dir, reward_fn=reward_fn, renderer=renderer, tool_specs=tool_specs)
     if rows.skipped:
         console.print(f"[yellow]skipped {len(rows.skipped)} dataset rows (first: row {rows.skipped[0].index}: "

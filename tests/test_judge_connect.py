@@ -142,18 +142,46 @@ output: {run_dir: run}
 
 
 @pytest.mark.slow
-def test_a_run_with_a_sail_judge_and_no_key_says_so_once_and_counts_every_failure(no_sail_key, tmp_path) -> None:
+def test_a_run_with_a_sail_judge_and_no_key_stops_before_its_first_step_in_one_line(no_sail_key, tmp_path) -> None:
+    """A rule no step could compute is not trained on at its fail score: exit 1, one line, no run directory."""
     (tmp_path / "data").mkdir()
     shutil.copy(ROOT / "spec/examples/data/addition.jsonl", tmp_path / "data" / "addition.jsonl")
     (tmp_path / "spec.yaml").write_text(RUN_SPEC)
     r = subprocess.run([sys.executable, "-m", "sailrl", "run", "spec.yaml"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "300"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = r.stdout + r.stderr
-    said = [line for line in out.splitlines() if "polite" in line and "warning" in line]
-    assert said == ["warning: judge rule 'polite': the judge (sail: judge-m) needs a Sail API key: SAIL_API_KEY is "
-                    "not set (export it, or run `sail auth login`); it fails every judgement (judge/failed)"]
-    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [1, 2, 3]
-    assert all(m["judge/failed"] == 4.0 and m["judge/calls"] == 0.0 for m in lines)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert r.stderr.splitlines()[-1:] == [
+        "error: judge rule 'polite' cannot be computed: the judge (sail: judge-m) needs a Sail API key: SAIL_API_KEY "
+        "is not set (export it, or run `sail auth login`); the run stops before its first step"]
+    assert "Traceback" not in r.stderr and "step 1" not in r.stdout
+    assert not (tmp_path / "run").exists()
+    assert no_sail_key.count("POST") == 0
+
+
+def test_rewards_shows_a_judge_it_cannot_call_as_not_checked_never_as_failed(no_sail_key, tmp_path, capsys) -> None:
+    from sailrl.cli import main
+
+    (tmp_path / "data").mkdir()
+    shutil.copy(ROOT / "spec/examples/data/addition.jsonl", tmp_path / "data" / "addition.jsonl")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(RUN_SPEC)
+    why = ("the judge (sail: judge-m) needs a Sail API key: SAIL_API_KEY is not set (export it, or run `sail auth "
+           "login`)")
+    argv = ["rewards", str(spec), "-c", "7", "-f", "question=3+4", "-f", "answer=7"]
+    assert main([*argv, "--json"]) == 1
+    out, err = capsys.readouterr()
+    got = json.loads(out)
+    assert got["total"] is None and got["not_checked"] == {"polite": why}
+    assert got["passed"] == {"correct": True, "polite": None}
+    assert got["contributions"] == {"correct": 1.0, "polite": None}
+    assert err.splitlines()[-1] == f"sailrl rewards: judge rule 'polite' not checked: {why}"
+
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]]
+            for line in out.splitlines() if line.startswith("│") and line.split("│")[1].strip()}
+    assert rows["correct"] == ["pass", "1"]
+    assert rows["polite"] == ["not checked", ""]
+    assert rows["total"] == ["", "not known"]
+    assert "fail" not in out
     assert no_sail_key.count("POST") == 0

@@ -66,9 +66,12 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("\r\n", "\n").replace("\n", "⏎") + "'"
 
 
-def print_score_tables(fn: Any, results: list[tuple]) -> None:
+def print_score_tables(fn: Any, results: list[tuple], not_checked: dict[str, str] | None = None) -> None:
     """One table per ``(item, fields, reference problem, score, traces)``: rule | result | score | why, and the total;
-    then the completion text and the reference answer (``sailrl rewards``, ``sailrl sample``)."""
+    then the completion text and the reference answer (``sailrl rewards``, ``sailrl sample``). A judge rule in
+    ``not_checked`` (rule -> why its judge was not called) shows as not checked, never as failed, and the total
+    as not known."""
+    not_checked = not_checked or {}
     # lazy: rich takes a while to import; validate imports this module and prints no table
     from rich.markup import escape
     from rich.table import Table  # lazy: see above
@@ -91,10 +94,18 @@ def print_score_tables(fn: Any, results: list[tuple]) -> None:
         table.add_column("score", justify="right")
         table.add_column("why", overflow="fold")
         for t in traces:
+            if t.name in not_checked:
+                table.add_row(escape(t.name), "[yellow]not checked[/]", "",
+                              escape(f"needs the judge: {not_checked[t.name]}"))
+                continue
             result = "[green]pass[/]" if t.passed else "[red]fail[/]"
             table.add_row(escape(t.name), result, f"{t.contribution:g}", escape(t.why))
         table.add_section()
-        table.add_row("[bold]total[/]", "", f"[bold]{score.total:g}[/]", "")
+        if not_checked:
+            names = ", ".join(f"'{n}'" for n in not_checked)
+            table.add_row("[bold]total[/]", "", "[bold]not known[/]", escape(f"judge rule {names} not checked"))
+        else:
+            table.add_row("[bold]total[/]", "", f"[bold]{score.total:g}[/]", "")
         console.print(table)
         console.print(f"  text: {escape(_quoted(shown))}")
         ref = fn.reference_answer(fields)
@@ -105,13 +116,15 @@ def print_score_tables(fn: Any, results: list[tuple]) -> None:
         if score.timeouts:
             console.print(f"  [yellow]{score.timeouts} regex evaluation(s) hit the time limit[/]")
         for name, v in getattr(score, "judge", {}).items():  # judge rules: the judge's answer, the score taken
+            if name in not_checked:
+                continue
             taken = f"score taken <score>{v.label}</score>" if v.kind == "ok" else f"no score: {v.problem}"
             console.print(f"  judge '{escape(name)}' ({escape(taken)}; {v.prompt_tokens} + {v.output_tokens} "
                           f"tokens) answered: {escape(_quoted(v.answer[:600]))}")
         console.print()
     if len(results) > 1:
         mean = sum(r[3].total for r in results) / len(results)
-        line = f"{len(results)} completions, mean total {mean:.4g}"
+        line = f"{len(results)} completions, mean total {'not known' if not_checked else f'{mean:.4g}'}"
         corrects = [r[3].correct for r in results if r[3].correct is not None]
         if corrects:
             line += f", correct {sum(corrects)}/{len(corrects)}"

@@ -6,8 +6,11 @@ against come from ``--row N`` (row N of the spec's dataset split, by its index i
 ``--field NAME=VALUE`` (repeatable; overrides the row). Each completion gets a table: rule | result | score |
 why, and the total.
 
-Exit codes: 0 scored; 1 invalid spec, unloadable dataset, or a reference answer the rules cannot use;
-2 usage error (no completions, a malformed --field or JSONL line).
+Judge rules call their judge (keys as for a run); one that cannot be called (no key, a judge that cannot be opened)
+is shown as not checked, never as failed, and the total as not known.
+
+Exit codes: 0 scored; 1 invalid spec, unloadable dataset, a reference answer the rules cannot use, or a judge rule
+not checked; 2 usage error (no completions, a malformed --field or JSONL line).
 """
 
 from __future__ import annotations
@@ -126,12 +129,12 @@ def run(args: argparse.Namespace) -> int:
 
     spec_dir = Path(args.spec).resolve().parent
     fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
+    unchecked: dict[str, str] = {}
     if fn.judges:  # kind: judge rules call their judge models (keys as for a run)
         # lazy: judge clients load tinker and torch (seconds); only specs with judge rules need them
         from sailrl.runtime.judge_clients import connect_judges
 
-        for name, why in connect_judges(fn, spec_dir=spec_dir).items():
-            print(f"warning: judge rule '{name}': {why}", file=sys.stderr)
+        unchecked = connect_judges(fn, spec_dir=spec_dir)  # a judge that cannot be called: not checked, not failed
     problems = 0
     results = []
     for item in items:
@@ -145,17 +148,23 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         for item, _, problem, score, _traces in results:
             print(json.dumps({
-                "completion": item["completion"], "total": score.total, "contributions": score.contributions,
-                "passed": score.passed, "reasons": score.reasons, "correct": score.correct,
+                "completion": item["completion"], "total": None if unchecked else score.total,
+                "contributions": {n: None if n in unchecked else c for n, c in score.contributions.items()},
+                "passed": {n: None if n in unchecked else p for n, p in score.passed.items()},
+                "reasons": {n: f"not checked: {unchecked[n]}" if n in unchecked else r
+                            for n, r in score.reasons.items()},
+                "not_checked": unchecked, "correct": score.correct,
                 "timeouts": score.timeouts, "errors": score.errors, "subscores": score.subscores,
                 "reference_problem": problem,
                 **({"judge": {n: {"answer": v.answer, "score_text": v.label, "normalised": v.score, "kind": v.kind,
                                   "prompt_tokens": v.prompt_tokens, "output_tokens": v.output_tokens}
-                              for n, v in score.judge.items()}} if score.judge else {}),
+                              for n, v in score.judge.items() if n not in unchecked}} if score.judge else {}),
             }))
     else:
-        print_score_tables(fn, results)
+        print_score_tables(fn, results, unchecked)
+    for name, why in unchecked.items():
+        print(f"sailrl rewards: judge rule '{name}' not checked: {why}", file=sys.stderr)
     if problems and args.row is None and not fields:
         print(f"note: the reward needs the reference answer: pass it with --field "
               f"{spec.prompt.reference_field}=VALUE, or take a dataset row with --row N", file=sys.stderr)
-    return 1 if problems else 0
+    return 1 if problems or unchecked else 0
