@@ -18,15 +18,26 @@ from typing import Any
 
 from rich.console import Console
 
-__all__ = ["PIPE_WIDTH", "RunConsole", "make_console", "panel_expand"]
+from sailrl.runtime.redact import redact
+
+__all__ = ["PIPE_WIDTH", "RedactingConsole", "RunConsole", "make_console", "panel_expand"]
 
 #: Columns a console writing to a pipe or a file lays out tables in: wide enough that no line is wrapped.
 PIPE_WIDTH = 4096
 
 
+class RedactingConsole(Console):
+    """A rich console whose output never holds a secret of this process's environment
+    (:func:`sailrl.runtime.redact.redact` on the rendered text, whatever printed it)."""
+
+    def _render_buffer(self, buffer: Any) -> str:
+        return redact(super()._render_buffer(buffer))
+
+
 def make_console(*, stderr: bool = False, **kwargs: Any) -> Console:
-    """A ``rich.console.Console`` (``kwargs`` as rich takes them) that wraps only on a terminal."""
-    return _unwrapped(Console(stderr=stderr, **kwargs), kwargs)
+    """A ``rich.console.Console`` (``kwargs`` as rich takes them) that wraps only on a terminal and never prints a
+    secret (:class:`RedactingConsole`)."""
+    return _unwrapped(RedactingConsole(stderr=stderr, **kwargs), kwargs)
 
 
 def _unwrapped(console: Console, kwargs: dict[str, Any]) -> Console:
@@ -37,7 +48,7 @@ def _unwrapped(console: Console, kwargs: dict[str, Any]) -> Console:
     return console
 
 
-class RunConsole(Console):
+class RunConsole(RedactingConsole):
     """A run's console: :meth:`print` (progress, notes, warnings) writes to stderr, :meth:`result` (step lines,
     the summary) to stdout. ``file`` / ``out_file`` (tests) replace stderr / stdout; other ``kwargs`` as rich
     takes them, for both streams. Neither wraps without a terminal (:func:`make_console`).

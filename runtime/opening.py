@@ -270,16 +270,17 @@ def cost_model(spec: Spec, inputs: Inputs) -> CostModel:
 # ---------------------------------------------------------------- 5. write
 def write_run_dir(run_dir: RunDirectory, spec: Spec, start: ResumePoint, *, resume: bool, overwrite: bool,
                   spec_sha256: str, spec_path: str, overrides: list[str], script_text: str | None,
-                  is_local: bool) -> tuple[str, int]:
+                  is_local: bool, code_sha256: dict[str, str] | None = None) -> tuple[str, int]:
     """Write ``config.json`` (and ``train.py``), drop the logs of steps to re-run; returns the run id (it names
-    this run's Sail adapters) and the warm-up steps done."""
+    this run's Sail adapters) and the warm-up steps done. ``code_sha256``: the rule and tool files the run froze."""
     t = spec.training
     if not resume and overwrite:
         run_dir.clear_records()
     old_config = run_dir.read_config() if resume else None
     run_id = (old_config or {}).get("run_id") or uuid.uuid4().hex[:8]
     run_dir.write_config(spec.resolved(), spec_sha256, {"sailrl_version": __version__, "spec_path": spec_path,
-                                                        "run_id": run_id, "overrides": list(overrides)})
+                                                        "run_id": run_id, "overrides": list(overrides),
+                                                        "code_sha256": dict(code_sha256 or {})})
     if script_text is not None:
         run_dir.write_script(script_text)
     if is_local:  # `sailrl clean` keeps the checkpoints this run directory's --resume needs

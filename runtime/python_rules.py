@@ -67,6 +67,7 @@ __all__ = [
     "PythonResult",
     "file_version",
     "freeze_files",
+    "freeze_spec_code",
     "module_file",
     "split_ref",
 ]
@@ -323,6 +324,26 @@ def freeze_files(paths: list[Path]) -> dict[str, str]:
         with _FROZEN_LOCK:
             _FROZEN[real] = (sha, data.decode("utf-8"), (st.st_size, st.st_mtime_ns))
         found[str(path)] = sha
+    return found
+
+
+def freeze_spec_code(rules: list[Any], tools: list[Any], spec_dir: Path | str) -> dict[str, str]:
+    """Freeze the files of a spec's python rules (``rules``: ``reward.rules``) and function tools (``tools``:
+    ``environment.tools``) for a run (:func:`freeze_files`): ``{file relative to the spec: sha256}``. A file that
+    cannot be read is left to its worker, which reports it when it loads."""
+    root = Path(spec_dir).resolve()
+    refs = [r.function for r in rules if getattr(r, "kind", None) == "python"]
+    refs += [t.function for t in tools if getattr(t, "function", None)]
+    found: dict[str, str] = {}
+    for ref in dict.fromkeys(refs):
+        path = module_file(root, split_ref(ref)[0])
+        if path is None:
+            continue
+        try:
+            sha = freeze_files([path])[str(path)]
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        found[path.resolve().relative_to(root).as_posix()] = sha
     return found
 
 

@@ -45,6 +45,7 @@ from tinker_cookbook.tool_use import ToolInput, ToolResult, simple_tool_result
 
 from sailrl.runtime import snippet
 from sailrl.runtime.bubblewrap import DEFAULT_DISK_MB, Limits, run_isolated
+from sailrl.runtime.redact import redact
 from sailrl.runtime.workers import WorkerPool, WorkerStartError, limit_memory
 
 __all__ = ["MAX_CODE_CHARS", "NO_OUTPUT", "SPEC", "PythonTool", "SnippetJob", "SnippetOutcome",
@@ -207,7 +208,9 @@ class SnippetJob:
 
 def describe_outcome(error: str | None, output: str, message: str, *, timeout_s: float, memory_mb: int,
                      max_output_chars: int) -> SnippetOutcome:
-    """The tool message for one snippet's outcome (shared by the worker and the Sailbox paths)."""
+    """The tool message for one snippet's outcome (shared by every sandbox), with no secret of this process's
+    environment in it (:func:`~sailrl.runtime.redact.redact`)."""
+    output, message = redact(output), redact(message)
     if error is None:
         return SnippetOutcome(output if output.strip() else NO_OUTPUT)
     words = {

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sailrl.runtime.errors import writing
-from sailrl.runtime.rundir import append_whole
+from sailrl.runtime.redact import redact
+from sailrl.runtime.rundir import append_whole, not_regular_file, open_run_file, run_file_lines, too_large
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 KINDS = ("train", "eval")
@@ -365,7 +366,8 @@ class RolloutLog:
                                sampler_steps=sampler_steps, tokenizer=tokenizer, degenerate=degenerate)
         if not records:
             return 0
-        data = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records).encode("utf-8")
+        text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records)
+        data = redact(text).encode("utf-8")  # a key a tool or rule printed never reaches the file
         if not self._tail_checked:
             _cut_partial_line(self.path)
             self._tail_checked = True

@@ -43,6 +43,7 @@ from sailrl.runtime.checkpoints import Checkpoints
 from sailrl.runtime.console import RunConsole
 from sailrl.runtime.episode import build_tools, close_tools
 from sailrl.runtime.errors import writing
+from sailrl.runtime.python_rules import freeze_spec_code
 from sailrl.runtime.records import Records
 from sailrl.runtime.rollout_log import RolloutLog
 from sailrl.runtime.rundir import RunDirectory, run_dir_path
@@ -145,6 +146,9 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     run_dir = RunDirectory(run_dir_path(spec, options.spec_dir))
     start = opening.resume_point(run_dir, spec, resume=options.resume, overwrite=options.overwrite,
                                  spec_sha256=options.spec_sha256, console=console)
+    # The rules' and tools' files are read once, before any worker loads them: the reward cannot change mid-run.
+    code_sha256 = freeze_spec_code(spec.reward.rules, spec.environment.tools if spec.environment else [],
+                                   options.spec_dir)
     backend = await opening.connect(spec, spec_path=options.spec_path, spec_dir=options.spec_dir, console=console)
     resume_path = start.state_path or spec.training.resume_from
     training_client, lora_rank = await opening.open_training_client(backend, spec, resume_path, console)
@@ -155,7 +159,7 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     run_id, warmup_completed = opening.write_run_dir(
         run_dir, spec, start, resume=options.resume, overwrite=options.overwrite, spec_sha256=options.spec_sha256,
         spec_path=options.spec_path, overrides=options.overrides, script_text=options.script_text,
-        is_local=backend.is_local)
+        is_local=backend.is_local, code_sha256=code_sha256)
     run = _assemble(spec, options, console, run_dir, backend, training_client, lora_rank, inputs, run_id,
                     start, warmup_completed, episode)
     _announce(run, resume_path, warmup_completed)

@@ -29,6 +29,8 @@ CHECKPOINTS_FILE = "checkpoints.jsonl"
 WARMUP_FILE = "warmup.jsonl"
 SCRIPT_FILE = "train.py"
 #: Longest line the run's JSONL files are read with (a metrics line is a few KiB).
+from sailrl.runtime.redact import redact
+from sailrl.spec.errors import UserError
 MAX_LINE_BYTES = 16 * 2**20
 
 
@@ -227,4 +229,4 @@ class RunDirectory:
         """Append ``record`` as one line of ``name``, whole or not at all (:func:`append_whole`; a kill leaves at
         most a torn last line)."""
         self.ensure()
-        append_whole(self.path / name, (json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
+        append_whole(self.path / name, redact(json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))

@@ -44,6 +44,7 @@ from sailrl.runtime.python_rules import (
     module_file,
     split_ref,
 )
+from sailrl.runtime.redact import redact
 from sailrl.runtime.workers import PoolCache, WorkerPool, WorkerStartError, _Alarm, _TimeLimit, limit_memory
 from sailrl.spec.errors import SailrlError
 
@@ -272,8 +273,8 @@ class ToolFunction:
         except Exception as exc:  # noqa: BLE001 - arguments that cannot be sent
             return ToolOutcome(error_text(f"the tool could not be called: {_exc_text(exc)}"), "died")
         result = reply.get("result")
-        if result == "ok":
-            return ToolOutcome(str(reply.get("content", "")), reply.get("error"))
+        if result == "ok":  # a key the tool printed or returned never reaches the model's next prompt
+            return ToolOutcome(redact(str(reply.get("content", ""))), reply.get("error"))
         if result == "timeout":
             return ToolOutcome(error_text(f"the tool took longer than {self.timeout_s:g} s and was stopped"),
                                "timeout")

@@ -36,7 +36,6 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
-import re
 import select
 import signal
 import struct
@@ -48,9 +47,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from sailrl.runtime.redact import SECRET_NAME
 from sailrl.spec.errors import ServiceError
 
-__all__ = ["GRACE_S", "MAX_FRAME_BYTES", "MAX_OUTPUT_BYTES", "SAFE_ENV", "SECRET_NAME", "PoolCache", "WorkerError",
+__all__ = ["GRACE_S", "MAX_FRAME_BYTES", "MAX_OUTPUT_BYTES", "SAFE_ENV", "PoolCache", "WorkerError",
            "WorkerPool", "WorkerStartError", "close_all", "limit_memory", "worker_environment"]
 
 #: Seconds a child may overrun a request's time limit before it is killed.
@@ -134,8 +134,6 @@ SAFE_ENV = frozenset({
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
     "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "SAILRL_HOME",
 })
-#: Parts of a variable's name that mark it as a credential: never passed unless a rule or tool names it.
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|SESSION|COOKIE|PRIVATE|_PROXY$|^PROXY", re.I)
 
 
 def worker_environment(names: list[str] | tuple[str, ...] = ()) -> dict[str, str]:

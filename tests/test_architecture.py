@@ -39,7 +39,7 @@ SELF_CONTAINED = frozenset({"sailrl.runtime.prompts", "sailrl.runtime.rewards", 
                             "sailrl.runtime.judge", "sailrl.runtime.data.order", "sailrl.runtime.data.base",
                             "sailrl.runtime.data.readers", "sailrl.runtime.data.sources",
                             "sailrl.runtime.tools", "sailrl.runtime.calculator", "sailrl.runtime.python_tool",
-                            "sailrl.runtime.snippet", "sailrl.runtime.bubblewrap"})
+                            "sailrl.runtime.snippet", "sailrl.runtime.bubblewrap", "sailrl.runtime.redact"})
 RENDERING = frozenset({"sailrl.compiler.render", "sailrl.compiler.docgen"})
 VALIDATION = frozenset({"sailrl.compiler", "sailrl.compiler.validate", "sailrl.compiler.checks",
                         "sailrl.compiler.reward_checks", "sailrl.compiler.cost_checks",
@@ -60,12 +60,12 @@ RULES = {
     "spec": "the spec language imports nothing above it (only sailrl and sailrl.spec)",
     "runtime": "the runtime imports only sailrl, the spec and the runtime",
     "self-contained": "a self-contained runtime piece (prompts, rewards, answers, python_rules, workers, cost, "
-                      "data.order, data.base, tools, calculator, python_tool, snippet, bubblewrap) "
+                      "data.order, data.base, tools, calculator, python_tool, snippet, bubblewrap, redact) "
                       "imports only sailrl, the spec and the other self-contained pieces",
     "rendering": "rendering imports only sailrl and the spec",
     "validation": "the validation stage imports only sailrl, the spec, itself and the runtime's self-contained "
                   "pieces (prompts, rewards, answers, python_rules, workers, cost, data.order, data.base, tools, "
-                  "calculator, bubblewrap)",
+                  "calculator, bubblewrap, redact)",
 }
 
 

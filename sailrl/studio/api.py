@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sailrl.runtime.redact import redact
 from sailrl.studio.security import BodyTooLarge
 from sailrl.studio.session import Studio, StudioError
 from sailrl.studio.yaml_patch import PatchError, replace_sections
@@ -69,9 +70,19 @@ def _text(data: dict[str, Any]) -> str:
     return text
 
 
-def endpoint(fn: Callable[[Studio, Request, dict[str, Any]], Any]) -> Callable[[Request], Any]:
+class _RedactedJSON(JSONResponse):
+    """A JSON answer without a secret of the server's environment (:func:`sailrl.runtime.redact.redact`): what a
+    run wrote, a rule printed or a tool answered is shown with a marker in the key's place."""
+
+    def render(self, content: Any) -> bytes:
+        return redact(super().render(content).decode("utf-8")).encode("utf-8")
+
+
+def endpoint(fn: Callable[[Studio, Request, dict[str, Any]], Any], *, redacted: bool = True
+             ) -> Callable[[Request], Any]:
     """An async Starlette endpoint around ``fn(studio, request, body)``, run in the thread pool (scoring,
-    validation and data loading block), its errors answered as ``{"error": ...}`` with their status."""
+    validation and data loading block), its errors answered as ``{"error": ...}`` with their status. Its answers
+    are ``redacted`` (every endpoint but those that carry the spec's own text, which the page edits and saves)."""
 
     async def handle(request: Request) -> Response:
         studio: Studio = request.app.state.studio
@@ -87,8 +98,8 @@ def endpoint(fn: Callable[[Studio, Request, dict[str, Any]], Any]) -> Callable[[
         except Exception as exc:  # noqa: BLE001 -- never a traceback page; the server log keeps it
             traceback.print_exc()
             return _error(f"internal error (a bug in sailrl, not a problem in your files): {type(exc).__name__}: "
-                          f"{exc}", 500)
-        return _json(result)
+                          f"{redact(str(exc))}", 500)
+        return _json(result, _RedactedJSON if redacted else JSONResponse)
 
     return handle
 
@@ -202,16 +213,16 @@ def _rollouts(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
 
 
 ROUTES = [
-    Route("/api/spec", endpoint(_spec), methods=["GET"]),
-    Route("/api/disk", endpoint(_disk), methods=["GET"]),
-    Route("/api/check", endpoint(_check), methods=["POST"]),
-    Route("/api/patch", endpoint(_patch), methods=["POST"]),
+    Route("/api/spec", endpoint(_spec, redacted=False), methods=["GET"]),
+    Route("/api/disk", endpoint(_disk, redacted=False), methods=["GET"]),
+    Route("/api/check", endpoint(_check, redacted=False), methods=["POST"]),
+    Route("/api/patch", endpoint(_patch, redacted=False), methods=["POST"]),
     Route("/api/try", endpoint(_try), methods=["POST"]),
     Route("/api/examples", endpoint(_examples), methods=["POST"]),
     Route("/api/rows", endpoint(_rows), methods=["POST"]),
     Route("/api/row", endpoint(_row), methods=["POST"]),
     Route("/api/preflight", endpoint(_preflight), methods=["POST"]),
-    Route("/api/save", endpoint(_save), methods=["POST"]),
+    Route("/api/save", endpoint(_save, redacted=False), methods=["POST"]),
     Route("/api/source", endpoint(_source), methods=["GET"]),
     Route("/api/runs", endpoint(_runs), methods=["POST"]),
     Route("/api/run/metrics", endpoint(_metrics), methods=["GET"]),

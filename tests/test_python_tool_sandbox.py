@@ -1,0 +1,122 @@
+"""What the python tool's sandbox and its neighbours guarantee, call by call: a snippet's bad behaviour is a tool
+error of its kind; workers of trusted code get no key they do not name; a run's rule files are frozen; secrets
+are replaced wherever sailrl writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from sailrl.runtime import bubblewrap, python_rules
+from sailrl.runtime.console import make_console
+from sailrl.runtime.python_rules import PythonFunction, freeze_files
+from sailrl.runtime.python_tool import PythonTool
+from sailrl.runtime.redact import MARKER, redact, secret_values
+from sailrl.runtime.workers import worker_environment
+from tests.fakes.sandbox import require_sandbox
+
+
+@pytest.fixture(scope="module")
+def tool() -> PythonTool:
+    require_sandbox()
+    return PythonTool(timeout_s=1.0, memory_mb=128, max_output_chars=300)
+
+
+@pytest.mark.slow
+def test_bad_snippets_are_tool_errors_of_their_kind(tool):
+    closed = tool.call({"code": "import sys\nprint('a')\nsys.stdout.close()\nprint('b')"})
+    assert closed.error == "raised" and "ValueError: I/O operation on closed file" in closed.content
+    both = tool.call({"code": "import os\nos.close(1)\nos.close(2)\nraise SystemExit(3)"})
+    assert both.error == "died" and "exited with code 1" in json.loads(both.content)["error"]
+    binary = tool.call({"code": "import os\nos.write(1, bytes(range(200, 256)))"})
+    assert binary.error is None and binary.content.count("\ufffd") == 56
+    t0 = time.monotonic()
+    hang = tool.call({"code": "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: pass"})
+    assert hang.error == "timeout" and time.monotonic() - t0 < 3
+    group = tool.call({"code": "import os, signal\nos.killpg(os.getpgid(os.getppid()), signal.SIGKILL)"})
+    assert group.error == "raised" and "ProcessLookupError" in group.content  # no group of the run's is in sight
+    own = tool.call({"code": "import os, signal\nos.killpg(0, signal.SIGKILL)"})
+    assert own.error == "died" and "SIGKILL" in own.content  # its own group: itself
+    parent = tool.call({"code": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('still here')"})
+    assert parent.content == "still here\n"  # its parent is the namespace's init, which ignores it
+    assert tool.call({"code": "print(6 * 7)"}).content == "42\n"  # and this process, pytest, is still here
+
+
+@pytest.mark.slow
+def test_the_sandbox_sees_no_file_network_or_descriptor_of_the_machine(tool, tmp_path):
+    (tmp_path / "mine.txt").write_text("private")
+    seen = tool.call({"code": f"import os\nprint(sorted(os.listdir('/')), os.path.exists({str(tmp_path)!r}))\n"
+                              "print(sorted(os.listdir('/proc/self/fd')), os.getcwd(), os.listdir('.'))"})
+    assert seen.error is None
+    top, fds = seen.content.splitlines()
+    assert top.endswith("False") and "'home'" not in top and "'root'" not in top and "'etc'" not in top
+    assert fds == "['0', '1', '2', '3'] /tmp []"  # 3 is the listing's own descriptor
+    pkgs = tool.call({"code": "import importlib.util\nprint([importlib.util.find_spec(m) is None for m in "
+                              "('torch', 'sailrl', 'pydantic', 'json')])"})
+    assert pkgs.content == "[True, True, True, False]\n"  # the standard library only
+    net = tool.call({"code": "import socket\nprint(socket.if_nameindex())"})
+    assert net.content == "[(1, 'lo')]\n"  # its own network namespace: a loopback that is not the host's
+
+
+def test_a_network_tool_shares_the_hosts_network_and_says_so_in_its_command():
+    plain = bubblewrap.bwrap_command("/usr/bin/python3", [], bubblewrap.Limits())
+    opened = bubblewrap.bwrap_command("/usr/bin/python3", [], bubblewrap.Limits(network=True))
+    assert "--unshare-all" in plain and "--share-net" not in plain
+    assert "--share-net" in opened and "--die-with-parent" in opened and "--clearenv" in opened
+    size = plain.index("--size")
+    assert plain[size + 1] == str(64 * 2**20) and plain[size + 2:size + 4] == ["--tmpfs", "/tmp"]
+
+
+def test_workers_get_no_key_but_those_their_rule_names(monkeypatch):
+    monkeypatch.setenv("TINKER_API_KEY", "tml-0123456789")
+    monkeypatch.setenv("GRADER_URL", "http://grader")
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:pw@proxy:3128")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    env = worker_environment()
+    assert "TINKER_API_KEY" not in env and "GRADER_URL" not in env and "HTTPS_PROXY" not in env
+    assert env["LC_ALL"] == "C.UTF-8" and "PATH" in env
+    named = worker_environment(["TINKER_API_KEY", "GRADER_URL", "UNSET_NAME"])
+    assert named["TINKER_API_KEY"] == "tml-0123456789" and named["GRADER_URL"] == "http://grader"
+    assert "UNSET_NAME" not in named
+
+
+@pytest.mark.slow
+def test_a_python_rule_gets_the_variables_it_names_and_no_other(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOME_API_KEY", "sk-abcdefgh12345")
+    monkeypatch.setenv("RULE_SETTING", "7")
+    (tmp_path / "envrule.py").write_text(
+        "import os\n\ndef score(completion, fields):\n"
+        "    return float(os.environ.get('RULE_SETTING', 0)) + (100 if 'SOME_API_KEY' in os.environ else 0)\n")
+    assert PythonFunction(tmp_path, "envrule:score", 5).call("x", {}).value == 0.0
+    assert PythonFunction(tmp_path, "envrule:score", 5, env=["RULE_SETTING"]).call("x", {}).value == 7.0
+
+
+@pytest.mark.slow
+def test_a_frozen_rule_file_is_not_reloaded_when_it_changes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(python_rules, "_FROZEN", {})
+    monkeypatch.setattr(python_rules, "_SEEN_CHANGED", {})
+    rule = tmp_path / "frozenrule.py"
+    rule.write_text("def score(completion, fields):\n    return 0.25\n")
+    fn = PythonFunction(tmp_path, "frozenrule:score", 5)
+    shas = freeze_files([rule])
+    assert fn.call("x", {}).value == 0.25
+    rule.write_text("def score(completion, fields):\n    return 1.0\n")
+    os.utime(rule, ns=(time.time_ns() + 10**9,) * 2)
+    assert fn.call("x", {}).value == 0.25  # the version the run started with
+    assert PythonFunction(tmp_path, "frozenrule:score", 5).call("y", {}).value == 0.25  # a new worker too
+    err = capsys.readouterr().err
+    assert err.count("changed on disk during the run") == 1 and shas[str(rule)][:12] in err
+
+
+def test_secret_values_are_replaced_in_text_json_and_the_console(monkeypatch, capsys):
+    monkeypatch.setenv("MY_SERVICE_TOKEN", 'tok"with\\quote-1234')
+    monkeypatch.setenv("SHORT_KEY", "abc")  # too short to tell from ordinary text: left alone
+    assert 'tok"with\\quote-1234' in secret_values() and "abc" not in secret_values()
+    assert redact('say tok"with\\quote-1234 now') == f"say {MARKER} now"
+    assert redact(json.dumps({"t": 'tok"with\\quote-1234'})) == json.dumps({"t": MARKER})
+    assert redact("abc") == "abc"
+    make_console(stderr=False).print('console: tok"with\\quote-1234', markup=False)
+    assert capsys.readouterr().out == f"console: {MARKER}\n"
