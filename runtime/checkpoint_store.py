@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sailrl.runtime.backends import local_checkpoint_dir
-from sailrl.runtime.rundir import RunDirectory, _read_jsonl_tolerant
+from sailrl.runtime.rundir import RunDirectory, RunFileError, _read_jsonl_tolerant, read_run_bytes
 
 __all__ = [
     "REGISTRY_FILE",
@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 REGISTRY_FILE = "run_dirs.jsonl"
+CHECKPOINT_META_MAX_BYTES = 2**20
 KINDS = ("sampler_weights", "weights")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -68,15 +69,9 @@ def note_run_directory(run_dir: str | Path, store: Path | None = None) -> None:
 
 
 def _registered(store: Path) -> list[str]:
-    registry = _registry(store)
-    if not registry.is_file():
-        return []
     out: list[str] = []
-    for line in registry.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            value = json.loads(line).get("run_dir")
-        except (ValueError, AttributeError):
-            continue  # a torn line from a killed writer
+    for record in _read_jsonl_tolerant(_registry(store)):  # a torn line from a killed writer is skipped
+        value = record.get("run_dir")
         if isinstance(value, str) and value not in out:
             out.append(value)
     return out
@@ -172,10 +167,10 @@ def _size(path: Path) -> int:
 
 def _checkpoint_time(directory: Path) -> _dt.datetime:
     try:
-        meta = json.loads((directory / "checkpoint.json").read_text(encoding="utf-8"))
+        meta = json.loads(read_run_bytes(directory / "checkpoint.json", CHECKPOINT_META_MAX_BYTES) or b"")
         when = _dt.datetime.fromisoformat(meta["time"])
         return when if when.tzinfo else when.replace(tzinfo=_dt.UTC)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, RunFileError):
         return _dt.datetime.fromtimestamp(directory.stat().st_mtime, _dt.UTC)
 
 

@@ -31,7 +31,8 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator, Sequence
+import stat
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +42,10 @@ from sailrl.runtime.rundir import append_whole, not_regular_file, open_run_file,
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 KINDS = ("train", "eval")
+#: Most bytes of records the reader holds at once: one step's (``sailrl show``, the studio) or, with no step
+#: named, every step's. A quickstart step's 128 records are about 75 KiB; the file itself is read a line at a time,
+#: whatever its size.
+MAX_HELD_BYTES = 256 * 2**20
 
 PROMPT_CHARS = 4000
 COMPLETION_CHARS = 8000
@@ -378,15 +383,19 @@ class RolloutLog:
 
     def truncate(self, first_step_to_rerun: int) -> None:
         """Keep only complete steps before ``first_step_to_rerun`` (atomic rewrite; for resume). No file: no-op."""
-        if not self.path.exists():
+        if not self.path.exists() and not self.path.is_symlink():
             return
         tmp = self.path.with_name(ROLLOUTS_FILE + ".tmp")
-        with open(tmp, "wb") as out:
-            for step, _kind, lines in _complete_batches(self.path):
-                if step < first_step_to_rerun:
-                    out.writelines(lines)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            with open(tmp, "wb") as out:
+                for step, _kind, lines in _complete_batches(self.path, lambda s, k: s < first_step_to_rerun):
+                    if step < first_step_to_rerun:
+                        out.writelines(lines)
+                out.flush()
+                os.fsync(out.fileno())
+        except BaseException:  # a log that is not a regular file: nothing is left behind
+            tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, self.path)
         self._tail_checked = True
         _fsync_dir(self.path.parent)
@@ -406,11 +415,15 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _cut_partial_line(path: Path) -> None:
-    """Drop bytes after the last newline (a line a killed writer left half written)."""
+    """Drop bytes after the last newline (a line a killed writer left half written). A log that is not a regular
+    file (a FIFO would block the write) is a :class:`~sailrl.runtime.rundir.RunFileError`."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except FileNotFoundError:
         return
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular_file(path, st.st_mode)
+    size = st.st_size
     if size == 0:
         return
     with open(path, "r+b") as f:
@@ -452,32 +465,47 @@ def _key(line: bytes) -> tuple[int, str, int, int, int] | None:
     return fields[0], obj["kind"], fields[1], fields[2], fields[3]
 
 
-def _complete_batches(path: Path) -> Iterator[tuple[int, str, list[bytes]]]:
+def _complete_batches(path: Path, keep: Callable[[int, str], bool] | None = None
+                      ) -> Iterator[tuple[int, str, list[bytes]]]:
     """(step, kind, raw lines) of every complete write in file order (a torn or interleaved write is dropped).
 
     A write is a run of lines with one (step, kind) whose (group, sample) increase; it is complete when it has
-    ``step_records`` lines.
+    ``step_records`` lines. The file is read a line at a time (``runtime.rundir.run_file_lines``: a line longer
+    than ``MAX_LINE_BYTES`` counts as torn), and only the lines of writes ``keep(step, kind)`` accepts (default:
+    every write) are held, at most :data:`MAX_HELD_BYTES` of one write; the other writes come with no lines. A
+    missing file has no writes; one that is not a regular file is a ``RunFileError``.
     """
+    f = open_run_file(path)
+    if f is None:
+        return
     batch: list[bytes] = []
+    count = held = 0
+    keeping = False
     current: tuple[int, str, int, int, int] | None = None
 
     def flush():
-        if current is not None and len(batch) == current[4]:
+        if current is not None and count == current[4]:
             return current[0], current[1], batch
         return None
 
-    with open(path, "rb") as f:
-        for line in f:
-            key = _key(line)
+    with f:
+        for line in run_file_lines(f):
+            key = None if line is None else _key(line)
             if key is None:
                 continue
             if (current is None or key[:2] != current[:2] or key[2:4] <= current[2:4] or key[4] != current[4]
-                    or len(batch) >= current[4]):
+                    or count >= current[4]):
                 done = flush()
                 if done is not None:
                     yield done
-                batch = []
-            batch.append(line)
+                batch, count, held = [], 0, 0
+                keeping = keep is None or keep(key[0], key[1])
+            count += 1
+            if keeping:
+                held += len(line)
+                if held > MAX_HELD_BYTES:
+                    raise too_large(path, held, MAX_HELD_BYTES)
+                batch.append(line)
             current = key
     done = flush()
     if done is not None:
@@ -486,20 +514,26 @@ def _complete_batches(path: Path) -> Iterator[tuple[int, str, list[bytes]]]:
 
 def _selected(run_dir: str | Path, step: int | None, kind: str | None) -> dict[tuple[int, str], list[bytes]]:
     path = Path(run_dir) / ROLLOUTS_FILE
-    if not path.exists():
-        return {}
     chosen: dict[tuple[int, str], list[bytes]] = {}
-    for s, k, lines in _complete_batches(path):
-        if (step is None or s == step) and (kind is None or k == kind):
-            chosen.pop((s, k), None)  # a later copy of the same step wins and moves to the end
-            chosen[(s, k)] = lines
+    held: dict[tuple[int, str], int] = {}
+
+    def wanted(s: int, k: str) -> bool:
+        return (step is None or s == step) and (kind is None or k == kind)
+
+    for s, k, lines in _complete_batches(path, wanted):
+        chosen.pop((s, k), None)  # a later copy of the same step wins and moves to the end
+        chosen[(s, k)] = lines
+        held[(s, k)] = sum(map(len, lines))
+        if sum(held.values()) > MAX_HELD_BYTES:  # every step at once: name one
+            raise too_large(path, sum(held.values()), MAX_HELD_BYTES)
     return chosen
 
 
 def read_rollouts(run_dir: str | Path, step: int | None = None, kind: str | None = None) -> list[dict[str, Any]]:
     """The records of ``run_dir/rollouts.jsonl``, complete steps only, optionally of one ``step`` and/or ``kind``.
 
-    Returns ``[]`` when the file does not exist. Records come in file order; torn steps are left out.
+    Returns ``[]`` when the file does not exist. Records come in file order; torn steps are left out. A log that is
+    not a regular file, or records past :data:`MAX_HELD_BYTES`, are a ``RunFileError``.
     """
     out: list[dict[str, Any]] = []
     for lines in _selected(run_dir, step, kind).values():
@@ -512,8 +546,8 @@ def read_rollouts(run_dir: str | Path, step: int | None = None, kind: str | None
 
 
 def logged_steps(run_dir: str | Path) -> dict[str, list[int]]:
-    """``{"train": [steps...], "eval": [steps...]}``: the complete steps in the log, sorted."""
-    out: dict[str, list[int]] = {k: [] for k in KINDS}
-    for s, k in _selected(run_dir, None, None):
-        out[k].append(s)
-    return {k: sorted(v) for k, v in out.items()}
+    """``{"train": [steps...], "eval": [steps...]}``: the complete steps in the log, sorted (no record is held)."""
+    found: dict[str, set[int]] = {k: set() for k in KINDS}
+    for s, k, _ in _complete_batches(Path(run_dir) / ROLLOUTS_FILE, lambda s, k: False):
+        found[k].add(s)
+    return {k: sorted(v) for k, v in found.items()}

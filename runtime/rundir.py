@@ -7,19 +7,30 @@ Here ``batch`` is the number of completed RL steps; steps are numbered from 1, s
 ``batch + 1``. A state saved during the supervised warm-up also records ``warmup`` (completed warm-up steps).
 
 Crash safety: each metrics line is written whole and flushed with fsync (:func:`append_whole`: a write that fails,
-a full disk, is taken back, so no half line stays). A run killed mid-step leaves at most a partial last line, which is dropped on resume; lines for steps after the last saved state are dropped too (those
+a full disk, is taken back, so no half line stays). A run killed mid-step leaves at most a partial last line,
+which is dropped on resume; lines for steps after the last saved state are dropped too (those
 steps are re-run), so the metrics of a resumed run have every step exactly once.
+
+Reading: every command that reads a run directory's files (export, sample, show, plot, the studio, ``--resume``,
+``sailrl clean``) opens them with :func:`open_run_file`, which opens regular files only (a FIFO would block the
+read, ``/dev/zero`` never ends: either is one located :class:`RunFileError`), and reads them within a size limit
+per file (:func:`read_run_bytes`, :data:`FILE_LIMITS`) or, for the rollout log, a line at a time within
+:data:`MAX_LINE_BYTES` (:func:`run_file_lines`), so memory stays bounded whatever the folder holds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sailrl.runtime.errors import writing
+from sailrl.runtime.redact import redact
+from sailrl.spec.errors import UserError
 from sailrl.spec.files import writable_folder
 from sailrl.spec.schema import Spec
 
@@ -28,24 +39,143 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 WARMUP_FILE = "warmup.jsonl"
 SCRIPT_FILE = "train.py"
-#: Longest line the run's JSONL files are read with (a metrics line is a few KiB).
-from sailrl.runtime.redact import redact
-from sailrl.spec.errors import UserError
+#: Longest line the run's JSONL files are read with (a metrics line is a few KiB, a rollout record at most a few
+#: MiB: its texts are capped by ``runtime.rollout_log``).
 MAX_LINE_BYTES = 16 * 2**20
+#: Largest size each run-directory file is read whole at (a quickstart step's metrics line is about 1.1 KiB, so
+#: ``metrics.jsonl`` holds over 100,000 steps; ``rollouts.jsonl`` is read a line at a time instead, any size).
+FILE_LIMITS = {
+    CONFIG_FILE: 16 * 2**20,
+    METRICS_FILE: 128 * 2**20,
+    CHECKPOINTS_FILE: 64 * 2**20,
+    WARMUP_FILE: 128 * 2**20,
+}
+DEFAULT_FILE_LIMIT = 64 * 2**20
+
+
+class RunFileError(UserError):
+    """A run-directory file that cannot be read as one: not a regular file (a FIFO, a device, a link to one), over
+    its size limit, or refused by the file system. ``str(exc)`` names the file and what to do."""
+
+    code = "E106"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def not_regular_file(path: Path, mode: int) -> RunFileError:
+    """The :class:`RunFileError` for ``path``, whose ``st_mode`` is ``mode`` and not a regular file's."""
+    link = " (through a symbolic link)" if path.is_symlink() else ""
+    return RunFileError(f"{path} is {_kind(mode)}{link}, not a regular file: a run directory holds only the regular "
+                        "files a run wrote; remove it, or put back the file the run wrote")
+
+
+def open_run_file(path: str | Path) -> IO[bytes] | None:
+    """``path`` opened for reading in binary when it is a regular file (a symbolic link to one counts), None when
+    it does not exist; :class:`RunFileError` when it is anything else or cannot be opened.
+
+    The type is checked before opening (opening some devices does something) and again on the open descriptor
+    (the file may have been swapped in between); the open itself does not wait (``O_NONBLOCK``), so a FIFO swapped
+    in cannot block it."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:  # also a link to nothing
+        return None
+    except OSError as exc:  # a link loop, a name too long, a folder that cannot be searched
+        raise RunFileError(f"{path} cannot be read ({exc.strerror or exc}): check the run directory") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular_file(path, st.st_mode)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RunFileError(f"{path} cannot be read ({exc.strerror or exc}): check the run directory") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_regular_file(path, mode)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def file_limit(path: str | Path) -> int:
+    """The size limit :func:`read_run_bytes` reads ``path`` within, by its name (:data:`FILE_LIMITS`)."""
+    return FILE_LIMITS.get(Path(path).name, DEFAULT_FILE_LIMIT)
+
+
+def too_large(path: Path, size: int, limit: int) -> RunFileError:
+    """The :class:`RunFileError` for ``path``, ``size`` bytes where ``limit`` is the most sailrl reads."""
+    return RunFileError(f"{path} is {_mib(size)}, more than the {_mib(limit)} sailrl reads of a {path.name}: it was "
+                        "not written by a run; remove it, or put back the file the run wrote")
+
+
+def read_run_bytes(path: str | Path, limit: int | None = None) -> bytes | None:
+    """The bytes of the regular file ``path`` (None when it does not exist), at most ``limit`` of them (default
+    :func:`file_limit`); :class:`RunFileError` when it is not a regular file or is larger."""
+    path = Path(path)
+    limit = file_limit(path) if limit is None else limit
+    f = open_run_file(path)
+    if f is None:
+        return None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise too_large(path, size, limit)
+        data = f.read(limit + 1)
+    if len(data) > limit:  # it grew while it was read
+        raise too_large(path, len(data), limit)
+    return data
+
+
+def run_file_lines(f: IO[bytes], max_line: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
+    """The lines of the open file ``f`` (each with its newline; the last may lack one), read a line at a time: a
+    line longer than ``max_line`` is skipped to its end unread and yielded as None, so memory stays within
+    ``max_line`` whatever the file holds."""
+    while raw := f.readline(max_line):
+        if len(raw) == max_line and not raw.endswith(b"\n"):  # too long: skip to its end, unread
+            while (raw := f.readline(max_line)) and not raw.endswith(b"\n"):
+                pass
+            yield None
+            continue
+        yield raw
 
 
 def _read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
     """Parse a JSONL file line by line, skipping a truncated or corrupt line (a killed writer, bytes that are not
-    UTF-8, JSON nested past the recursion limit, a line longer than :data:`MAX_LINE_BYTES`) instead of failing."""
-    if not path.exists():
+    UTF-8, JSON nested past the recursion limit, a line longer than :data:`MAX_LINE_BYTES`) instead of failing.
+    A missing file is ``[]``; a file that is not a regular one or is over its :func:`file_limit` is a
+    :class:`RunFileError`."""
+    path = Path(path)
+    f = open_run_file(path)
+    if f is None:
         return []
     out = []
-    with open(path, "rb") as f:
-        while raw := f.readline(MAX_LINE_BYTES):
-            if len(raw) == MAX_LINE_BYTES and not raw.endswith(b"\n"):  # too long: skip to its end, unread
-                while (raw := f.readline(MAX_LINE_BYTES)) and not raw.endswith(b"\n"):
-                    pass
+    with f:
+        size, limit = os.fstat(f.fileno()).st_size, file_limit(path)
+        if size > limit:
+            raise too_large(path, size, limit)
+        read = 0
+        for raw in run_file_lines(f):
+            if raw is None:
+                read += MAX_LINE_BYTES
                 continue
+            read += len(raw)
+            if read > limit:  # it grew while it was read
+                raise too_large(path, read, limit)
             try:
                 obj = json.loads(raw.decode("utf-8"))
             except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
@@ -161,10 +291,15 @@ class RunDirectory:
         replace_whole(self.path / CONFIG_FILE, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
     def read_config(self) -> dict[str, Any] | None:
-        p = self.path / CONFIG_FILE
-        if not p.exists():
+        """``config.json`` parsed (None when missing); ``ValueError`` when it is not JSON, :class:`RunFileError`
+        when it is not a regular file or is over its size limit."""
+        raw = read_run_bytes(self.path / CONFIG_FILE)
+        if raw is None:
             return None
-        return json.loads(p.read_text(encoding="utf-8"))
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except RecursionError:
+            raise ValueError("its JSON is nested too deeply") from None
 
     def check_resume_config(self, resolved_spec: dict[str, Any], spec_sha256: str) -> list[str]:
         """Compare with the saved config (values after overrides, and the spec file's hash).
@@ -204,7 +339,7 @@ class RunDirectory:
     def truncate_jsonl(self, name: str, first_step_to_rerun: int) -> None:
         """Keep only the lines of ``name`` whose integer ``step`` is below ``first_step_to_rerun`` (atomic)."""
         path = self.path / name
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return
         kept = [m for m in _read_jsonl_tolerant(path)
                 if isinstance(m.get("step"), int) and m["step"] < first_step_to_rerun]

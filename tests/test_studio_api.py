@@ -26,6 +26,7 @@ from sailrl.cli import main
 from sailrl.compiler.validate import validate_text
 from sailrl.runtime.rollout_log import read_rollouts
 from sailrl.spec.errors import SpecErrors
+from sailrl.studio import session as session_module
 from sailrl.studio.app import build_app
 from sailrl.studio.security import MAX_BODY_BYTES, cookie_name
 from sailrl.studio.session import Studio
@@ -511,16 +512,16 @@ def test_the_metrics_poll_reads_only_what_was_appended(project, monkeypatch):
     first = _poll(c, 0, None)
     assert [x["step"] for x in first["lines"]] == [1, 2, 3] and first["next"] == metrics.stat().st_size
     read: list[int] = []  # bytes each poll read, from the file object the studio opened
-    real_open = Path.open
+    real_open = session_module.open_run_file
 
-    def spy_open(self, *args, **kwargs):
-        f = real_open(self, *args, **kwargs)
-        if self.name == "metrics.jsonl":
+    def spy_open(path):
+        f = real_open(path)
+        if f is not None and Path(path).name == "metrics.jsonl":
             real_read = f.read
             f.read = lambda n=-1: (lambda b: (read.append(len(b)), b)[1])(real_read(n))
         return f
 
-    monkeypatch.setattr(Path, "open", spy_open)
+    monkeypatch.setattr(session_module, "open_run_file", spy_open)
     nxt, fid = first["next"], first["file"]
     for step in range(4, 9):
         with metrics.open("a") as f:

@@ -32,6 +32,7 @@ from typing import Any
 
 from sailrl.export.runinfo import Checkpoint, ExportError
 from sailrl.runtime.backends import local_checkpoint_dir
+from sailrl.runtime.rundir import RunFileError, read_run_bytes
 from sailrl.spec.models import is_builtin
 from sailrl.spec.schema import Spec
 from sailrl.spec.version import __version__
@@ -42,6 +43,7 @@ BASE_SUBFOLDER = "base"
 EXPORT_MARKER = ".sailrl-export.json"
 MARKER_WRITER = "sailrl export"
 MARKER_MAX_BYTES = 64 * 1024
+ADAPTER_CONFIG_MAX_BYTES = 16 * 2**20
 
 
 @dataclass
@@ -161,22 +163,32 @@ def local_checkpoint_directory(ckpt: Checkpoint, have: str) -> str:
     return directory
 
 
+def _adapter_config(directory: str) -> Any:
+    """``adapter_config.json`` of a checkpoint folder, parsed: read as a regular file of at most
+    :data:`ADAPTER_CONFIG_MAX_BYTES` (``RunFileError`` otherwise; ``FileNotFoundError`` when missing)."""
+    path = os.path.join(directory, "adapter_config.json")
+    raw = read_run_bytes(path, ADAPTER_CONFIG_MAX_BYTES)
+    if raw is None:
+        raise FileNotFoundError(f"no such file: {path}")
+    return json.loads(raw.decode("utf-8"))
+
+
 def _local_damage(directory: str) -> str | None:
     """What is wrong with the adapter files of the checkpoint in ``directory`` (None: they read): its
     ``adapter_config.json`` is a JSON object and its ``adapter_model.safetensors`` has a whole header and as many
     bytes as the header's tensors need (safetensors' own check on opening; no tensor is read)."""
     from safetensors import SafetensorError, safe_open  # lazy: only a local checkpoint's check needs it
 
-    config = os.path.join(directory, "adapter_config.json")
     try:
-        with open(config, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
+        data = _adapter_config(directory)
+    except (OSError, ValueError, RecursionError, RunFileError) as exc:
         return f"adapter_config.json cannot be read ({exc})"
     if not isinstance(data, dict):
         return "adapter_config.json is not a JSON object"
     weights = os.path.join(directory, "adapter_model.safetensors")
     try:
+        if not stat.S_ISREG(os.stat(weights).st_mode):  # a FIFO or a device is never opened
+            return "adapter_model.safetensors is not a regular file"
         with safe_open(weights, framework="np"):  # checks the header and that the file holds every tensor's bytes
             pass
     except FileNotFoundError:
@@ -260,8 +272,7 @@ def build_local(ckpt: Checkpoint, fmt: str, out: Path, final_target: Path, have:
     """Write ``ckpt`` (a ``local://`` checkpoint) to the new folder ``out`` as ``fmt``."""
     directory = local_checkpoint_directory(ckpt, have)
     quiet_progress_bars()
-    with open(os.path.join(directory, "adapter_config.json"), encoding="utf-8") as f:
-        adapter_config = json.load(f)
+    adapter_config = _adapter_config(directory)  # checked by local_checkpoint_directory
     spec, model, tokenizer = _load_local_base(directory)
     builtin = is_builtin(spec.model_name)
     base = _base_name(spec)

@@ -11,9 +11,9 @@ token, no host name.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import shutil
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,8 @@ from sailrl.export.build import BASE_SUBFOLDER, Built
 from sailrl.export.runinfo import Checkpoint, RunInfo
 from sailrl.runtime.data import DatasetError, load_rows
 from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.rundir import METRICS_FILE
-from sailrl.spec.constants import LOCAL_DATA_SUFFIXES
-from sailrl.spec.errors import SpecErrors
-from sailrl.spec.loader import read_spec_file
+from sailrl.runtime.rundir import METRICS_FILE, RunFileError, read_run_bytes
+from sailrl.spec.constants import LOCAL_DATA_SUFFIXES, MAX_SPEC_BYTES
 from sailrl.spec.models import is_builtin
 from sailrl.spec.schema import Spec
 from sailrl.spec.version import __version__
@@ -183,17 +181,17 @@ def write_card(out: Path, run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built
 def copy_records(out: Path, run: RunInfo) -> str:
     """Copy the spec file (when its sha256 is still the run's; else write the resolved spec) and ``metrics.jsonl``
     into ``out``; returns the spec copy's name."""
-    metrics = run.path / METRICS_FILE
-    if metrics.is_file():
-        shutil.copyfile(metrics, out / METRICS_FILE)
+    metrics = read_run_bytes(run.path / METRICS_FILE)  # regular files only, within their size limit
+    if metrics is not None:
+        (out / METRICS_FILE).write_bytes(metrics)
     source = run.spec_path
     if source is not None:
         try:
-            _, digest = read_spec_file(str(source))
-        except SpecErrors:
-            digest = None
-        if digest == run.spec_sha256:
-            shutil.copyfile(source, out / SPEC_COPY)
+            raw = read_run_bytes(source, MAX_SPEC_BYTES)  # the bytes the run hashed, read once
+        except (RunFileError, OSError):
+            raw = None
+        if raw is not None and hashlib.sha256(raw).hexdigest() == run.spec_sha256:
+            (out / SPEC_COPY).write_bytes(raw)
             return SPEC_COPY
     (out / RESOLVED_SPEC_COPY).write_text(json.dumps(run.config["spec"], indent=2, sort_keys=True) + "\n",
                                           encoding="utf-8")

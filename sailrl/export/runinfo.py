@@ -57,19 +57,21 @@ class RunInfo:
 
     @classmethod
     def read(cls, path: str | Path) -> RunInfo:
-        """Read ``path``; :class:`ExportError` when it is not a run directory (no ``config.json``)."""
+        """Read ``path``; :class:`ExportError` when it is not a run directory (no ``config.json``), a
+        ``RunFileError`` when one of its files is not a regular file or is over its size limit
+        (:func:`sailrl.runtime.rundir.open_run_file`)."""
         p = Path(path)
         if not p.is_dir():
             raise ExportError(f"{path} is not a run directory (no such folder): give the folder a run wrote, "
                               "e.g. runs/quickstart next to the spec (output.run_dir)")
-        if not (p / CONFIG_FILE).is_file():
-            raise ExportError(f"{path} is not a run directory (it has no {CONFIG_FILE}): give the folder a run "
-                              "wrote, e.g. runs/quickstart next to the spec (output.run_dir)")
         rd = RunDirectory(p)
         try:
-            config = rd.read_config() or {}
+            config = rd.read_config()  # a FIFO, a device or an oversized file: RunFileError, one line
         except (OSError, ValueError) as exc:
             raise ExportError(f"{p / CONFIG_FILE} cannot be read ({exc}): the run directory is damaged") from None
+        if config is None:
+            raise ExportError(f"{path} is not a run directory (it has no {CONFIG_FILE}): give the folder a run "
+                              "wrote, e.g. runs/quickstart next to the spec (output.run_dir)")
         if not isinstance(config, dict) or not isinstance(config.get("spec"), dict):
             raise ExportError(f"{p / CONFIG_FILE} holds no resolved spec: the run directory is damaged")
         return cls(p, config, _read_jsonl_tolerant(p / CHECKPOINTS_FILE), rd.read_metrics())

@@ -36,7 +36,7 @@ from sailrl.runtime.judge_clients import connect_judges, not_checked
 from sailrl.runtime.prompts import PromptBuilder, PromptError
 from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, RewardFunction
 from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
-from sailrl.runtime.rundir import METRICS_FILE
+from sailrl.runtime.rundir import METRICS_FILE, open_run_file
 from sailrl.spec.codes import CODES
 from sailrl.spec.errors import SpecError, SpecErrors, UserError
 from sailrl.spec.loader import read_spec_file
@@ -152,7 +152,10 @@ def read_metrics(path: Path, after: int = 0, file_id: str | None = None,
     """
     after = max(0, int(after))
     chunk = chunk or METRICS_CHUNK_BYTES
-    with path.open("rb") as f:
+    f = open_run_file(path)  # a regular file only (a FIFO or device swapped in is a RunFileError, not a hang)
+    if f is None:
+        return {"lines": [], "next": 0, "file": None, "reset": False, "more": False, "exists": False}
+    with f:
         st = os.fstat(f.fileno())
         here = f"{st.st_dev}:{st.st_ino}"
         reset = False
