@@ -27,7 +27,7 @@ from jinja2 import TemplateSyntaxError, meta, nodes
 from yaml.nodes import ScalarNode
 
 from sailrl.runtime.data.base import DatasetError
-from sailrl.runtime.data.readers import json_rows, read_text
+from sailrl.runtime.data.readers import is_local, json_rows, read_text, resolve
 from sailrl.runtime.data.sources import CsvSource, JsonlSource, ListSource
 from sailrl.runtime.prompts import (
     PromptError,
@@ -76,6 +76,8 @@ _PATH_KEYS: tuple[KeyPath, ...] = (("model", "name"), ("dataset", "source"), ("o
 
 #: Dataset rows validate renders the prompt templates on (a template failing on all of them is S209).
 DATA_ROWS_CHECKED = 5
+_DATA_TYPES_HINT = ("Point dataset.source at a .jsonl, .json, .csv or .parquet file, or a folder written by "
+                    "Dataset.save_to_disk (relative paths are relative to the spec file's folder).")
 #: Seconds validate spends rendering templates on dataset rows.
 DATA_RENDER_BUDGET_S = 1.0
 
@@ -691,28 +693,40 @@ class _Checker:
                          + (f" (got {', '.join(chosen)})" if chosen else ""),
                          "split: a named split (e.g. test); count / fraction: rows carved from the training data.")
         source = self.text(("dataset", "source"))
-        if (source and self._path_ok(("dataset", "source")) and self.loaded.path.is_file()
-                and (source.strip().startswith(("./", "../", "/", "~"))
-                     or source.lower().endswith(LOCAL_DATA_SUFFIXES))):
-            p = Path(source).expanduser()
-            full = p if p.is_absolute() else self.loaded.base_dir / p
-            kind = special_kind(full)
-            if kind is not None:
-                self.add(("dataset", "source"), "S228", f"{full} is {kind}, not a data file",
-                         "Point dataset.source at a .jsonl, .json, .csv or .parquet file (a device or a pipe "
-                         "never ends or blocks).")
-                return
-        if (source and source.lower().endswith(LOCAL_DATA_SUFFIXES) and self._path_ok(("dataset", "source"))
-                and self.loaded.path.is_file()):
-            p = Path(source).expanduser()
-            full = p if p.is_absolute() else self.loaded.base_dir / p
+        if source and self._path_ok(("dataset", "source")) and self.loaded.path.is_file():
             try:
-                exists = full.exists()
-            except OSError:
-                exists = False
-            if not exists:
-                self.add(("dataset", "source"), "S224", f"data file not found: {full}",
-                         "Relative paths are relative to the spec file's folder.")
+                local = is_local(source, self.loaded.base_dir)
+            except (OSError, ValueError):  # a name no file system takes (the path checks report it)
+                local = False
+            if local:
+                self._local_data(source)
+
+    def _local_data(self, source: str) -> None:
+        """The local ``dataset.source`` as the loader (``runtime.data.sources``) takes it: a device, pipe or
+        socket (S228), a missing file (S224), a file of a type it cannot read or a folder ``save_to_disk`` did not
+        write (S229) is refused here, at the key, as the run and preflight would refuse it."""
+        full = resolve(source, self.loaded.base_dir)
+        kind = special_kind(full)
+        if kind is not None:
+            self.add(("dataset", "source"), "S228", f"{full} is {kind}, not a data file",
+                     "Point dataset.source at a .jsonl, .json, .csv or .parquet file (a device or a pipe "
+                     "never ends or blocks).")
+            return
+        try:
+            exists, is_dir = full.exists(), full.is_dir()
+        except OSError:
+            exists = is_dir = False
+        if not exists:
+            self.add(("dataset", "source"), "S224", f"data file not found: {full}",
+                     "Relative paths are relative to the spec file's folder.")
+        elif is_dir:
+            if not ((full / "dataset_info.json").is_file() and (full / "state.json").is_file()) \
+                    and not (full / "dataset_dict.json").is_file():
+                self.add(("dataset", "source"), "S229", f"{full} is a folder but not one written by "
+                         "Dataset.save_to_disk", _DATA_TYPES_HINT)
+        elif full.suffix.lower() not in LOCAL_DATA_SUFFIXES:
+            self.add(("dataset", "source"), "S229", f"{full} is not a file type sailrl reads "
+                     f"({full.suffix or 'no suffix'})", _DATA_TYPES_HINT)
 
     def usual_ranges(self) -> None:
         """A warning for each number outside its key's documented usual range (the spec stays valid)."""

@@ -105,6 +105,8 @@ _TABLE: tuple[Code, ...] = (
          "concerns)."),
     Code("S228", "data-file-not-regular", "error", "dataset.source names a device, a named pipe (FIFO) or a socket "
          "instead of a data file."),
+    Code("S229", "data-file-type", "error", "dataset.source names a local file of a type sailrl does not read (not "
+         ".jsonl, .json, .csv or .parquet) or a folder that Dataset.save_to_disk did not write."),
     Code("S230", "python-rule-unusable", "error", "A python reward rule's function cannot be used: no such file "
          "or function next to the spec, the file raises on import, or the signature is not fn(completion, fields)."),
     Code("S231", "judge-model-unservable", "error", "A judge rule's model cannot be served where its judge runs "
