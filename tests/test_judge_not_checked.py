@@ -28,7 +28,7 @@ from tests.fakes.sail_server import FakeSailServer, point_sail_sdk_at
 from tests.fakes.studio_project import make_project
 from tests.fakes.studio_serve import serve_studio
 from tests.test_preflight import EXAMPLES, QUICKSTART_REWARD, ScriptedPolicy
-from tests.test_studio_browser import TOKEN, browser, page  # noqa: F401 -- fixtures
+from tests.test_studio_browser import TOKEN, browser, page, wait_for  # noqa: F401 -- fixtures
 
 JUDGE_RULE = {"name": "polite", "kind": "judge", "rubric": "The reply answers {{ question }} politely.",
               "judge": {"model": "judge-m", "sampler": "sail", "retries": 0}}
@@ -176,7 +176,7 @@ def studio(tmp_path):
 def test_the_try_panel_shows_an_unasked_judge_as_not_checked_and_adds_no_expectation_for_it(page):  # noqa: F811
     pg = page
     pg.fill("#completion", " 5")  # row 0 is 2+3
-    pg.wait_for_function("document.querySelector('#verdicts tbody tr[data-rule=\"polite\"] td:nth-child(2)')"
+    wait_for(pg, "document.querySelector('#verdicts tbody tr[data-rule=\"polite\"] td:nth-child(2)')"
                          ".textContent === 'not checked'")
     cells = pg.locator('#verdicts tbody tr[data-rule="polite"] td')
     assert cells.nth(2).inner_text() == "-"
@@ -187,7 +187,7 @@ def test_the_try_panel_shows_an_unasked_judge_as_not_checked_and_adds_no_expecta
     assert "total not known: judge rule 'polite' not checked" in pg.locator("#try-note").inner_text()
     assert pg.locator("#examples tbody tr").nth(0).inner_text().count("not checked (needs the judge") == 1
     pg.click("#add-example")
-    pg.wait_for_function("document.querySelector('#yaml').value.includes(\"completion: ' 5'\")")
+    wait_for(pg, "document.querySelector('#yaml').value.includes(\"completion: ' 5'\")")
     added = pg.input_value("#yaml").split("completion: ' 5'", 1)[1]
     assert "polite" not in added.split("\n\n")[0] and "expect_total" not in added.split("\n\n")[0]
     assert "correct: 0.5" in added and "format: 0.5" in added

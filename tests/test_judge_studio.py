@@ -10,7 +10,7 @@ import pytest
 from sailrl.studio.session import Studio
 from tests.fakes.studio_project import make_project, write_steps
 from tests.fakes.studio_serve import serve_studio
-from tests.test_studio_browser import TOKEN, browser, page  # noqa: F401 -- fixtures
+from tests.test_studio_browser import TOKEN, browser, page, wait_for  # noqa: F401 -- fixtures
 
 ANSWER = "Polite & short: <b>fine</b>. <score>yes</score>"
 
@@ -37,7 +37,7 @@ def studio(tmp_path):
 def test_the_rollout_view_shows_the_judges_answer_and_the_score_taken(page) -> None:  # noqa: F811
     pg = page
     pg.click('nav .tab[data-tab="runs"]')
-    pg.wait_for_function("document.querySelectorAll('#rollouts .rollout').length === 16")
+    wait_for(pg, "document.querySelectorAll('#rollouts .rollout').length === 16")
     first = pg.locator("#rollouts .rollout").first
     panel = first.locator("details.judge")
     assert panel.count() == 1

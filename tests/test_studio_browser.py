@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -90,19 +91,51 @@ def shots(tmp_path):
     return path
 
 
+#: Recorded in the page before its own scripts run: every Content-Security-Policy violation, as the browser reports
+#: it (the directive, what was blocked, and where).
+CSP_LISTENER = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => window.__cspViolations.push(
+  `${e.violatedDirective} blocked ${e.blockedURI || "inline"} at ${e.sourceFile}:${e.lineNumber} ${e.sample || ""}`));
+"""
+
+
+def csp_violations(pg) -> list[str]:
+    """The page's CSP violations so far: its ``securitypolicyviolation`` events and the console's CSP errors."""
+    return list(pg.evaluate("window.__cspViolations")) + list(pg.csp_console)
+
+
+def wait_for(pg, expression: str, arg=None) -> None:
+    """Wait until ``expression`` (an expression, or a function of ``arg``) is truthy in the page. Playwright's own
+    ``wait_for_function`` builds its predicate with ``new Function``, which the page's CSP refuses (no
+    'unsafe-eval'), so this polls ``evaluate`` (run by the browser's debugger protocol, which CSP does not
+    govern) instead, up to TIMEOUT_MS."""
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while not pg.evaluate(expression, arg):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true after {TIMEOUT_MS} ms: {expression}")
+        pg.wait_for_timeout(25)
+
+
 @pytest.fixture
 def page(browser, studio):
+    """The studio's page under its own Content-Security-Policy (no bypass): at the end, no script error and no
+    CSP violation."""
     base, _, _ = studio
-    # bypass_csp: Playwright evaluates its wait conditions as strings, which the page's CSP (no eval) refuses
-    context = browser.new_context(viewport={"width": 1500, "height": 1000}, bypass_csp=True)
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    context.add_init_script(CSP_LISTENER)
     pg = context.new_page()
     pg.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
+    pg.csp_console = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: pg.csp_console.append(m.text)
+          if m.type == "error" and "Content Security Policy" in m.text else None)
     pg.goto(f"{base}/?token={TOKEN}")
     pg.wait_for_selector("#verdicts tbody tr")
     yield pg
     assert errors == [], f"the page raised: {errors}"
+    assert csp_violations(pg) == [], "the page broke its own Content-Security-Policy"
     context.close()
 
 
@@ -116,24 +149,24 @@ def edit_a_rule_see_the_verdict_change_add_an_example_and_save(page, studio, sho
     pg = page
     assert pg.input_value('#row-fields input[data-field="answer"]') == "5"  # row 0 of addition.jsonl: 2+3
     pg.fill("#completion", " 5")
-    pg.wait_for_function("document.querySelector('#total').textContent === '1'")
+    wait_for(pg, "document.querySelector('#total').textContent === '1'")
     pg.fill("#completion", "5!")
-    pg.wait_for_function("document.querySelector('#total').textContent === '0'")
+    wait_for(pg, "document.querySelector('#total').textContent === '0'")
     assert verdict(pg, "format") == "fail" and verdict(pg, "correct") == "fail"
     pattern = pg.locator('#rules input[data-path="reward.rules.1.checks.0.pattern"]')
     assert pattern.input_value() == r"^\s*-?\d+\s*$"
     pattern.fill(r"^\s*-?\d+\s*[.!]?\s*$")  # a trailing full stop or ! is fine now
-    pg.wait_for_function("document.querySelector('#total').textContent === '0.5'")
+    wait_for(pg, "document.querySelector('#total').textContent === '0.5'")
     assert verdict(pg, "format") == "pass"
-    pg.wait_for_function(r"""document.querySelector('#yaml').value.includes("pattern: '^\\s*-?\\d+\\s*[.!]?\\s*$'\n")""")
+    wait_for(pg, r"""document.querySelector('#yaml').value.includes("pattern: '^\\s*-?\\d+\\s*[.!]?\\s*$'\n")""")
     pg.click("#add-example")
-    pg.wait_for_function("document.querySelectorAll('#examples tbody tr').length === 5")
+    wait_for(pg, "document.querySelectorAll('#examples tbody tr').length === 5")
     last = pg.locator("#examples tbody tr").nth(4)
     assert '"5!"' in last.inner_text() and last.locator("td.pass").count() == 1
     assert pg.locator("#validity").inner_text() == "valid"
     pg.screenshot(path=str(shots / "studio-rules.png"))
     pg.click("#save")
-    pg.wait_for_function("document.querySelector('#status').textContent.startsWith('saved')")
+    wait_for(pg, "document.querySelector('#status').textContent.startsWith('saved')")
     saved = spec.read_text()
     assert "          pattern: '^\\s*-?\\d+\\s*[.!]?\\s*$'\n" in saved
     assert "  - completion: 5!\n" in saved or "  - completion: '5!'\n" in saved
@@ -157,15 +190,15 @@ def problems_show_at_their_field_with_the_clis_code(page, shots):
     assert pg.locator("#validity").inner_text() == "1 error"
     assert pg.locator("#save").is_disabled()
     yaml.fill(text)  # back to the saved text
-    pg.wait_for_function("document.querySelector('#validity').textContent === 'valid'")
+    wait_for(pg, "document.querySelector('#validity').textContent === 'valid'")
     pg.locator('#rules select[data-path="reward.rules.0.extract.from"]').select_option("last_number")
     gamed = pg.locator('#rules .group[data-path="reward.rules.0.extract"] .problem[data-code="W110"]')
     gamed.wait_for()
     assert "can be gamed" in gamed.inner_text()
     pg.locator("#rules .rule").first.screenshot(path=str(shots / "studio-problem.png"))
     pg.locator('#rules select[data-path="reward.rules.0.extract.from"]').select_option("whole")
-    pg.wait_for_function("document.querySelector('#validity').textContent === 'valid'")
-    pg.wait_for_function("(t) => document.querySelector('#yaml').value === t", arg=text)
+    wait_for(pg, "document.querySelector('#validity').textContent === 'valid'")
+    wait_for(pg, "(t) => document.querySelector('#yaml').value === t", arg=text)
 
 
 def follows_the_file_on_disk_and_never_overwrites_a_change(page, studio):
@@ -173,30 +206,30 @@ def follows_the_file_on_disk_and_never_overwrites_a_change(page, studio):
     pg = page
     on_disk = spec.read_text().replace("  steps: 100\n", "  steps: 80\n")
     spec.write_text(on_disk)  # another editor saves the file; the page has no unsaved edits: it reloads
-    pg.wait_for_function("(t) => document.querySelector('#yaml').value === t", arg=on_disk)
+    wait_for(pg, "(t) => document.querySelector('#yaml').value === t", arg=on_disk)
     assert pg.locator("#banner").inner_text() == "reloaded: the file changed on disk"
     yaml = pg.locator("#yaml")
     yaml.fill(on_disk.replace("  steps: 80\n", "  steps: 70\n"))  # an unsaved edit here ...
-    pg.wait_for_function("!document.querySelector('#save').disabled")
+    wait_for(pg, "!document.querySelector('#save').disabled")
     changed = on_disk.replace("  group_size: 8\n", "  group_size: 4\n")
     spec.write_text(changed)  # ... and another change on disk: the page says so and keeps the edit
-    pg.wait_for_function("document.querySelector('#banner').textContent.startsWith('The file changed on disk.')")
+    wait_for(pg, "document.querySelector('#banner').textContent.startsWith('The file changed on disk.')")
     assert "steps: 70" in yaml.input_value()
     pg.click("#save")
-    pg.wait_for_function("document.querySelector('#banner').textContent.includes('nothing was written')")
+    wait_for(pg, "document.querySelector('#banner').textContent.includes('nothing was written')")
     assert spec.read_text() == changed
     pg.locator("#banner button").click()  # reload from disk
-    pg.wait_for_function("(t) => document.querySelector('#yaml').value === t", arg=changed)
+    wait_for(pg, "(t) => document.querySelector('#yaml').value === t", arg=changed)
 
 
 def data_tab_shows_rows_the_rendered_prompt_and_preflight(page, shots):
     pg = page
     pg.click('nav .tab[data-tab="data"]')
-    pg.wait_for_function("!document.querySelector('#preflight-verdict').textContent.startsWith('checking')")
+    wait_for(pg, "!document.querySelector('#preflight-verdict').textContent.startsWith('checking')")
     assert pg.locator("#preflight-verdict").inner_text() == "ready: no problems found"
-    pg.wait_for_function("document.querySelectorAll('#data-rows tbody tr').length === 20")
+    wait_for(pg, "document.querySelectorAll('#data-rows tbody tr').length === 20")
     pg.locator('#data-rows tbody tr[data-index="3"]').click()
-    pg.wait_for_function("document.querySelector('#prompt-index').textContent === '3'")
+    wait_for(pg, "document.querySelector('#prompt-index').textContent === '3'")
     assert pg.locator("#prompt-text").inner_text() == "User: 0+7=\n\nAssistant:"
     assert pg.locator("#prompt-meta").inner_text().startswith("22 tokens")
     pg.screenshot(path=str(shots / "studio-data.png"))
@@ -212,7 +245,7 @@ def runs_tab_draws_curves_filters_rollouts_and_follows_the_run(page, studio, sho
     pg.locator('#curves polyline[data-key="reward/total"]').wait_for()
     assert pg.locator('#curves polyline[data-key="reward/correct"]').count() == 1
     assert pg.locator("#curves path.point").count() == 2  # eval points at steps 5 and 10
-    pg.wait_for_function("document.querySelectorAll('#rollouts .rollout').length === 16")
+    wait_for(pg, "document.querySelectorAll('#rollouts .rollout').length === 16")
     assert pg.input_value("#step-select") == "12"
     records = read_rollouts(run, step=12, kind="train")
     failed = [r for r in records if not r["rules"]["correct"]["passed"]]
@@ -229,14 +262,31 @@ def runs_tab_draws_curves_filters_rollouts_and_follows_the_run(page, studio, sho
     pg.screenshot(path=str(shots / "studio-runs.png"), full_page=True)
     pg.select_option("#verdict-filter", "")
     write_steps(spec, run, range(13, 15))  # the run goes on: the page follows without a reload
-    pg.wait_for_function("document.querySelector('#step-select').value === '14'")
-    pg.wait_for_function("document.querySelector('#run-follow').textContent.startsWith("
-                         "'following: 14 steps in metrics.jsonl, last step 14')")
+    wait_for(pg, "document.querySelector('#step-select').value === '14'")
+    wait_for(pg, "document.querySelector('#run-follow').textContent.startsWith("
+                 "'following: 14 steps in metrics.jsonl, last step 14')")
     first = pg.locator("#rollouts .rollout").first
     completion = first.locator("pre.completion").inner_text()
     first.get_by_role("button", name="Try it").click()
-    pg.wait_for_function("(t) => document.querySelector('#completion').value === t", arg=completion)
+    wait_for(pg, "(t) => document.querySelector('#completion').value === t", arg=completion)
     assert pg.locator("#tab-rules").is_visible()
+
+
+def every_tab_keeps_the_pages_csp_and_the_legend_has_its_colours(page):
+    """The page works under its own Content-Security-Policy on every tab (the run's legend once set its colours
+    in a style attribute, which style-src 'self' refuses: six violations and a legend without colours)."""
+    pg = page
+    for tab in ("rules", "data", "runs"):
+        pg.click(f'nav .tab[data-tab="{tab}"]')
+        assert pg.locator(f"#tab-{tab}").is_visible()
+        assert csp_violations(pg) == [], tab
+    pg.locator("#curves .legend span").first.wait_for()
+    swatches = pg.evaluate("""[...document.querySelectorAll('#curves .legend span')].map(
+        (s) => [s.textContent, getComputedStyle(s, '::before').backgroundColor])""")
+    drawn = pg.evaluate("""[...document.querySelectorAll('#curves polyline.series, #curves path.point')].map(
+        (p) => p.getAttribute('stroke'))""")
+    rgb = {f"rgb({int(c[1:3], 16)}, {int(c[3:5], 16)}, {int(c[5:7], 16)})" for c in drawn}
+    assert len(swatches) == len(rgb) >= 6 and {colour for _, colour in swatches} == rgb, (swatches, rgb)
 
 
 def requests_without_the_token_or_from_another_site_are_refused(browser, studio, page):
@@ -300,13 +350,13 @@ def a_spec_that_does_not_parse_shows_its_errors_and_stays_editable(page, studio)
     good = spec.read_text()
     broken = good.replace("reward:\n  rules:\n", "reward:\n  rules: [\n", 1)
     spec.write_text(broken)  # the page has no unsaved edits: it reloads the broken file
-    pg.wait_for_function("(t) => document.querySelector('#yaml').value === t", arg=broken)
+    wait_for(pg, "(t) => document.querySelector('#yaml').value === t", arg=broken)
     pg.locator("#rule-note").wait_for()
     first = pg.locator("#problems li").first
     assert first.get_attribute("data-code").startswith("S0") and "quickstart.yaml:" in first.inner_text()
     assert re.fullmatch(r"\d+ errors?", pg.locator("#validity").inner_text())
     pg.locator("#yaml").fill(good)  # fixed in the page's YAML editor
-    pg.wait_for_function("document.querySelector('#validity').textContent === 'valid'")
+    wait_for(pg, "document.querySelector('#validity').textContent === 'valid'")
     assert pg.locator("#rule-note").is_hidden() and pg.locator("#rules .rule").count() == 2
 
 
@@ -319,6 +369,7 @@ def test_the_studio_in_a_browser(browser, studio, page, shots):
     follows_the_file_on_disk_and_never_overwrites_a_change(page, studio)
     data_tab_shows_rows_the_rendered_prompt_and_preflight(page, shots)
     runs_tab_draws_curves_filters_rollouts_and_follows_the_run(page, studio, shots)
+    every_tab_keeps_the_pages_csp_and_the_legend_has_its_colours(page)
     requests_without_the_token_or_from_another_site_are_refused(browser, studio, page)
     a_spec_that_does_not_parse_shows_its_errors_and_stays_editable(page, studio)
     assert {p.name for p in shots.glob("studio-*.png")} >= {"studio-rules.png", "studio-problem.png", "studio-data.png",

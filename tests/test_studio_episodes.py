@@ -20,7 +20,7 @@ from sailrl.studio.security import cookie_name
 from sailrl.studio.session import Studio
 from tests.fakes.episode_project import LOOKUP_RESULT, make_episode_project
 from tests.fakes.studio_serve import serve_studio
-from tests.test_studio_browser import TOKEN, browser, page, shots  # noqa: F401 -- fixtures
+from tests.test_studio_browser import TOKEN, browser, page, shots, wait_for  # noqa: F401 -- fixtures
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ def _rollout(pg, group: int, sample: int):
 def test_the_run_view_shows_every_turn_the_verdicts_and_the_end(page, project, shots):  # noqa: F811
     pg = page
     pg.click('nav .tab[data-tab="runs"]')
-    pg.wait_for_function("document.querySelectorAll('#rollouts .rollout').length === 6")
+    wait_for(pg, "document.querySelectorAll('#rollouts .rollout').length === 6")
     assert pg.locator("#run-select").input_value() == "runs/episodes"
 
     # group 0 sample 0: text before a calculator call, the result, the right answer
@@ -122,5 +122,5 @@ def test_the_run_view_shows_every_turn_the_verdicts_and_the_end(page, project, s
 
     # the search box reads the turns too: only the episode that called lookup mentions Oslo
     pg.fill("#rollout-search", "oslo")
-    pg.wait_for_function("document.querySelectorAll('#rollouts .rollout').length === 1")
+    wait_for(pg, "document.querySelectorAll('#rollouts .rollout').length === 1")
     assert _rollout(pg, 1, 0).count() == 1

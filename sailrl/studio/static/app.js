@@ -612,7 +612,10 @@ function drawCurves() {
         pts.forEach(([px, py]) => el("path", { d: `M${px} ${py - 6}L${px + 6} ${py}L${px} ${py + 6}L${px - 6} ${py}Z`, fill: "none", stroke: color, "stroke-width": 2, class: "point" }));
       }
       if (!pointsOnly) el("polyline", { points: pts.map((p) => p.join(",")).join(" "), fill: "none", stroke: color, "stroke-width": key === "reward/total" ? 3 : 1.6, class: "series", "data-key": key });
-      legend.append(h("span", { style: `--c:${color}` }, label));
+      // the colour through the CSSOM: the page's CSP (style-src 'self') refuses a style attribute
+      const swatch = h("span", {}, label);
+      swatch.style.setProperty("--c", color);
+      legend.append(swatch);
     });
   };
   const vals = top.flatMap(([k]) => m.map((x) => x[k]).filter((v) => typeof v === "number" && Number.isFinite(v)));
