@@ -153,6 +153,9 @@ ENVIRONMENT = {
             "timeout_s": 5.0,
             "memory_mb": 512,
             "max_output_chars": 4000,
+            "disk_mb": None,
+            "network": False,
+            "env": [],
         },
     ],
     "sandbox": "worker",  # environment.sandbox
