@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from sailrl import __version__
@@ -44,7 +45,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # usage errors exit 2, as argparse does, with our hint
         self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}{self._dash_value_hint(message)}\n")
+
+    def _dash_value_hint(self, message: str) -> str:
+        """For argparse's "argument --completion/-c: expected one argument": how to pass a value that starts
+        with '-' (argparse reads ``-c -0x`` as two options; ``--completion=-0x`` and ``-c=-0x`` pass the value)."""
+        found = re.fullmatch(r"argument (\S+): expected one argument", message)
+        if found is None:
+            return ""
+        names = found.group(1).split("/")
+        action = next((a for a in self._actions if names[0] in a.option_strings), None)
+        metavar = action.metavar if action is not None and isinstance(action.metavar, str) else "VALUE"
+        forms = [f"{name}={metavar}" for name in names if name.startswith("-")]
+        return f" (a value that starts with '-' is written {' or '.join(forms)})" if forms else ""
 
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:

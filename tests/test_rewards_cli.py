@@ -84,6 +84,17 @@ def test_rewards_usage_errors_exit_2(spec: Path, argv: list[str], capsys: pytest
     assert "sailrl rewards: error:" in capsys.readouterr().err
 
 
+def test_a_completion_that_starts_with_a_dash_says_how_to_pass_it(spec: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as stop:  # argparse's usage error
+        main(["rewards", str(spec), "-c", "-0x"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "sailrl rewards: error: argument --completion/-c: expected one argument (a value that starts with '-' is "
+        "written --completion=TEXT or -c=TEXT)")
+    assert main(["rewards", str(spec), "-c=-0x", "--field=answer=#### -0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["completion"] == "-0x"
+
+
 def test_rewards_row_out_of_range(spec: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["rewards", str(spec), "--row", "9", "-c", "x"]) == 1
     assert "row 9 is not among the selected rows" in capsys.readouterr().err
