@@ -7,11 +7,16 @@ user's paid run.
 from __future__ import annotations
 
 import inspect
+import re
+import tomllib
+from pathlib import Path
 
 import pytest
 import tinker
+from packaging.requirements import Requirement
 from tinker.lib.public_interfaces.rest_client import RestClient
 
+from sailrl.runtime.local import service
 from sailrl.runtime.local.rest import LocalRestClient
 from sailrl.runtime.local.sampling import LocalSamplingClient
 from sailrl.runtime.local.service import LocalServiceClient
@@ -125,3 +130,12 @@ def test_signatures_match_the_sdk(local, sdk):
         )
         checked += 1
     assert checked >= len(REQUIRED[local])
+
+
+def test_the_tinker_release_the_local_service_names_is_inside_pyprojects_pin():
+    root = Path(__file__).resolve().parent.parent
+    deps = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    (pin,) = [Requirement(d).specifier for d in deps if Requirement(d).name == "tinker"]
+    named = re.findall(r"follow tinker (\d+\.\d+)", " ".join(service.__doc__.split()))
+    assert named == ["0.35"]
+    assert pin.contains(f"{named[0]}.0"), (named, str(pin))

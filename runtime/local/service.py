@@ -4,9 +4,9 @@ Everything runs on this machine with no keys: a built-in model (``sailrl/tiny``,
 seed; ``sailrl/tiny-arith``, shipped weights; byte tokenizer), a local Hugging Face model folder, a GGUF file, or
 a hub model (cached, or downloaded once; see ``sources``). Device, dtype and torch threads follow
 ``device.py`` (``SAILRL_DEVICE``, ``SAILRL_DTYPE``, ``SAILRL_THREADS``). Method names, parameters and
-return kinds follow tinker 0.38 (checked by ``tests/test_local_drift.py``): the creation methods
-return a future of the client that can also be used as the client; their ``*_async`` variants are
-coroutines returning the client itself. Checkpoints live under ``base_dir`` (see ``checkpoints``).
+return kinds follow tinker 0.35, inside the range pyproject.toml pins (``tests/test_local_drift.py`` checks them
+against the installed SDK): the creation methods return a future of the client that can also be used as the
+client; their ``*_async`` variants are coroutines returning the client itself. Checkpoints live under ``base_dir`` (see ``checkpoints``).
 """
 
 from __future__ import annotations
