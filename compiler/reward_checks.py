@@ -367,8 +367,9 @@ def check_reward_rules(loaded: LoadedSpec, *, fn: Any = None,
             errors.append(_gameable(loaded, j, rule, gamed))
     for j, rule in enumerate(spec.reward.rules):
         if rule.kind == "judge" and str(rule.name) not in unconnected:
-            errors.append(_injection_warning(loaded, j, str(rule.name), probe_judge_rule(fn, str(rule.name),
-                                                                                         examples)))
+            found = _injection_warning(loaded, j, str(rule.name), probe_judge_rule(fn, str(rule.name), examples))
+            if found is not None:
+                errors.append(found)
     return errors
 
 
@@ -422,7 +423,9 @@ def probe_judge_rule(fn: Any, name: str, examples: list[Any]) -> list[tuple[str,
     return out
 
 
-def _injection_warning(loaded: LoadedSpec, j: int, name: str, probes: list[tuple[str, Any]]) -> SpecError:
+def _injection_warning(loaded: LoadedSpec, j: int, name: str, probes: list[tuple[str, Any]]) -> SpecError | None:
+    """W111 when an injection probe passes the rule (with every probe's score), the judge's fault when it never
+    answered (S209 / S231 / S306), None when every probe the judge answered fails the rule (nothing to say)."""
     fn_rule = loaded.spec.reward.rules[j]
     if probes and all(v.kind == "failed" for _, v in probes):  # the judge never answered
         problem = probes[0][1].problem
@@ -449,12 +452,11 @@ def _injection_warning(loaded: LoadedSpec, j: int, name: str, probes: list[tuple
             lines.append(f"  {label}: no score ({v.problem}) -> {on_fail:g}")
     passed = [label for label, v in probes if v.kind == "ok" and v.contribution(on_pass, on_fail,
                                                                                     fn_rule.pass_at)[0]]
-    head = (f"judge rule '{name}': {len(passed)} of {len(probes)} injection probes PASS the rule" if passed
-            else f"judge rule '{name}': injection probes (none passes the rule)")
+    if not passed:
+        return None
+    head = f"judge rule '{name}': {len(passed)} of {len(probes)} injection probes PASS the rule"
     hint = ("A completion that talks the judge into a score would be rewarded for it: make the rubric say what a "
-            "good answer contains (so a completion without it fails), or use a stronger judge model."
-            if passed else "Score tags inside a completion reach the judge as text (&lt;score>), never as "
-            "its score; these are the judge's scores of the probes.")
+            "good answer contains (so a completion without it fails), or use a stronger judge model.")
     return loaded.error(("reward", "rules", j, "rubric"), head + ":\n" + "\n".join(lines), hint, code="W111",
                         severity="warning")
 

@@ -168,8 +168,8 @@ _TABLE: tuple[Code, ...] = (
          "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
     Code("W120", "learning-rate-far-from-recommended", "warning", "training.learning_rate is more than 10x above "
          "(or 100x below) the LoRA learning rate tinker_cookbook's hyperparam_utils.get_lr recommends for the model."),
-    Code("W111", "judge-injection", "warning", "Injection probes of a judge rule (a completion that tells the judge "
-         "to answer 10, a fake <score> tag, the rubric quoted back) and the score each got."),
+    Code("W111", "judge-injection", "warning", "An injection probe passes a judge rule (a completion that tells the "
+         "judge to answer 10, a fake <score> tag, the rubric quoted back): every probe's score."),
     Code("W113", "tiny-judge-rubric", "warning", "A judge rule uses sailrl/tiny-judge with a rubric, scale or "
          "renderer it was not taught: it judges only 'The question was {{ question }}. A good reply is only the "
          "number {{ answer }}, nothing else.' on the binary scale, so its answers to anything else mean nothing."),

@@ -476,6 +476,16 @@ def test_validate_with_the_judge_checks_examples_and_scores_injection_probes(mon
             "S231": "reward.rules.0.judge.model"}
 
 
+def test_no_injection_warning_when_every_probe_fails_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sailrl.runtime.judge_clients import connect_judges
+
+    with FakeSailServer(chat_models={"judge-m"}, chat_answer=lambda body: "<score>no</score>") as server:
+        point_sail_sdk_at(server.url, monkeypatch)
+        loaded = validate_text(SPEC, "spec.yaml", judges=lambda fn: connect_judges(fn))
+        assert server.count("POST") == 3  # the three probes were scored, and each fails the rule
+    assert [e.code for e in loaded.warnings if e.code.startswith("W11")] == []
+
+
 def test_explain_says_the_rule_in_words() -> None:
     fn = reward(judge_rule(scale="1-10", pass_score=1, fail_score=-0.5))
     line = fn.explain()[0]
