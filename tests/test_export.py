@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -330,23 +331,80 @@ def test_sample_needs_a_prompt_and_refuses_a_missing_run(tmp_path, capsys):
     assert "it has no config.json" in _one_line(capsys)
 
 
+def _card_snippet(folder: Path) -> str:
+    """The python code block of the model card in ``folder``."""
+    blocks = re.findall(r"```python\n(.*?)```", (folder / "README.md").read_text(), re.S)
+    assert len(blocks) == 1, blocks
+    return blocks[0]
+
+
+def _run_snippet(code: str, cwd: Path, monkeypatch, capsys) -> str:
+    """What the card's snippet prints, run as written from ``cwd``."""
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    exec(compile(code, "README.md", "exec"), {"__name__": "__card__"})
+    return capsys.readouterr().out
+
+
+def _greedy_reply(run_dir: Path) -> str:
+    """sailrl's own greedy reply to row 0 (what ``sailrl sample RUN_DIR --row 0 --temperature 0`` prints)."""
+    from sailrl.export import RunInfo
+    from sailrl.export.sample import sample_run
+
+    info = RunInfo.read(run_dir)
+    return sample_run(info, info.checkpoint(), row=0, n=1, temperature=0.0).completions[0].text
+
+
 def test_export_of_a_builtin_base_carries_the_base(tmp_path, capsys, monkeypatch):
-    """sailrl/tiny is not on the hub: the peft export holds it in base/, and the pair loads as the card says."""
+    """sailrl/tiny is not on the hub: the peft export holds it in base/, adapter_config.json names it by its
+    name (not by the path the export was first written to), and the card's snippet, run as written after the
+    folder is moved, prints sailrl's own greedy reply. It answered wrong on every prompt: the snippet showed no
+    prompt format, and the byte tokenizer appends </s> to a prompt unless add_special_tokens=False."""
+    import shutil
+
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     text = _spec_text("sailrl/tiny", tmp_path / "run")
     (tmp_path / "spec.yaml").write_text(text.replace("steps: 2\n", "steps: 1\n", 1))
     assert main(["run", str(tmp_path / "spec.yaml")]) == 0
     assert main(["export", str(tmp_path / "run")]) == 0
-    out = tmp_path / "run" / "export" / "peft-final"
+    first = tmp_path / "run" / "export" / "peft-final"
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    shutil.move(first, moved / "peft-final")
+    out = moved / "peft-final"
     capsys.readouterr()
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "sailrl/tiny"
+    code = _card_snippet(out)
+    assert 'folder = "./peft-final"' in code and 'from_pretrained(f"{folder}/base")' in code
+    assert "prompt = 'User: 2+3=\\n\\nAssistant:'" in code and "add_special_tokens=False" in code
+    assert "max_new_tokens=12" in code and "reply.split('\\n\\nUser:')[0]" in code
+    assert AutoTokenizer.from_pretrained(out)("1+1=").input_ids[-1] == 1  # the </s> the snippet leaves out
+
+    expected = _greedy_reply(tmp_path / "run")
+    assert _run_snippet(code, moved, monkeypatch, capsys) == expected + "\n"
+    assert expected.strip() and not (tmp_path / "run" / "export" / "peft-final").exists()
+
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(out / "base"), out).eval()
-    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(out / "base")
-    assert 'from_pretrained("./peft-final/base")' in (out / "README.md").read_text()
     with torch.no_grad():
         assert model(torch.tensor([[1, 2, 3]])).logits.shape[-1] == 259
     assert os.path.isfile(out / "base" / "config.json")
+
+
+@pytest.mark.parametrize("fmt", ["peft", "merged"])
+def test_the_cards_snippet_prints_sailrls_greedy_reply(trained, home, tmp_path, monkeypatch, capsys, fmt):
+    """A local base (a folder): the snippet loads it by its path, builds row 0's prompt with the run's renderer,
+    and prints what sailrl's sampler answers greedily."""
+    run_dir, base, _, _ = trained
+    assert main(["export", str(run_dir), "--format", fmt, "-o", str(tmp_path / "out")]) == 0
+    code = _card_snippet(tmp_path / "out")
+    if fmt == "peft":
+        assert f"base = AutoModelForCausalLM.from_pretrained({str(base)!r})" in code
+        assert json.loads((tmp_path / "out" / "adapter_config.json").read_text())["base_model_name_or_path"] == \
+            str(base)
+    assert _run_snippet(code, tmp_path, monkeypatch, capsys) == _greedy_reply(run_dir) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------ a Tinker run

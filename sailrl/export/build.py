@@ -48,8 +48,9 @@ ADAPTER_CONFIG_MAX_BYTES = 16 * 2**20
 
 @dataclass
 class Built:
-    """What a build made. ``base_model``: the base's name (hub id, built-in name or folder); ``base_ref``: how the
-    usage snippet loads it; ``lora_rank``; ``files``: names written (sorted)."""
+    """What a build made. ``base_model``: the base's name (hub id, built-in name or folder); ``base_ref``: where it
+    loads from (a built-in's ``<folder>/base``, carried in the export; else the name); ``lora_rank``; ``files``:
+    names written (sorted)."""
 
     base_model: str
     base_ref: str
@@ -279,9 +280,11 @@ def build_local(ckpt: Checkpoint, fmt: str, out: Path, final_target: Path, have:
     out.mkdir()
     targets = sorted(adapter_config.get("target_modules") or [])
     if fmt == "peft":
-        base_ref = str(final_target / BASE_SUBFOLDER) if builtin else base
+        base_ref = f"{final_target.name}/{BASE_SUBFOLDER}" if builtin else base
         shutil.copyfile(os.path.join(directory, "adapter_model.safetensors"), out / "adapter_model.safetensors")
-        config = {**adapter_config, "base_model_name_or_path": base_ref, "inference_mode": True}
+        # the base by a name that stays true when the folder moves: a built-in's name (base/ carries it), a hub
+        # id, or the folder or file the run read
+        config = {**adapter_config, "base_model_name_or_path": base, "inference_mode": True}
         (out / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                                  encoding="utf-8")
         _save_tokenizer(spec, tokenizer, out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,13 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from sailrl.export.build import BASE_SUBFOLDER, Built
 from sailrl.export.runinfo import Checkpoint, RunInfo
-from sailrl.runtime.data import DatasetError, load_rows
+from sailrl.export.sample import renderer_for
+from sailrl.runtime.data import DatasetError, dataset_row, load_rows
+from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.runtime.rundir import METRICS_FILE, RunFileError, read_run_bytes
 from sailrl.spec.constants import LOCAL_DATA_SUFFIXES, MAX_SPEC_BYTES
+from sailrl.spec.errors import UserError
 from sailrl.spec.models import is_builtin
 from sailrl.spec.schema import Spec
 from sailrl.spec.version import __version__
@@ -96,28 +100,113 @@ def metric_rows(metrics: list[dict[str, Any]], rule_names: list[str], k: int = 5
     return out
 
 
-def _usage(built: Built, fmt: str, folder_name: str, repo_id: str | None) -> str:
+@dataclass
+class ExamplePrompt:
+    """A prompt as the run built it, for the card's snippet: ``text`` (the rendered prompt decoded, special tokens
+    written out; None when the renderer cannot be built here), ``stops`` (the renderer's stop strings and stop
+    token ids), ``where`` (where the prompt came from, in words), ``messages`` (the messages it renders),
+    ``renderer`` (its name, when known)."""
+
+    text: str | None
+    stops: list[str | int]
+    where: str
+    messages: list[dict[str, str]]
+    renderer: str | None
+
+
+def example_prompt(run: RunInfo, spec: Spec) -> ExamplePrompt:
+    """Row 0 of the run's data through the spec's template and the run's renderer, decoded to text (what the
+    embedded sampler and Tinker were given); a plain user turn when the data cannot be read here."""
+    messages = [{"role": "user", "content": "Hello"}]
+    try:
+        tokenizer, renderer, renderer_name = renderer_for(spec, run.spec_dir)
+    except (UserError, OSError, ValueError):
+        return ExamplePrompt(None, [], "a user turn", messages, spec.model.renderer)
+    try:
+        values, _ = dataset_row(spec, run.spec_dir, 0)
+        where = "row 0 of the training data"
+    except (UserError, LookupError, OSError, ValueError):  # a hub dataset not cached here, a moved file
+        values, where = None, "a user turn (the run's data cannot be read here)"
+    builder = PromptBuilder(spec.prompt, renderer)
+    stops = list(spec.sampling.stop or builder.stop_sequences())
+    if values is not None:
+        try:
+            messages = builder.messages(values)
+        except (UserError, ValueError, TypeError) as exc:  # a template that fails on row 0: a plain user turn
+            where = f"a user turn (row 0 of the data does not render: {str(exc).splitlines()[0][:100]})"
+    ids = renderer.build_generation_prompt(messages).to_ints()
+    return ExamplePrompt(str(tokenizer.decode(ids)), stops, f"{where}, through the {renderer_name} renderer",
+                         messages, renderer_name)
+
+
+def _usage(built: Built, fmt: str, folder_name: str, repo_id: str | None, spec: Spec | None = None,
+           prompt: ExamplePrompt | None = None, tokenizer_in_folder: bool = True) -> str:
+    """The card's snippet: load the model, build the prompt as the run did, generate greedily, cut the reply
+    where the renderer's stop sequence ends it, print it. It runs as written from the folder's parent folder."""
     where = repo_id or f"./{folder_name}"
+    builtin = is_builtin(built.base_model)
+    lines = ["import torch"]
     if fmt == "merged":
-        return ("from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-                f'model = AutoModelForCausalLM.from_pretrained("{where}")\n'
-                f'tokenizer = AutoTokenizer.from_pretrained("{where}")')
-    base = f"{where}/{BASE_SUBFOLDER}" if is_builtin(built.base_model) and repo_id is None else built.base_model
-    if is_builtin(built.base_model) and repo_id is not None:
-        load_base = (f'base = AutoModelForCausalLM.from_pretrained("{repo_id}", subfolder="{BASE_SUBFOLDER}")')
+        lines += ["from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+                  f'folder = "{where}"  # this folder, wherever it is now',
+                  "model = AutoModelForCausalLM.from_pretrained(folder).eval()"]
     else:
-        load_base = f'base = AutoModelForCausalLM.from_pretrained("{base}")'
-    text = ("from peft import PeftModel\nfrom transformers import AutoModelForCausalLM\n\n"
-            f"{load_base}\nmodel = PeftModel.from_pretrained(base, \"{where}\")")
-    if _is_hub_id(built.base_model):
-        text += f"\n\n# serving: vllm serve {built.base_model} --enable-lora --lora-modules trained={where}"
-    return text
+        lines += ["from peft import PeftModel", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+                  f'folder = "{where}"  # this folder, wherever it is now']
+        if builtin and repo_id is not None:
+            lines.append(f'base = AutoModelForCausalLM.from_pretrained(folder, subfolder="{BASE_SUBFOLDER}")  '
+                         f"# {built.base_model}: not on the Hub, so this repository carries it")
+        elif builtin:
+            lines.append(f'base = AutoModelForCausalLM.from_pretrained(f"{{folder}}/{BASE_SUBFOLDER}")  '
+                         f"# {built.base_model}: not on the Hub, so this folder carries it")
+        elif built.base_model.lower().endswith(".gguf"):
+            base_path = Path(built.base_model)
+            lines.append(f"base = AutoModelForCausalLM.from_pretrained({str(base_path.parent)!r}, "
+                         f"gguf_file={base_path.name!r})")
+        else:
+            lines.append(f"base = AutoModelForCausalLM.from_pretrained({built.base_model!r})")
+        lines.append("model = PeftModel.from_pretrained(base, folder).eval()")
+    lines.append("tokenizer = AutoTokenizer.from_pretrained(folder)" if tokenizer_in_folder or fmt == "merged"
+                 else f"tokenizer = AutoTokenizer.from_pretrained({built.base_model!r})")
+    if spec is None or prompt is None:
+        return "\n".join(lines)
+    lines.append("")
+    if prompt.text is not None:
+        lines += [f"# The prompt as the run built it: {prompt.where}.",
+                  f"prompt = {prompt.text!r}",
+                  "# add_special_tokens=False: the prompt is whole as written (a tokenizer may add an end-of-text "
+                  "token such as </s>).",
+                  'ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids']
+    else:
+        renderer = prompt.renderer or "its model's default renderer"
+        lines += [f"# The run rendered its prompts with {renderer}, which could not be built where this was "
+                  "exported; the tokenizer's chat template is the nearest.",
+                  f"messages = {prompt.messages!r}",
+                  "ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, "
+                  'return_tensors="pt")']
+    stop_ids = [s for s in prompt.stops if isinstance(s, int)]
+    stop_texts = [s for s in prompt.stops if isinstance(s, str)]
+    eos = f"[tokenizer.eos_token_id, *{stop_ids!r}]" if stop_ids else "tokenizer.eos_token_id"
+    lines += ["with torch.no_grad():  # greedy; the run sampled at temperature "
+              f"{spec.sampling.temperature:g}",
+              f"    out = model.generate(ids, max_new_tokens={spec.sampling.max_tokens}, do_sample=False, "
+              f"eos_token_id={eos})",
+              "reply = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)"]
+    for stop in stop_texts:
+        lines.append(f"reply = reply.split({stop!r})[0]  # the renderer's stop sequence ends the reply")
+    if prompt.renderer == "role_colon":
+        lines.append('reply = reply.removeprefix(" ")  # role_colon writes "Assistant: " before the reply')
+    lines.append("print(reply)")
+    return "\n".join(lines)
 
 
 def render_card(run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_name: str,
-                spec_file: str = SPEC_COPY, repo_id: str | None = None) -> str:
-    """The ``README.md`` text."""
+                spec_file: str = SPEC_COPY, repo_id: str | None = None, prompt: ExamplePrompt | None = None,
+                tokenizer_in_folder: bool = True) -> str:
+    """The ``README.md`` text. ``prompt``: the snippet's prompt (default :func:`example_prompt`);
+    ``tokenizer_in_folder``: whether the export holds the tokenizer's files (else the snippet loads the base's)."""
     spec = run.spec()
+    prompt = prompt if prompt is not None else example_prompt(run, spec)
     hub_base = _is_hub_id(built.base_model)
     tags = ["sailrl", "reinforcement-learning", "grpo"] + (["peft", "lora"] if fmt == "peft" else [])
     data = ModelCardData(library_name="peft" if fmt == "peft" else "transformers", pipeline_tag="text-generation",
@@ -164,7 +253,12 @@ def render_card(run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_n
     else:
         lines.append("No metrics were logged.")
     lines += [
-        "", "## Usage", "", "```python", _usage(built, fmt, folder_name, repo_id), "```", "",
+        "", "## Usage", "",
+        "Run from the folder that holds this one: it loads the model, builds a prompt as the run did and prints the "
+        "greedy reply, the text the reward rules read (`sailrl sample RUN_DIR --row 0 --temperature 0` prints the "
+        "same).", "",
+        "```python", _usage(built, fmt, folder_name, repo_id, spec, prompt, tokenizer_in_folder), "```", "",
+        *_usage_notes(built, fmt, folder_name),
         "## Versions", "",
         f"- sailrl: {__version__} (the run: {run.config.get('sailrl_version', 'unknown')})",
         *[f"- {name}: {_version(name)}" for name in LIBRARIES], "",
@@ -172,10 +266,28 @@ def render_card(run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_n
     return ModelCard("\n".join(lines)).content
 
 
+def _usage_notes(built: Built, fmt: str, folder_name: str) -> list[str]:
+    """What a user moving or serving the folder needs beyond the snippet."""
+    notes = []
+    if fmt == "peft" and is_builtin(built.base_model):
+        notes.append(f"The base model, `{built.base_model}`, is built into sailrl and is not on the Hugging Face Hub: "
+                     f"`{BASE_SUBFOLDER}/` holds it as transformers saved it, so the folder loads offline wherever it "
+                     f"is moved (`adapter_config.json` names the base `{built.base_model}`; give "
+                     f"`{folder_name}/{BASE_SUBFOLDER}` as the base to vLLM or SGLang).")
+    elif fmt == "peft" and _is_hub_id(built.base_model):
+        notes.append(f"Serving: `vllm serve {built.base_model} --enable-lora --lora-modules trained=./{folder_name}`.")
+    elif fmt == "peft":
+        notes.append(f"`adapter_config.json` names the base by its path, `{built.base_model}`: the folder can move, "
+                     "the base must stay where it is (or change the path in the snippet).")
+    return [*notes, ""] if notes else []
+
+
 def write_card(out: Path, run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_name: str) -> None:
     """Write ``README.md``, the spec and ``metrics.jsonl`` into ``out``."""
     spec_file = copy_records(out, run)
-    (out / "README.md").write_text(render_card(run, ckpt, fmt, built, folder_name, spec_file), encoding="utf-8")
+    text = render_card(run, ckpt, fmt, built, folder_name, spec_file,
+                       tokenizer_in_folder=(out / "tokenizer_config.json").is_file())
+    (out / "README.md").write_text(text, encoding="utf-8")
 
 
 def copy_records(out: Path, run: RunInfo) -> str:

@@ -51,6 +51,13 @@ class SampleResult:
 
 
 def _renderer(spec: Spec, spec_dir: Any) -> tuple[Any, Any]:
+    tokenizer, renderer, _ = renderer_for(spec, spec_dir)
+    return tokenizer, renderer
+
+
+def renderer_for(spec: Spec, spec_dir: Any) -> tuple[Any, Any, str]:
+    """``(tokenizer, renderer, renderer name)`` the run built its prompts with; :class:`ExportError` (one line)
+    when they cannot be built here."""
     # lazy: runtime.models loads torch and transformers (seconds); bad arguments are reported before
     from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
 
@@ -60,7 +67,7 @@ def _renderer(spec: Spec, spec_dir: Any) -> tuple[Any, Any]:
                                                             embedded=spec.sampling.sampler == "local")
         if name is None:
             raise ExportError(f"no renderer is known for model '{spec.model.name}'; set model.renderer")
-        return tokenizer, get_renderer(name, tokenizer)
+        return tokenizer, get_renderer(name, tokenizer), name
     except UserError:
         raise
     except (OSError, ValueError) as exc:
