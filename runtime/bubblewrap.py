@@ -118,12 +118,13 @@ def _drop_to_nobody() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def _site_folders(prefix: str) -> list[str]:
-    """The package folders under an interpreter prefix (hidden in the sandbox: only the standard library shows)."""
+def _site_folders(folder: str) -> list[str]:
+    """The package folders in a folder the sandbox binds (hidden there: only the standard library shows)."""
     found: list[str] = []
     for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
-                    "local/lib/python3*/site-packages", "local/lib/python3*/dist-packages"):
-        found.extend(p for p in sorted(glob.glob(os.path.join(prefix, pattern))) if os.path.isdir(p))
+                    "local/lib/python3*/site-packages", "local/lib/python3*/dist-packages",
+                    "python3*/site-packages", "python3*/dist-packages", "python3/dist-packages"):
+        found.extend(p for p in sorted(glob.glob(os.path.join(folder, pattern))) if os.path.isdir(p))
     return found
 
 
@@ -143,7 +144,8 @@ def _readable_by_others(path: str) -> bool:
 
 def _interpreters() -> list[tuple[str, list[str]]]:
     """Candidate interpreters for the sandbox, best first: (python3, the folders to bind read-only besides /usr).
-    The run's own interpreter's base installation (the same version as the run), then the system's python3."""
+    The run's own interpreter's base installation (the same version as the run: its ``bin`` and ``lib`` only, not
+    the rest of its prefix, e.g. a conda installation's other environments), then the system's python3."""
     out: list[tuple[str, list[str]]] = []
     base = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
@@ -151,7 +153,9 @@ def _interpreters() -> list[tuple[str, list[str]]]:
         if prefix == "/usr" or prefix.startswith("/usr/"):
             out.append((base, []))
         elif not _drop_to_nobody() or _readable_by_others(base):
-            out.append((base, [prefix]))
+            binds = [os.path.join(prefix, d) for d in ("bin", "lib", "lib64")
+                     if os.path.isdir(os.path.join(prefix, d)) and not os.path.islink(os.path.join(prefix, d))]
+            out.append((base, binds))
     for system in ("/usr/bin/python3", "/usr/local/bin/python3"):
         if os.path.isfile(system) and all(system != c for c, _ in out):
             out.append((system, []))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -120,3 +121,20 @@ def test_secret_values_are_replaced_in_text_json_and_the_console(monkeypatch, ca
     assert redact("abc") == "abc"
     make_console(stderr=False).print('console: tok"with\\quote-1234', markup=False)
     assert capsys.readouterr().out == f"console: {MARKER}\n"
+
+
+@pytest.mark.slow
+def test_the_runs_own_interpreter_brings_its_standard_library_and_nothing_else_of_its_prefix(monkeypatch):
+    require_sandbox()
+    monkeypatch.setattr(bubblewrap, "_drop_to_nobody", lambda: False)  # the user who owns the interpreter
+    python, binds = bubblewrap._interpreters()[0]
+    assert bubblewrap._probe(python, binds) is None
+    prefix = os.path.realpath(sys.base_prefix)
+    code = (f"import os, sys, importlib.util\nprint(sys.prefix == {prefix!r}, importlib.util.find_spec('pip'))\n"
+            f"print(sorted(os.listdir({prefix!r})) if {prefix!r} != '/usr' else 'system')")
+    proc = bubblewrap._spawn(bubblewrap.bwrap_command(python, binds, bubblewrap.Limits()))
+    error, raw = bubblewrap._collect(proc, code.encode(), bubblewrap.Limits(), 10)
+    proc.wait()
+    first, second = raw.decode().splitlines()
+    assert error is None and first == "True None"  # its own prefix, and pip (a site package) is not there
+    assert second == "system" or set(eval(second)) <= {"bin", "lib", "lib64"}
