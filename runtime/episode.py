@@ -345,6 +345,14 @@ class EpisodeEnv(EnvFromMessageEnv):
     the episode scored by the rules (``truncated``), and an exhausted token budget scores the last answer."""
 
     message_env: EpisodeMessageEnv
+    #: (place in its group, group size): seeds the episode's sampling calls by its place, not by the order in which
+    #: concurrent episodes reach the sampler (set by :meth:`EpisodeGroupBuilder.make_envs`)
+    seat: tuple[int, int] | None = None
+
+    async def initial_observation(self):
+        if self.seat is not None:
+            enter_episode(*self.seat)  # this rollout's task: its calls are seeded as this episode's turns
+        return await super().initial_observation()
 
     async def step(self, action: types.Action, *, extra: types.ActionExtra | None = None) -> StepResult:
         env = self.message_env
@@ -395,15 +403,17 @@ class EpisodeGroupBuilder(EnvGroupBuilder):
         env = self.environment
         messages = self.initial_messages()  # the tools' declaration rendered once per group, not per episode
         envs = []
-        for _ in range(self.group_size):
+        for i in range(self.group_size):
             msg_env = EpisodeMessageEnv(
                 tools=list(self.tools), initial_messages=[dict(m) for m in messages], max_turns=env.max_turns,
                 reward_fn=None,  # type: ignore[arg-type] - set in __post_init__
                 max_tool_calls=env.max_tool_calls, terminate_on_parse_error=True,
                 row=self.row, rules=self.reward_fn, scorer=scorer, feedback=list(env.feedback),
                 score_mode=env.score)
-            envs.append(EpisodeEnv(self.renderer, msg_env, max_trajectory_tokens=self.max_episode_tokens,
-                                   max_generation_tokens=self.max_tokens))
+            episode = EpisodeEnv(self.renderer, msg_env, max_trajectory_tokens=self.max_episode_tokens,
+                                 max_generation_tokens=self.max_tokens)
+            episode.seat = (i, self.group_size)
+            envs.append(episode)
         return envs
 
     # compute_group_rewards and cleanup: EnvGroupBuilder's (no group-level bonus, nothing to release).

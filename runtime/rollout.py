@@ -8,6 +8,7 @@ the reward is computed by :class:`sailrl.runtime.rewards.RewardFunction` instead
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,81 @@ from tinker_cookbook.rl.rollouts import do_group_rollout
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, StepResult, TrajectoryGroup
 
 from sailrl.runtime.scoring import StepScorer
+
+#: The group of the batch a rollout task samples for: set by :func:`rollout_groups` in each group's task, which
+#: the group's episode tasks copy.
+_GROUP: contextvars.ContextVar[int | None] = contextvars.ContextVar("sailrl_rollout_group", default=None)
+
+
+@dataclass
+class EpisodeSeat:
+    """Which episode of a batch the current rollout task samples for (``ordinal``: its place in the batch, group
+    by group) and how many replies it has sampled (``turn``): a seeded :class:`SamplingPolicy` derives the seed of
+    each call from these, not from the order in which concurrent episodes happen to call it."""
+
+    ordinal: int
+    turn: int = 0
+    lockstep: Lockstep | None = None
+
+
+class Lockstep:
+    """The turns of a batch of seeded episodes, sampled in lockstep: turn ``t``'s replies are sampled as one
+    announced batch, in the episodes' order, once every episode of the batch has asked for its turn-``t`` reply or
+    ended. A sampler that batches concurrent calls computes a reply's logprobs over the whole batch (its shapes, its
+    padding), so a batch formed by arrival times would make them differ from run to run in their last bits.
+
+    ``size``: the episodes of the batch; ``announce``: the sampling client's ``expect_requests`` (turn 0 is
+    announced by the caller, with the batch).
+    """
+
+    def __init__(self, size: int, announce: Any) -> None:
+        self.size = size
+        self.announce = announce
+        self.ended: set[int] = set()
+        self.waiting: dict[int, list[tuple[int, asyncio.Future]]] = {}
+
+    async def turn(self, seat: EpisodeSeat) -> None:
+        """Wait until ``seat``'s episode may ask for its reply of ``seat.turn`` (then ask at once)."""
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.setdefault(seat.turn, []).append((seat.ordinal, future))
+        self._release()
+        await future
+
+    def end(self, ordinals: Any) -> None:
+        """Episodes that will ask for no more replies (their rollout ended, or their group failed before it)."""
+        self.ended.update(ordinals)
+        self._release()
+
+    def _release(self) -> None:
+        for turn in sorted(self.waiting):
+            waiters = self.waiting[turn]
+            if len(waiters) + len(self.ended - {o for o, _ in waiters}) < self.size:
+                return
+            del self.waiting[turn]
+            if turn > 0 and self.announce is not None:
+                self.announce(len(waiters))
+            for _, future in sorted(waiters, key=lambda w: w[0]):
+                if not future.done():
+                    future.set_result(None)
+
+
+_SEAT: contextvars.ContextVar[EpisodeSeat | None] = contextvars.ContextVar("sailrl_episode_seat", default=None)
+_LOCKSTEP: contextvars.ContextVar[Lockstep | None] = contextvars.ContextVar("sailrl_lockstep", default=None)
+
+
+def enter_episode(index: int, group_size: int) -> None:
+    """Called by an episode env as its rollout starts (in the rollout's own task): the task's later sampling calls
+    are seeded as episode ``index`` of its group (see :class:`EpisodeSeat`), in lockstep with the batch's other
+    episodes when the policy keeps one (:class:`Lockstep`; the episode ends with its task). Outside
+    :func:`rollout_groups`: no-op."""
+    group = _GROUP.get()
+    if group is None:
+        return
+    seat = EpisodeSeat(group * group_size + index, lockstep=_LOCKSTEP.get())
+    _SEAT.set(seat)
+    task = asyncio.current_task()
+    if seat.lockstep is not None and task is not None:
+        task.add_done_callback(lambda _: seat.lockstep.end([seat.ordinal]))
 
 
 def completion_text(renderer: Any, action: list[int], stop: list, *, mode: str = "visible") -> tuple[str, bool]:
@@ -166,19 +242,40 @@ class SamplingPolicy(TokenCompleter):
     top_p: float = 1.0
     seed: int | None = None
     _calls: int = field(default=0, repr=False)
+    _batch_base: int = field(default=0, repr=False)  # episode seeds: where this batch's seeds start
+    _batch_size: int = field(default=1, repr=False)  # episode seeds: the stride between an episode's turns
+    _announced: int = field(default=0, repr=False)
+    _lockstep: Lockstep | None = field(default=None, repr=False)
 
     def expect(self, calls: int) -> None:
         """Tell a sampling client that batches concurrent calls (the embedded backend's ``expect_requests``) that
         the next ``calls`` calls belong together, so their batch does not depend on the machine's load; a no-op
-        for clients without it (Tinker)."""
+        for clients without it (Tinker). ``calls``: one per rollout of the batch, which also places the batch's
+        episode seeds."""
+        self._batch_base, self._batch_size = self._announced, max(int(calls), 1)
+        self._announced += self._batch_size
         announce = getattr(self.sampling_client, "expect_requests", None)
         if announce is not None:
             announce(calls)
+        # seeded episodes take their turns in lockstep (a seat that never binds to it leaves it unused)
+        self._lockstep = Lockstep(int(calls), announce) if self.seed is not None and announce is not None else None
 
     async def __call__(self, model_input: tinker.ModelInput, stop, *, max_tokens: int | None = None):
-        # With a seed, call k samples with seed + k: the event loop issues calls in a fixed order, so a run is
-        # reproducible however the sampler batches concurrent calls.
-        seed = None if self.seed is None else self.seed + self._calls
+        # With a seed, a single-turn call k samples with seed + k: the event loop issues those calls in a fixed
+        # order. An episode's calls wait on tool calls and scoring (threads, worker processes) between turns, so
+        # their order varies from run to run: turn t of the episode at place p of the batch samples with
+        # seed + base + p + t * batch size instead. Either way a run is reproducible however the sampler batches
+        # concurrent calls.
+        seat = _SEAT.get()
+        if self.seed is None:
+            seed = None
+        elif seat is not None:
+            seed = self.seed + self._batch_base + seat.ordinal + seat.turn * self._batch_size
+            if seat.lockstep is not None:
+                await seat.lockstep.turn(seat)
+            seat.turn += 1
+        else:
+            seed = self.seed + self._calls
         self._calls += 1
         result = await self.sampling_client.sample_async(
             prompt=model_input,
@@ -228,7 +325,19 @@ async def rollout_groups(policy: TokenCompleter, builders: list[RuleGroupBuilder
     every step, so it is raised, not dropped.
     Every group's samples share one prompt (asserted): group-centred advantages are only meaningful within one prompt.
     """
-    results = await asyncio.gather(*(do_group_rollout(b, policy) for b in builders), return_exceptions=True)
+    lockstep = getattr(policy, "_lockstep", None)
+
+    async def group(index: int, builder: RuleGroupBuilder) -> TrajectoryGroup:
+        _GROUP.set(index)  # this group's task only: its episodes' seeds (enter_episode)
+        _LOCKSTEP.set(lockstep)
+        try:
+            return await do_group_rollout(builder, policy)
+        finally:  # episodes that never started (the group failed first) take no turns
+            if lockstep is not None:
+                n = builder.group_size
+                lockstep.end(range(index * n, (index + 1) * n))
+
+    results = await asyncio.gather(*(group(i, b) for i, b in enumerate(builders)), return_exceptions=True)
     groups: list[TrajectoryGroup] = []
     rows: list[dict[str, Any]] = []
     failed: list[tuple[int, str]] = []
