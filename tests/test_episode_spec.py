@@ -114,3 +114,33 @@ def test_a_sail_sandbox_without_a_tool_that_uses_it_is_warned_at_its_key(tmp_pat
     assert found[0].line > 0
     found = _codes(_problems(tmp_path, "  sandbox: docker\n  tools:\n    - builtin: python\n"))
     assert list(found) == ["S104"] and found["S104"][0].key_path == "environment.sandbox"
+
+
+# ------------------------------------------------------------------------------------------------ the sandbox
+
+
+def test_the_python_tool_without_its_sandbox_is_refused_at_validate_and_run_start(tmp_path, monkeypatch):
+    from sailrl.runtime import bubblewrap
+    from sailrl.runtime.episode import ToolLoadError, build_tools
+
+    why = "the python tool's isolation needs bubblewrap, which is not installed: " + bubblewrap.INSTALL_HINT
+    monkeypatch.setattr(bubblewrap, "_check", lambda: (why, None))
+    found = _problems(tmp_path, "  tools:\n    - builtin: calculator\n    - builtin: python\n")
+    refused = [e for e in found if e.code == "S255"]
+    assert [(e.key_path, e.is_warning) for e in refused] == [("environment.tools.1.builtin", False)]
+    assert "apt-get install bubblewrap" in refused[0].message and "unisolated_worker" in refused[0].hint
+    with pytest.raises(ToolLoadError, match="apt-get install bubblewrap"):
+        build_tools(EnvironmentSpec.model_validate({"tools": [{"builtin": "python"}]}), tmp_path)
+    # opting out of isolation is a warning, never a silent downgrade; a Sailbox needs no bubblewrap
+    unisolated = _problems(tmp_path, "  sandbox: unisolated_worker\n  tools:\n    - builtin: python\n")
+    assert [(e.code, e.key_path, e.is_warning) for e in unisolated] == [("W133", "environment.sandbox", True)]
+    sail = _problems(tmp_path, "  sandbox: sail\n  tools:\n    - builtin: python\n")
+    assert not [e for e in sail if e.code in ("S255", "W133")]
+
+
+def test_network_and_disk_belong_to_the_python_tool_and_network_is_warned_about(tmp_path):
+    networked = _problems(tmp_path, "  tools:\n    - builtin: python\n      network: true\n      disk_mb: 8\n")
+    assert [(e.code, e.key_path, e.is_warning) for e in networked if e.code.startswith("W13")] == [
+        ("W134", "environment.tools.0.network", True)]
+    wrong = _codes(_problems(tmp_path, "  tools:\n    - builtin: calculator\n      network: true\n"))
+    assert list(wrong) == ["S256"] and "remove network" in wrong["S256"][0].message
