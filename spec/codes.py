@@ -229,10 +229,10 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
               "saved, exit 3)."),
     ErrorCode("E105", "sailrl.runtime.errors.RunWriteError", "A write of the run failed: a full disk, a quota, a "
               "read-only or failing file system (the run stops at a step boundary; --resume continues it)."),
-    ErrorCode("E110", "sailrl.runtime.backends.BackendError", "A backend cannot be opened (a missing key, an "
-              "unreachable Tinker)."),
     ErrorCode("E106", "sailrl.runtime.rundir.RunFileError", "A run directory's file is not a regular file (a FIFO, "
               "a device, a link to one) or is over its size limit."),
+    ErrorCode("E110", "sailrl.runtime.backends.BackendError", "A backend cannot be opened (a missing key, an "
+              "unreachable Tinker)."),
     ErrorCode("E120", "sailrl.runtime.data.base.DatasetError", "The dataset is missing, unreadable or malformed, or "
               "a step leaves no rows."),
     ErrorCode("E121", "sailrl.runtime.prompts.PromptError", "A prompt template cannot be rendered on a row."),
