@@ -122,6 +122,7 @@ def test_a_sail_sandbox_without_a_tool_that_uses_it_is_warned_at_its_key(tmp_pat
 def test_the_python_tool_without_its_sandbox_is_refused_at_validate_and_run_start(tmp_path, monkeypatch):
     from sailrl.runtime import bubblewrap
     from sailrl.runtime.episode import ToolLoadError, build_tools
+    from sailrl.spec.environment import EnvironmentSpec
 
     why = "the python tool's isolation needs bubblewrap, which is not installed: " + bubblewrap.INSTALL_HINT
     monkeypatch.setattr(bubblewrap, "_check", lambda: (why, None))
