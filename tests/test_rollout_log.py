@@ -127,32 +127,18 @@ def test_logs_without_a_score_take_it_from_the_metrics():
 
 
 def test_one_line_per_rollout_in_one_fsynced_write(tmp_path, monkeypatch):
+    """A step's records reach the file in one write of whole lines, then one fsync (rundir.append_whole)."""
+    from sailrl.runtime import rundir
+
     writes, syncs = [], []
-    real_fsync = rollout_log.os.fsync
-    monkeypatch.setattr(rollout_log.os, "fsync", lambda fd: (syncs.append(fd), real_fsync(fd)))
-
-    class Spy:
-        def __init__(self, f):
-            self.f = f
-
-        def write(self, data):
-            writes.append(data)
-            return self.f.write(data)
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return self.f.__exit__(*exc)
-
-    monkeypatch.setattr(rollout_log, "open", lambda p, mode="r": Spy(open(p, mode)), raising=False)
+    real_write, real_fsync = rundir.os.write, rundir.os.fsync
+    monkeypatch.setattr(rundir.os, "write", lambda fd, data: (writes.append(bytes(data)), real_write(fd, data))[1])
+    monkeypatch.setattr(rundir.os, "fsync", lambda fd: (syncs.append(fd), real_fsync(fd)))
     groups, rows = two_groups()
     RolloutLog(tmp_path).write_step(0, "train", groups, rows, None, sampler_paths="p", sampler_steps=0,
                                     tokenizer=TOK)
     assert len(writes) == 1 and writes[0].count(b"\n") == 4 and len(syncs) == 1
+    assert (tmp_path / "rollouts.jsonl").read_bytes() == writes[0]
 
 
 def test_limit_keeps_the_first_groups_of_each_step_and_zero_writes_nothing(tmp_path):
