@@ -29,13 +29,49 @@ from sailrl.runtime.collapse import collapse_warning
 from sailrl.runtime.console import RunConsole
 from sailrl.runtime.cost import CostModel
 from sailrl.runtime.errors import AllDegenerateError, OnPolicyMismatch
+from sailrl.runtime.gaming import GamingWatch
 from sailrl.runtime.rl import update_metrics
 from sailrl.runtime.rollout import RolloutBatch
 from sailrl.runtime.rollout_log import RolloutLog
 from sailrl.runtime.rundir import RunDirectory
 from sailrl.spec.schema import SamplingSpec, Spec
 
-__all__ = ["Records", "StepRecord", "check_on_policy"]
+__all__ = ["Records", "StepRecord", "Streaks", "check_on_policy"]
+
+
+class Streaks:
+    """Conditions that hold over consecutive steps (most completions cut at max_tokens, steps skipped for want of
+    a gradient): each is said when its streak starts and summed up once, with its length, when it ends or the run
+    does, so a condition that lasts 66 steps takes two lines, not 66. A streak of one step has nothing to add at
+    its end."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self._open: dict[str, list[Any]] = {}  # key -> [first step, last step, what the closing line says held]
+
+    def step(self, step: int, found: dict[str, tuple[str, str]]) -> None:
+        """The conditions that hold at ``step``: key -> (the warning that starts a streak, what held, for the
+        line that ends it). A streak whose key is missing ends here (at the step before)."""
+        for key in [k for k in self._open if k not in found]:
+            self._close(key, at_end=False)
+        for key, (start, held) in found.items():
+            if key in self._open:
+                self._open[key][1] = step
+            else:
+                self._open[key] = [step, step, held]
+                self.console.print(f"[yellow]{escape(start)}[/yellow]")
+
+    def end(self) -> None:
+        """The run's end: sum up the streaks still open (once; a second call finds none)."""
+        for key in list(self._open):
+            self._close(key, at_end=True)
+
+    def _close(self, key: str, *, at_end: bool) -> None:
+        first, last, held = self._open.pop(key)
+        if last > first:
+            until = ", until the run's end" if at_end else ""
+            self.console.print(f"[yellow]steps {first}-{last}: {escape(held)} ({last - first + 1} steps{until})"
+                               "[/yellow]")
 
 
 @dataclass
@@ -70,6 +106,9 @@ class Records:
         self.history: list[dict[str, Any]] = run_dir.read_metrics()
         self._steps: dict[int, StepRecord] = {}
         self._started: dict[int, float] = {}
+        self.streaks = Streaks(console)
+        # reward gaming: a rule climbing while correctness does not, or passed by degenerate replies (gaming.jsonl)
+        self.gaming = GamingWatch(spec.reward.rules, spec.reward.default_correct_rule(), run_dir.path)
 
     def step(self, step: int) -> StepRecord:
         """``step``'s record (created on first use)."""
@@ -156,8 +195,9 @@ class Records:
         rec.metrics["learning_rate"] = learning_rate
 
     def skipped_step(self, step: int) -> None:
-        """A step whose groups were all degenerate: no update. Raises :class:`AllDegenerateError` when the spec
-        says ``training.on_all_degenerate: stop``."""
+        """A step whose groups were all degenerate: no update (said when a streak of them starts and ends, by
+        :meth:`end_step`). Raises :class:`AllDegenerateError` when the spec says ``training.on_all_degenerate:
+        stop``."""
         rec = self.step(step)
         rec.metrics["skipped"] = 1.0
         rec.metrics["datums"] = 0.0
@@ -167,8 +207,6 @@ class Records:
                 f"step {step}: every group scored the same reward ({rec.metrics.get('reward/total')}); nothing to "
                 "learn from. training.on_all_degenerate is 'stop'. Raise group_size or temperature, or check the "
                 "reward rules with `sailrl preflight --sample`.")
-        self.console.print(f"[yellow]step {step}: every group was degenerate (same reward within each group): no "
-                           "gradient, step skipped[/yellow]")
 
     # ------------------------------------------------------------------ end of a step
     def end_step(self, step: int) -> None:
@@ -206,6 +244,8 @@ class Records:
         collapse = collapse_warning(step, self.history, train_groups, self.tokenizer, run_dir=str(self.run_dir.path))
         if collapse is not None:
             self.console.print(f"[yellow]warning: {escape(collapse)}[/yellow]")  # model text, not markup
+        for gamed in self.gaming.observe(step, self.history, train_groups):
+            self.console.print(f"[yellow]warning: {escape(gamed)}[/yellow]")
         check_on_policy(step, m, self.spec.sampling, self.console)
 
     def _warn(self, step: int, m: dict[str, Any], rec: StepRecord) -> None:
@@ -222,16 +262,23 @@ class Records:
             self.console.print(
                 f"[yellow]warning: step {step}: {int(m['regex_timeouts'])} regex time-outs (reward.regex_timeout_s "
                 f"{self.spec.reward.regex_timeout_s:g} s): the pattern fails on those completions[/yellow]")
+        streaks: dict[str, tuple[str, str]] = {}
+        if m.get("skipped") and self.spec.training.on_all_degenerate == "skip":
+            streaks["skipped"] = (f"step {step}: every group was degenerate (same reward within each group): no "
+                                  "gradient, step skipped", "every group was degenerate, no gradient: steps skipped")
         if (m.get("frac_truncated") or 0) > 0.5:
-            self.console.print(
-                f"[yellow]warning: step {step}: {100 * m['frac_truncated']:.0f}% of completions were cut at "
-                f"max_tokens={self.spec.sampling.max_tokens}; raise sampling.max_tokens or ask for shorter answers "
-                "in the prompt[/yellow]")
+            max_tokens = self.spec.sampling.max_tokens
+            streaks["truncated"] = (
+                f"warning: step {step}: {100 * m['frac_truncated']:.0f}% of completions were cut at "
+                f"max_tokens={max_tokens}; raise sampling.max_tokens or ask for shorter answers in the prompt",
+                f"over half the completions were cut at max_tokens={max_tokens}")
+        self.streaks.step(step, streaks)
 
     # ------------------------------------------------------------------ the end of the run
     def summary(self, final_state: str | None) -> str:
         """First-vs-last reward and ``correct``, tokens and cost, the run directory and the final adapter; closes
-        the wandb run."""
+        the wandb run. A warning whose streak lasts to the end is summed up first."""
+        self.streaks.end()
         lines = report.summary_lines(self.history, show_cost=not self.is_local)
         lines.append(f"run directory: {self.run_dir.path}")
         if final_state:

@@ -281,8 +281,9 @@ class RunDirectory:
         return bool(_read_jsonl_tolerant(self.metrics_path))
 
     def clear_records(self) -> None:
-        """Remove a previous run's records (config, metrics, checkpoint index, warm-up log, plot)."""
-        for name in (CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, WARMUP_FILE, "rollouts.jsonl", "reward.png"):
+        """Remove a previous run's records (config, metrics, checkpoint index, warm-up log, plot, gaming warnings)."""
+        for name in (CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, WARMUP_FILE, "rollouts.jsonl", "reward.png",
+                     "gaming.jsonl"):
             (self.path / name).unlink(missing_ok=True)
 
     def write_config(self, resolved_spec: dict[str, Any], spec_sha256: str, extra: dict[str, Any]) -> None:
