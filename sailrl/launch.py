@@ -146,13 +146,37 @@ def build_spec(config: dict[str, Any], overrides: list[str], spec_dir: Path | st
     """
     if not overrides:
         return Spec.model_validate(config)
+    return check_overrides(config, overrides, spec_dir).spec
+
+
+def check_overrides(config: dict[str, Any], overrides: list[str], spec_dir: Path | str | None = None) -> Any:
+    """The validated spec (a :class:`~sailrl.spec.loader.LoadedSpec`, its warnings included) of ``config`` with
+    ``overrides`` applied, located in a YAML rendering of it named ``<spec with --set overrides>``. Raises as
+    :func:`build_spec` does."""
     # Checked as the user would have written it: the values that differ from the defaults, plus the overrides (a
     # default written out would trip checks meant for what a spec sets, e.g. an unused reference_field).
     written = Spec.model_validate(config).model_dump(mode="json", by_alias=True, exclude_defaults=True)
     merged = apply_overrides(written, overrides)
     text = yaml.safe_dump(merged, sort_keys=False, allow_unicode=True)
     where = Path(spec_dir).resolve() / "spec-with-overrides.yaml" if spec_dir is not None else None
-    return _validate_text(text, "<spec with --set overrides>", where).spec
+    return _validate_text(text, "<spec with --set overrides>", where)
+
+
+def _same_problem(a: Any) -> tuple[str, str, str]:
+    return a.code, a.key_path, a.message
+
+
+def override_warnings(file_warnings: list[Any], checked: list[Any]) -> list[Any]:
+    """The warnings of the spec with its overrides (``checked``, located in ``<spec with --set overrides>``), each
+    said once: one the spec file has too is given as located in the file; one the overrides fixed is gone."""
+    in_file = {_same_problem(w): w for w in file_warnings}
+    return [in_file.get(_same_problem(w), w) for w in checked if w.is_warning]
+
+
+def override_errors(refused: SpecErrors) -> SpecErrors:
+    """The errors of ``refused`` (the ``SpecErrors`` of a spec with overrides) without its warnings, which
+    :func:`override_warnings` says with the spec file's."""
+    return SpecErrors([e for e in refused.errors if not e.is_warning], refused.text, omitted=refused.omitted)
 
 
 def write_into_config(config: dict[str, Any], spec: Spec) -> None:

@@ -32,17 +32,31 @@ def spec_missing(path: str) -> bool:
 
 
 def print_warnings(loaded: Any, color: bool, stream: TextIO | None = None) -> None:
-    """Print ``loaded.warnings`` (a validated spec's warnings) as a report, when there are any."""
+    """Print ``loaded.warnings`` (a validated spec's warnings) as a report, when there are any: each with its
+    source line, hint and code (``sailrl validate``)."""
     if loaded.warnings:
         print(format_problems(loaded.warnings, loaded.text, color=color), file=stream or sys.stderr)
         print(file=stream or sys.stderr)
+
+
+def say_warnings(warnings: list[Any], spec_path: str, stream: TextIO | None = None) -> None:
+    """Print ``warnings`` one line each (``file:line:col: warning: key: message [code]``) and where to read them in
+    full: for the commands that go on to do something else (``compile``, ``run``, ``rewards``, ``explain``), so a
+    spec's warnings take a line each there and ``sailrl validate`` shows their source lines and hints."""
+    if not warnings:
+        return
+    out = stream or sys.stderr
+    for w in warnings:
+        print(f"{w.headline()} [{w.code}]" if w.code else w.headline(), file=out)
+    print(f"(sailrl validate {spec_path} shows each warning with its line and what to do)", file=out)
 
 
 def load_spec_lenient(path: str, color: bool) -> Any:
     """The validated :class:`~sailrl.spec.schema.Spec` at ``path``, or None after printing its problems.
 
     A spec whose only errors are its worked ``examples:`` disagreeing still loads (the problems are printed
-    first): that is when scoring completions by hand helps most. Warnings are printed and do not stop it.
+    first): that is when scoring completions by hand helps most. Warnings are printed one line each
+    (:func:`say_warnings`) and do not stop it.
     """
     try:
         text, digest = read_spec_file(path)
@@ -50,9 +64,10 @@ def load_spec_lenient(path: str, color: bool) -> Any:
         print(exc.format(color=color), file=sys.stderr)
         return None
     loaded, found = problems(text, path, path=Path(path), sha256=digest)
-    if found:
-        print(format_problems(found, loaded.text, color=color), file=sys.stderr)
     errors = [e for e in found if not e.is_warning]
+    if errors:
+        print(format_problems(errors, loaded.text, color=color), file=sys.stderr)
+    say_warnings([e for e in found if e.is_warning], path)
     if not errors:
         return loaded.spec
     if loaded.spec is None or not all(is_example_error(e) for e in errors):

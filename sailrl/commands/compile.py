@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sailrl.commands._common import print_warnings
+from sailrl.commands._common import say_warnings
 from sailrl.compiler.render import default_output_path, render_script
 from sailrl.compiler.validate import validate_file
 from sailrl.spec.errors import SpecErrors
@@ -22,11 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def compile_spec(spec_path: str, output: str | None, *, warn: bool = True) -> tuple[str, str]:
     """(output path, script text). Raises SpecErrors when the spec is invalid (every check of `sailrl validate`).
 
-    ``warn``: print the spec's warnings to stderr.
+    ``warn``: print the spec's warnings to stderr, one line each (``sailrl validate`` shows them in full).
     """
     loaded = validate_file(spec_path)
     if warn:
-        print_warnings(loaded, sys.stderr.isatty())
+        say_warnings(loaded.warnings, spec_path)
     out = output or default_output_path(spec_path, loaded.spec)
     text = render_script(loaded.spec, spec_path=spec_path, spec_bytes=loaded.text.encode("utf-8"),
                          output_path=out if out != "-" else default_output_path(spec_path, loaded.spec))

@@ -4,7 +4,8 @@ The script is rendered from the overridden spec, so it carries exactly the loop 
 executed in this process; the run records it as ``<run dir>/train.py`` once the run has opened (a run refused
 for a missing key, an unusable model or data, or a run directory in the way writes nothing). Without
 ``--sampler`` the spec's sampler is used; Sail and Tinker need their API keys (one line says so otherwise).
-The step lines and the summary go to stdout; the spec's warnings, progress, notes and errors to stderr
+The step lines and the summary go to stdout; the spec's warnings (those of the spec with its overrides, one
+line each: ``sailrl validate`` shows them in full), progress, notes and errors to stderr
 (:class:`sailrl.runtime.console.RunConsole`).
 Exit status: 0 done, 1 invalid spec or failed run, 2 bad override, 3 budget reached, 130 interrupted.
 """
@@ -15,7 +16,7 @@ import argparse
 import sys
 
 from sailrl import launch
-from sailrl.commands._common import print_warnings
+from sailrl.commands._common import say_warnings
 from sailrl.compiler.render import render_script
 from sailrl.compiler.validate import validate_file
 from sailrl.runtime.rundir import run_dir_path
@@ -48,18 +49,23 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: cannot read {args.spec}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    print_warnings(loaded, sys.stderr.isatty())
     overrides = list(args.overrides) + ([f"sampling.sampler={args.sampler}"] if args.sampler else [])
     spec_dir = Path(args.spec).parent
+    spec, warnings = loaded.spec, loaded.warnings
     try:
-        spec = launch.build_spec(loaded.spec.resolved(), overrides, spec_dir) if overrides else loaded.spec
+        if overrides:
+            checked = launch.check_overrides(loaded.spec.resolved(), overrides, spec_dir)
+            spec, warnings = checked.spec, launch.override_warnings(loaded.warnings, checked.warnings)
     except ValueError as exc:
+        say_warnings(loaded.warnings, args.spec)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except SpecErrors as exc:
-        print(exc.format(color=sys.stderr.isatty()), file=sys.stderr)
+        say_warnings(launch.override_warnings(loaded.warnings, exc.warnings), args.spec)
+        print(launch.override_errors(exc).format(color=sys.stderr.isatty()), file=sys.stderr)
         print(launch.overrides_message(loaded.spec.resolved(), overrides), file=sys.stderr)
         return 2
+    say_warnings(warnings, args.spec)
     script_path = run_dir_path(spec, spec_dir) / "train.py"
     text = render_script(spec, spec_path=Path(args.spec).as_posix(), spec_bytes=loaded.text.encode("utf-8"),
                          output_path=script_path.as_posix())
