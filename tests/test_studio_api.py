@@ -226,8 +226,14 @@ def test_try_works_while_other_sections_are_broken(client, project):
     assert got["ok"] and got["total"] == 1.0
     broken = text.replace("kind: termination", "kind: terminaton")
     got = client.post("/api/try", json={"text": broken, "completion": " 7", "fields": {"answer": "7"}}).json()
-    assert got == {"ok": False, "sha": got["sha"],
-                   "problem": "the reward rules have problems (shown at their fields); fix them to try completions"}
+    # the rule with the problem shows it in its verdict's place; the other rule is still tried
+    assert got["ok"] and [r["name"] for r in got["rules"]] == ["correct", "format"]
+    assert got["rules"][0]["passed"] is True and got["rules"][0]["score"] == 0.5
+    assert got["rules"][1]["passed"] is None and got["rules"][1]["broken"] is True
+    assert got["rules"][1]["why"].startswith("not tried: this rule has a problem: ")
+    assert "terminaton" in got["rules"][1]["error"]
+    assert got["total"] == 0.5
+    assert got["total_note"] == "total of the other rules: 'format' not tried until its problem is fixed"
     assert client.post("/api/rows", json={"text": text}).status_code == 422
 
 

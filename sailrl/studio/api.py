@@ -16,6 +16,14 @@ the user sees; the server caches validation, reward functions, rows and prefligh
 - ``POST /api/runs {text}``; ``GET /api/run/metrics?run=&after=&file=`` (``after``: a byte offset, the ``next``
   of the last answer, so a poll reads only what was appended), ``/api/run/steps?run=``,
   ``/api/run/rollouts?run=&step=&kind=``.
+- ``POST /api/labels {text, labels}``: per rule, which labelled replies it gets right, and proposed rules that get
+  them all right (:mod:`sailrl.studio.proposals`). ``GET /api/starters``: new rules offered as sentences.
+- ``POST /api/run/plan {text, overrides}``: preflight's verdict and the cost before a start;
+  ``/api/run/start {text, mode: new|resume, overrides}``; ``/api/run/stop {run}`` (SIGINT, only a run this studio
+  started); ``GET /api/run/status?run=``: progress, time left, the outcome in words, gaming warnings, the log's tail
+  (:mod:`sailrl.studio.runner`).
+- ``POST /api/run/sample {run, fields, n}``: the trained model on a new question, every rule's verdict;
+  ``/api/run/export {run, format}``; ``GET /api/run/download?run=&format=``: the export as a zip.
 """
 
 from __future__ import annotations
@@ -117,13 +125,13 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _json(result: Any) -> JSONResponse:
+def _json(result: Any, kind: type[JSONResponse] = JSONResponse) -> JSONResponse:
     """A JSON answer; a value strict JSON cannot carry (NaN in a hand-edited metrics.jsonl, a lone surrogate in a
     pasted completion) is sent as null / ``?`` instead of failing the request."""
     try:
-        return JSONResponse(result)
+        return kind(result)
     except (ValueError, UnicodeEncodeError):
-        return JSONResponse(_finite(result))
+        return kind(_finite(result))
 
 
 def _spec(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
@@ -212,6 +220,57 @@ def _rollouts(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
     return studio.rollouts(_run(request), step, request.query_params.get("kind", "train"))
 
 
+def _labels(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.labels(_text(body), body.get("labels"))
+
+
+def _starters(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.starters()
+
+
+def _body_run(body: dict[str, Any]) -> str:
+    run = body.get("run")
+    if not isinstance(run, str) or not run:
+        raise StudioError("run is missing")
+    return run
+
+
+def _run_plan(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.run_plan(_text(body), body.get("overrides"))
+
+
+def _run_start(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.run_start(_text(body), str(body.get("mode") or "new"), body.get("overrides"))
+
+
+def _run_stop(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.run_stop(_body_run(body))
+
+
+def _run_status(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.run_status(_run(request))
+
+
+def _run_sample(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.sample(_body_run(body), body.get("fields"), _int(body.get("n"), "n", 4) or 4)
+
+
+def _run_export(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.export(_body_run(body), str(body.get("format") or "peft"))
+
+
+async def _download(request: Request) -> Response:
+    """The export folder as a zip (``GET /api/run/download?run=&format=``)."""
+    studio: Studio = request.app.state.studio
+    try:
+        name, data = await run_in_threadpool(studio.export_zip, _run(request),
+                                             request.query_params.get("format", "peft"))
+    except StudioError as exc:
+        return _error(str(exc), exc.status)
+    return Response(data, media_type="application/zip",
+                    headers={"content-disposition": f'attachment; filename="{name}"'})
+
+
 ROUTES = [
     Route("/api/spec", endpoint(_spec, redacted=False), methods=["GET"]),
     Route("/api/disk", endpoint(_disk, redacted=False), methods=["GET"]),
@@ -228,4 +287,13 @@ ROUTES = [
     Route("/api/run/metrics", endpoint(_metrics), methods=["GET"]),
     Route("/api/run/steps", endpoint(_steps), methods=["GET"]),
     Route("/api/run/rollouts", endpoint(_rollouts), methods=["GET"]),
+    Route("/api/labels", endpoint(_labels), methods=["POST"]),
+    Route("/api/starters", endpoint(_starters), methods=["GET"]),
+    Route("/api/run/plan", endpoint(_run_plan), methods=["POST"]),
+    Route("/api/run/start", endpoint(_run_start), methods=["POST"]),
+    Route("/api/run/stop", endpoint(_run_stop), methods=["POST"]),
+    Route("/api/run/status", endpoint(_run_status), methods=["GET"]),
+    Route("/api/run/sample", endpoint(_run_sample), methods=["POST"]),
+    Route("/api/run/export", endpoint(_run_export), methods=["POST"]),
+    Route("/api/run/download", _download, methods=["GET"]),
 ]

@@ -20,18 +20,26 @@ is still the one the page loaded (by sha256), written to a temporary file in the
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import random
 import tempfile
 import threading
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from sailrl.compiler.reward_checks import is_example_error
 from sailrl.compiler.validate import problems as spec_problems
 from sailrl.runtime.data import DatasetError, load_rows
 from sailrl.runtime.data.readers import is_local, resolve
+from sailrl.export import ExportError, RunInfo, export_run
+from sailrl.export.sample import sample_run
+from sailrl.runtime.cost import estimate_run
 from sailrl.runtime.judge_clients import connect_judges, not_checked
 from sailrl.runtime.prompts import PromptBuilder, PromptError
 from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, RewardFunction
@@ -43,6 +51,9 @@ from sailrl.spec.loader import read_spec_file
 from sailrl.spec.rewards import RewardSpec
 from sailrl.spec.schema import PromptSpec, Spec
 from sailrl.studio.security import PathRefused, confined
+from sailrl.studio.proposals import agreement, labels_from, propose
+from sailrl.studio.runner import RunError, Runner, check_overrides, outcome_words, progress
+from sailrl.studio.words import STARTERS, pattern_fields, rule_sentences
 
 RUN_ALIAS = "@run"  # the --run folder, wherever it lies
 MAX_ROWS_SHOWN = 200
@@ -201,6 +212,15 @@ def read_metrics(path: Path, after: int = 0, file_id: str | None = None,
             "skipped": skipped, "exists": True}
 
 
+def _reference_field(tree: dict[str, Any]) -> str:
+    """``prompt.reference_field`` of a spec that does not validate (its default when unreadable)."""
+    prompt = tree.get("prompt")
+    try:
+        return PromptSpec.model_validate(prompt).reference_field if isinstance(prompt, dict) else "answer"
+    except ValidationError:
+        return "answer"
+
+
 class Checked:
     """One spec text, validated: problems, the plain data, the spec (None when it has errors), the reward."""
 
@@ -218,36 +238,55 @@ class Checked:
         reward = data.get("reward") if isinstance(data.get("reward"), dict) else {}
         self.rules = reward.get("rules") if isinstance(reward.get("rules"), list) else None
         self.examples = data.get("examples") if isinstance(data.get("examples"), list) else []
+        self.reference_field = self.spec.prompt.reference_field if self.spec is not None else "answer"
         self.reward_fn, self.reward_problem = self._reward(loaded, spec_path.parent)
+        # each rule's sentence (sailrl explain's words) and the words of every pattern, as the page shows them
+        self.sentences = rule_sentences(self.rules, self.reference_field, spec_path.parent)
+        self.pattern_words = pattern_fields(self.rules)
+        # which problems are only examples whose expected scores no longer hold (S301..S305): they never block a
+        # save on the page, which offers "use the new scores" (the file written still validates)
+        self.only_examples = bool(self.errors) and all(is_example_error(e) for e in self.errors)
         self.not_checked: dict[str, str] = {}  # judge rules the studio does not call -> why (Studio._with_judges)
 
     def _reward(self, loaded: Any, spec_dir: Path) -> tuple[RewardFunction | None, str | None]:
-        """The reward the rules make, also when other parts of the spec have errors (the try panel still works)."""
-        from pydantic import ValidationError
-
+        """The reward the rules make, also when other parts of the spec have errors (the try panel still works).
+        A rule with a problem is left out (``broken``: its name and first problem, shown in its verdict's place),
+        so the other rules are still tried."""
+        self.broken: dict[int, tuple[str, str]] = {}
         if self.spec is not None:
             return RewardFunction.from_spec(self.spec.reward, self.spec.prompt.reference_field, spec_dir), None
-        bad = [e for e in self.errors if e.key_path == "reward" or e.key_path.startswith("reward.")]
         tree = loaded.tree if isinstance(loaded.tree, dict) else {}
-        if bad or not isinstance(tree.get("reward"), dict):
-            return None, ("the reward rules have problems (shown at their fields); fix them to try completions"
-                          if bad else "the spec has no reward: section yet")
+        self.reference_field = _reference_field(tree)
+        if not isinstance(tree.get("reward"), dict):
+            return None, "the spec has no reward: section yet"
+        rules = tree["reward"].get("rules") if isinstance(tree["reward"].get("rules"), list) else []
+        for e in self.errors:
+            parts = e.key_path.split(".")
+            if len(parts) >= 3 and parts[:2] == ["reward", "rules"] and parts[2].isdigit():
+                i = int(parts[2])
+                if i < len(rules) and i not in self.broken:
+                    name = rules[i].get("name") if isinstance(rules[i], dict) else None
+                    self.broken[i] = (str(name or f"rule {i + 1}"), e.message)
+        keep = [r for i, r in enumerate(rules) if i not in self.broken]
+        section = {k: v for k, v in tree["reward"].items() if k != "correct_rule" or
+                   any(isinstance(r, dict) and r.get("name") == v for r in keep)}
         try:
-            reward = RewardSpec.model_validate(tree["reward"])
+            reward = RewardSpec.model_validate({**section, "rules": keep})
         except ValidationError:
             return None, "the reward rules have problems (shown at their fields); fix them to try completions"
-        prompt = tree.get("prompt")
         try:
-            ref = PromptSpec.model_validate(prompt).reference_field if isinstance(prompt, dict) else "answer"
-        except ValidationError:
-            ref = "answer"
-        return RewardFunction.from_spec(reward, ref, spec_dir), None
+            return RewardFunction.from_spec(reward, self.reference_field, spec_dir), None
+        except Exception:  # noqa: BLE001 -- a rule validate refused that the engine cannot build: shown at its field
+            return None, "the reward rules have problems (shown at their fields); fix them to try completions"
 
     def as_json(self) -> dict[str, Any]:
         return {"sha": self.sha, "valid": not self.errors, "problems": [problem_json(e) for e in self.problems],
                 "omitted": self.omitted,
                 "rules": self.rules, "examples": self.examples, "reward_problem": self.reward_problem,
                 "rule_names": self.reward_fn.rule_names if self.reward_fn else [],
+                "sentences": self.sentences, "pattern_words": self.pattern_words,
+                "broken": {str(i): {"name": n, "problem": m} for i, (n, m) in self.broken.items()},
+                "only_examples": self.only_examples,
                 "complete": bool(self.loaded.complete)}
 
 
@@ -274,8 +313,10 @@ class _Listing:
 class Studio:
     """The state behind one ``sailrl studio`` server (thread-safe: handlers run in a thread pool)."""
 
-    def __init__(self, spec_path: Path, run_dir: Path | None = None, *, judge: bool = False) -> None:
+    def __init__(self, spec_path: Path, run_dir: Path | None = None, *, judge: bool = False,
+                 run_command: Any = None) -> None:
         self.spec_path = spec_path.resolve()
+        self.runner = Runner(self.spec_path, run_command)  # runs started from the page (``run_command``: tests)
         # kind: judge rules: local judges are called (as `sailrl validate` does), the others only with --judge
         # (``judge``: they cost money and need keys); one client per judge model and one answer cache per studio,
         # so an edit of the spec does not reopen a judge or judge the same completion again
@@ -429,9 +470,15 @@ class Studio:
             else:
                 rules.append({"name": t.name, "passed": t.passed, "score": t.contribution, "why": t.why,
                               "error": score.errors.get(t.name)})
+        for i, (name, problem) in sorted(checked.broken.items()):  # a rule with a problem: its error, in its place
+            rules.insert(min(i, len(rules)), {"name": name, "passed": None, "score": None, "broken": True,
+                                              "error": problem, "why": f"not tried: this rule has a problem: {problem}"})
         names = ", ".join(f"'{n}'" for n in unchecked)
+        broken = ", ".join(f"'{n}'" for n, _ in checked.broken.values())
+        note = (f"total not known: judge rule {names} not checked" if unchecked else
+                f"total of the other rules: {broken} not tried until its problem is fixed" if broken else None)
         return {"ok": True, "sha": checked.sha, "total": None if unchecked else score.total,
-                "total_note": (f"total not known: judge rule {names} not checked" if unchecked else None),
+                "total_note": note,
                 "correct": score.correct, "rules": rules,
                 "reference": fn.reference_answer(fields), "reference_problem": fn.reference_problem(fields),
                 "timeouts": score.timeouts}
@@ -679,3 +726,165 @@ class Studio:
         path = self._run_path(run)
         records = read_rollouts(path, step=step, kind=kind) if _run_file(path, ROLLOUTS_FILE) is not None else []
         return {"step": step, "kind": kind, "records": records}
+
+    # ------------------------------------------------------------------------------------------ labels
+
+    def labels(self, text: str, raw: Any) -> dict[str, Any]:
+        """Per rule, which labelled replies it gets right; and rules that get them all right (proposals)."""
+        try:
+            labels = labels_from(raw)
+        except ValueError as exc:
+            raise StudioError(str(exc)) from None
+        checked = self.check(text)
+        fn = checked.reward_fn
+        per_rule = agreement(fn, labels, set(checked.not_checked)) if fn is not None else {}
+        rules = checked.rules or []
+        names = [r.get("name") if isinstance(r, dict) else None for r in rules]
+        wrong = {i: sum(1 for v in per_rule.get(n, []) if v is False) for i, n in enumerate(names) if n}
+        for i in checked.broken:
+            wrong[i] = len(labels)
+        proposals = propose(rules, labels, checked.reference_field, self.spec_dir, wrong) if labels else []
+        return {"rules": per_rule, "proposals": proposals, "labels": len(labels)}
+
+    @staticmethod
+    def starters() -> dict[str, Any]:
+        return {"starters": STARTERS}
+
+    # ------------------------------------------------------------------------------------------ runs from the page
+
+    def _own_run_dir(self, checked: Checked) -> tuple[str, Path]:
+        """(run id, folder) of the spec's ``output.run_dir``, which must lie inside the spec's folder."""
+        rel = str(checked.spec.output.run_dir).replace("{name}", checked.spec.name)
+        try:
+            return rel, confined(self.spec_dir, rel)
+        except PathRefused:
+            raise StudioError(f"output.run_dir ({rel}) lies outside the spec's folder: the studio starts runs only "
+                              "inside it; run this one with `sailrl run`", 403) from None
+
+    def run_plan(self, text: str, raw_overrides: Any) -> dict[str, Any]:
+        """What Start shows before it starts: preflight's verdict, the cost estimate, the folder, whether it can
+        resume, and whether the page must save first (a run trains the spec file)."""
+        try:
+            overrides = check_overrides(raw_overrides)
+        except RunError as exc:
+            raise StudioError(str(exc), exc.status) from None
+        checked = self._spec_or_raise(text)
+        run_id, path = self._own_run_dir(checked)
+        _, digest, _ = self.disk()
+        report = self.preflight(text)
+        cost = estimate_run(checked.spec, None).render()
+        if overrides:
+            cost.append("with " + ", ".join(f"{k}={v:g}" for k, v in overrides.items()) + " (the estimate above is "
+                        "for the spec's own values)")
+        alive = self.runner.alive(path)
+        return {"run": run_id, "path": str(path), "needs_save": digest != hashlib.sha256(text.encode()).hexdigest(),
+                "verdict": report.get("verdict"), "problems": report.get("problems") or [], "cost": cost,
+                "resumable": (path / METRICS_FILE).is_file(), "running": alive is not None or self.runner.fresh(path),
+                "overrides": overrides}
+
+    def run_start(self, text: str, mode: str, raw_overrides: Any) -> dict[str, Any]:
+        try:
+            overrides = check_overrides(raw_overrides)
+        except RunError as exc:
+            raise StudioError(str(exc), exc.status) from None
+        checked = self._spec_or_raise(text)
+        _, digest, _ = self.disk()
+        if digest != hashlib.sha256(text.encode("utf-8")).hexdigest():
+            raise StudioError("save the spec first: a run trains the spec file as saved", 409)
+        run_id, path = self._own_run_dir(checked)
+        try:
+            started = self.runner.start(path, mode, overrides)
+        except RunError as exc:
+            raise StudioError(str(exc), exc.status) from None
+        return {"run": run_id, **started}
+
+    def run_stop(self, run: str) -> dict[str, Any]:
+        try:
+            return self.runner.stop(self._run_path(run))
+        except RunError as exc:
+            raise StudioError(str(exc), exc.status) from None
+
+    def run_status(self, run: str) -> dict[str, Any]:
+        """A run's progress, time left, outcome in words, gaming warnings and its log's tail."""
+        path = self._run_path(run)
+        f = _run_file(path, METRICS_FILE)
+        metrics = read_metrics(f)["lines"] if f is not None else []
+        config_file = _run_file(path, "config.json")
+        total, correct_rule = None, None
+        if config_file is not None and config_file.stat().st_size < 4 * 1024 * 1024:
+            try:
+                config = json.loads(config_file.read_text("utf-8"))
+                spec = config.get("spec") or {}
+                total = int((spec.get("training") or {}).get("steps") or 0) or None
+                reward = spec.get("reward") or {}
+                correct_rule = reward.get("correct_rule") or next(
+                    (r.get("name") for r in reward.get("rules") or [] if r.get("kind") == "answer"), None)
+            except (ValueError, TypeError, AttributeError):
+                pass
+        alive = self.runner.alive(path) is not None
+        running = alive or self.runner.fresh(path)
+        last = max((m["step"] for m in metrics if isinstance(m.get("step"), int)), default=None)
+        prog = progress(metrics, total, running)
+        ended = None if running or not self.runner.started_here(path) else self.runner.exit_code(path)
+        return {"run": run, "running": running, "started_here": self.runner.started_here(path), "alive": alive,
+                "exit_code": ended, "progress": prog, "outcome": outcome_words(metrics, correct_rule),
+                "gaming": self.runner.gaming(path, last), "log": self.runner.log_tail(path)}
+
+    # ------------------------------------------------------------------------------------------ take it away
+
+    def sample(self, run: str, fields: Any, n: int = 4) -> dict[str, Any]:
+        """The run's final model on a new question (``fields``: the row's fields as she types them; the prompt is
+        the spec's template over them), ``n`` samples, each with every rule's verdict (``sailrl sample``)."""
+        if not isinstance(fields, dict) or not fields:
+            raise StudioError("fields (the question's fields, e.g. {question: '4+5'}) are needed")
+        fields = {str(k): str(v)[:MAX_FIELD_CHARS] for k, v in fields.items()}
+        path = self._run_path(run)
+        try:
+            info = RunInfo.read(path)
+            ckpt = info.checkpoint("final")
+            spec = info.spec()
+            try:
+                messages = PromptBuilder(spec.prompt, None).messages(fields)
+            except PromptError as exc:
+                raise StudioError(f"the prompt cannot be built from these fields: {exc}", 422) from None
+            user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+            result = sample_run(info, ckpt, prompt=user, fields=fields, n=max(1, min(int(n), 16)))
+        except ExportError as exc:
+            raise StudioError(str(exc), 422) from None
+        out = []
+        for c in result.completions:
+            out.append({"text": c.text, "truncated": c.truncated, "total": c.score.total,
+                        "rules": [{"name": t.name, "passed": t.passed, "score": t.contribution, "why": t.why}
+                                  for t in c.traces]})
+        return {"checkpoint": ckpt.path, "prompt": user, "reference": result.reward_fn.reference_answer(fields),
+                "samples": out}
+
+    def export(self, run: str, fmt: str) -> dict[str, Any]:
+        """``sailrl export`` of the run's final checkpoint into ``RUN_DIR/export/<fmt>-final`` (replacing an earlier
+        export there), with its model card."""
+        if fmt not in ("peft", "merged"):
+            raise StudioError("format is peft or merged")
+        path = self._run_path(run)
+        try:
+            done = export_run(path, "final", fmt, overwrite=True)
+        except ExportError as exc:
+            raise StudioError(str(exc), 422) from None
+        files = sorted(p.relative_to(done.folder).as_posix() for p in done.folder.rglob("*") if p.is_file())
+        return {"folder": str(done.folder), "name": done.folder.name, "files": files,
+                "card": "README.md" if "README.md" in files else None}
+
+    def export_zip(self, run: str, fmt: str) -> tuple[str, bytes]:
+        """(file name, zip bytes) of the run's export folder ``RUN_DIR/export/<fmt>-final`` (made by
+        :meth:`export`)."""
+        if fmt not in ("peft", "merged"):
+            raise StudioError("format is peft or merged")
+        path = self._run_path(run)
+        folder = path / "export" / f"{fmt}-final"
+        if not folder.is_dir() or folder.is_symlink():
+            raise StudioError("export the model first", 404)
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for p in sorted(folder.rglob("*")):
+                if p.is_file() and not p.is_symlink():
+                    z.write(p, f"{path.name}-{fmt}/{p.relative_to(folder).as_posix()}")
+        return f"{path.name}-{fmt}.zip", buf.getvalue()

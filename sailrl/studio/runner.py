@@ -1,0 +1,216 @@
+"""Runs started, stopped and resumed from the studio's page, and what a run's progress and outcome are in words.
+
+A run is ``sailrl run SPEC`` (``--overwrite`` or ``--resume``, with a few numeric ``--set`` overrides from
+:data:`OVERRIDABLE`) started as a detached process: a new session (``start_new_session``: its own process group,
+so neither the studio's Ctrl-C nor the studio's exit reaches it), stdin from ``/dev/null``, its output to
+``RUN_DIR/studio-run.log``. Closing the tab or stopping the studio leaves it running. It trains the spec file as
+saved (the page saves first). One run at a time per spec: a start is refused while a run the studio started is
+alive, or while the run folder's ``metrics.jsonl`` grew in the last :data:`FRESH_S` seconds (a run started in a
+terminal). Stop acts only on a run this studio started: it sends SIGINT to its process group, as Ctrl-C in its
+terminal would (the run saves its state and exits 130; Resume continues it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sailrl.runtime.gaming import GAMING_FILE
+from sailrl.runtime.rundir import METRICS_FILE, open_run_file
+
+__all__ = ["FRESH_S", "LOG_FILE", "OVERRIDABLE", "RunError", "Runner", "outcome_words", "progress"]
+
+LOG_FILE = "studio-run.log"
+FRESH_S = 20.0
+LOG_TAIL_BYTES = 4096
+MAX_GAMING_BYTES = 256 * 1024
+#: The ``--set`` keys a run from the page may override (numbers only), and their bounds.
+OVERRIDABLE: dict[str, tuple[float, float]] = {
+    "training.steps": (1, 100_000), "training.group_size": (2, 1024), "training.groups_per_step": (1, 4096),
+    "training.learning_rate": (0, 1), "training.save_every": (1, 100_000), "training.eval_every": (1, 100_000),
+    "sampling.max_tokens": (1, 1_048_576), "sampling.temperature": (0, 10),
+}
+
+
+class RunError(Exception):
+    """A run request refused: ``str(exc)`` plain words, ``status`` the HTTP status."""
+
+    def __init__(self, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def default_command(spec_path: Path, mode: str, overrides: dict[str, float]) -> list[str]:
+    """``python -m sailrl run SPEC --overwrite|--resume --set K=V ...``."""
+    argv = [sys.executable, "-m", "sailrl", "run", str(spec_path), "--resume" if mode == "resume" else "--overwrite"]
+    for key, value in overrides.items():
+        argv += ["--set", f"{key}={value:g}"]
+    return argv
+
+
+def check_overrides(raw: Any) -> dict[str, float]:
+    """``raw`` (``{key: number}``) checked against :data:`OVERRIDABLE`; :class:`RunError` (400) otherwise."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RunError("overrides must be an object of key: number", 400)
+    out = {}
+    for key, value in raw.items():
+        if key not in OVERRIDABLE:
+            raise RunError(f"{key} cannot be overridden from the page (it takes {', '.join(OVERRIDABLE)})", 400)
+        low, high = OVERRIDABLE[key]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
+                or not low <= value <= high:
+            raise RunError(f"{key} takes a number from {low:g} to {high:g}, not {value!r}", 400)
+        out[key] = float(value)
+    return out
+
+
+def _read_lines(path: Path, limit: int) -> list[dict[str, Any]]:
+    f = open_run_file(path)
+    if f is None:
+        return []
+    with f:
+        raw = f.read(limit)
+    out = []
+    for line in raw.split(b"\n"):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def outcome_words(metrics: list[dict[str, Any]], correct_rule: str | None) -> str | None:
+    """"The model now gets 71% right by rule 'correct' (the last 5 steps), up from 38% (the first 5)", from
+    ``correct`` (``eval/correct`` when the run has held-out rows), or the reward when there is no correct rule."""
+    for key, what in (("eval/correct", "of the held-out prompts"), ("correct", "of the prompts")):
+        values = [float(m[key]) for m in metrics if isinstance(m.get(key), (int, float))]
+        if len(values) >= 2:
+            n = min(5, len(values) // 2)
+            first, last = _mean(values[:n]), _mean(values[-n:])
+            trend = "up from" if last > first else "down from" if last < first else "the same as"
+            by = f" by rule '{correct_rule}'" if correct_rule else ""
+            return (f"the model now gets {last:.0%} {what} right{by} (mean of the last {n} steps), {trend} "
+                    f"{first:.0%} (the first {n})")
+    values = [float(m["reward/total"]) for m in metrics if isinstance(m.get("reward/total"), (int, float))]
+    if len(values) >= 2:
+        n = min(5, len(values) // 2)
+        return f"the mean reward went from {_mean(values[:n]):+.3f} to {_mean(values[-n:]):+.3f}"
+    return None
+
+
+def progress(metrics: list[dict[str, Any]], total: int | None, running: bool) -> dict[str, Any]:
+    """Steps done of ``total``, the seconds a step took lately and the time left."""
+    steps = [m["step"] for m in metrics if isinstance(m.get("step"), int)]
+    done = max(steps) if steps else 0
+    times = [float(m["time/step"]) for m in metrics[-5:] if isinstance(m.get("time/step"), (int, float))]
+    per = _mean(times)
+    left = (total - done) * per if (total and per is not None and running) else None
+    return {"done": done, "total": total, "seconds_per_step": per, "seconds_left": left,
+            "fraction": (done / total) if total else None}
+
+
+class Runner:
+    """The runs one studio started (thread-safe). ``command``: builds the argv (tests pass a fake run)."""
+
+    def __init__(self, spec_path: Path, command: Callable[[Path, str, dict[str, float]], list[str]] | None = None
+                 ) -> None:
+        self.spec_path = spec_path
+        self.command = command or default_command
+        self._lock = threading.Lock()
+        self._procs: dict[Path, subprocess.Popen[bytes]] = {}
+
+    def alive(self, run_dir: Path) -> subprocess.Popen[bytes] | None:
+        """The process this studio started in ``run_dir`` while it runs (None otherwise; a finished one is reaped)."""
+        with self._lock:
+            proc = self._procs.get(run_dir)
+            if proc is not None and proc.poll() is not None:
+                return None
+            return proc
+
+    def exit_code(self, run_dir: Path) -> int | None:
+        with self._lock:
+            proc = self._procs.get(run_dir)
+            return proc.poll() if proc is not None else None
+
+    def started_here(self, run_dir: Path) -> bool:
+        with self._lock:
+            return run_dir in self._procs
+
+    @staticmethod
+    def fresh(run_dir: Path) -> bool:
+        """Whether ``metrics.jsonl`` grew in the last :data:`FRESH_S` seconds (a run going on, wherever started)."""
+        try:
+            return time.time() - (run_dir / METRICS_FILE).stat().st_mtime < FRESH_S
+        except OSError:
+            return False
+
+    def start(self, run_dir: Path, mode: str, overrides: dict[str, float]) -> dict[str, Any]:
+        if mode not in ("new", "resume"):
+            raise RunError("mode is new or resume", 400)
+        with self._lock:
+            running = [d for d, p in self._procs.items() if p.poll() is None]
+            if running:
+                raise RunError(f"a run of this spec is going on ({running[0]}): stop it first, or wait for it")
+            if self.fresh(run_dir):
+                raise RunError(f"{run_dir} is being written by a run started elsewhere (its metrics.jsonl grew in "
+                               f"the last {FRESH_S:.0f} s): one run at a time per spec")
+            if mode == "resume" and not (run_dir / METRICS_FILE).is_file():
+                raise RunError(f"{run_dir} holds no run to resume: start a new one", 404)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            argv = self.command(self.spec_path, mode, overrides)
+            log = (run_dir / LOG_FILE).open("ab")
+            try:
+                log.write(f"\n# sailrl studio started: {' '.join(argv)}\n".encode())
+                log.flush()
+                proc = subprocess.Popen(  # noqa: S603 -- our own argv, no shell
+                    argv, cwd=self.spec_path.parent, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            finally:
+                log.close()
+            self._procs[run_dir] = proc
+        return {"pid": proc.pid, "argv": argv, "log": str(run_dir / LOG_FILE)}
+
+    def stop(self, run_dir: Path) -> dict[str, Any]:
+        """SIGINT to the process group of the run this studio started in ``run_dir`` (as Ctrl-C)."""
+        proc = self.alive(run_dir)
+        if proc is None:
+            raise RunError("no run this studio started is going on there: the studio stops only the runs it started "
+                           "(stop one started in a terminal with Ctrl-C there)")
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            return {"stopping": False}
+        return {"stopping": True, "pid": proc.pid}
+
+    @staticmethod
+    def log_tail(run_dir: Path) -> str:
+        f = open_run_file(run_dir / LOG_FILE)
+        if f is None:
+            return ""
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            return f.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
+
+    @staticmethod
+    def gaming(run_dir: Path, last_step: int | None) -> list[dict[str, Any]]:
+        """The run's gaming warnings (``gaming.jsonl``) of the steps it still has."""
+        out = _read_lines(run_dir / GAMING_FILE, MAX_GAMING_BYTES)
+        return [g for g in out if last_step is None or (isinstance(g.get("step"), int) and g["step"] <= last_step)]

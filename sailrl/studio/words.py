@@ -1,0 +1,194 @@
+"""The studio's plain words: each rule's sentence, what a pattern matches, and rules offered as sentences.
+
+- :func:`rule_sentences`: per rule, the line ``sailrl explain`` prints for it (``RewardFunction.explain``, the one
+  home of those words), each rule compiled on its own so that a rule with a problem does not take the others'
+  sentences with it (it gets None).
+- :func:`pattern_words`: what a regular expression matches, in words ("the text '2+3=' exactly", "a digit, one
+  or more times"), read from Python's own parse of the pattern; a pattern it cannot read gets None.
+- :func:`pattern_fields`: the key path of every pattern in the rules with its words (the page shows them beside
+  the field).
+- :data:`STARTERS`: the rules a new rule is picked from, each a sentence and the rule it makes.
+"""
+
+from __future__ import annotations
+
+import re
+import re._parser as sre_parse  # the parse tree of a pattern: what pattern_words reads
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from sailrl.runtime.rewards import RewardFunction
+from sailrl.spec.rewards import RewardSpec
+
+__all__ = ["STARTERS", "pattern_fields", "pattern_words", "rule_sentence", "rule_sentences"]
+
+MAX_WORDS_PATTERN = 500  # longer patterns are not put in words (the parse tree is shown as is)
+
+
+def rule_sentence(rule: Any, reference_field: str, spec_dir: Path | None = None) -> str | None:
+    """``sailrl explain``'s line for ``rule`` (a rule mapping as the spec writes it), or None when the rule does not
+    compile on its own."""
+    if not isinstance(rule, dict):
+        return None
+    try:
+        reward = RewardSpec.model_validate({"rules": [rule]})
+        fn = RewardFunction.from_spec(reward, reference_field, spec_dir)
+        return fn.explain()[0]
+    except (ValidationError, ValueError, TypeError, KeyError, re.error):
+        return None
+    except Exception:  # noqa: BLE001 -- a pattern the regex module refuses, a rule the engine cannot build: no words
+        return None
+
+
+def rule_sentences(rules: Any, reference_field: str, spec_dir: Path | None = None) -> list[str | None]:
+    """:func:`rule_sentence` of each rule of ``rules`` (a list, else [])."""
+    if not isinstance(rules, list):
+        return []
+    return [rule_sentence(r, reference_field, spec_dir) for r in rules]
+
+
+_CATEGORIES = {
+    "CATEGORY_DIGIT": "a digit", "CATEGORY_NOT_DIGIT": "a character that is not a digit",
+    "CATEGORY_SPACE": "a space (or tab, or line break)", "CATEGORY_NOT_SPACE": "a character that is not a space",
+    "CATEGORY_WORD": "a letter, digit or underscore", "CATEGORY_NOT_WORD": "a character that is not a letter or digit",
+}
+_AT = {"AT_BEGINNING": "the start", "AT_BEGINNING_STRING": "the start", "AT_END": "the end",
+       "AT_END_STRING": "the end", "AT_BOUNDARY": "a word boundary", "AT_NON_BOUNDARY": "no word boundary"}
+
+
+def _char(c: int) -> str:
+    ch = chr(c)
+    return {" ": "a space", "\n": "a line break", "\t": "a tab"}.get(ch, f"'{ch}'")
+
+
+def _repeat(lo: int, hi: int) -> str:
+    big = hi == sre_parse.MAXREPEAT
+    if lo == 0 and hi == 1:
+        return "optionally"
+    if lo == 0 and big:
+        return "any number of times (or none)"
+    if lo == 1 and big:
+        return "one or more times"
+    if big:
+        return f"{lo} or more times"
+    if lo == hi:
+        return f"{lo} times"
+    return f"{lo} to {hi} times"
+
+
+def _in(items: list[Any]) -> str:
+    parts, negate = [], False
+    for op, av in items:
+        name = str(op)
+        if name == "NEGATE":
+            negate = True
+        elif name == "LITERAL":
+            parts.append(_char(av))
+        elif name == "RANGE":
+            parts.append(f"'{chr(av[0])}' to '{chr(av[1])}'")
+        elif name == "CATEGORY":
+            parts.append(_CATEGORIES.get(str(av), str(av)))
+        else:
+            parts.append(name.lower())
+    one = parts[0] if len(parts) == 1 else "one of " + ", ".join(parts)
+    return f"any character except {', '.join(parts)}" if negate else one
+
+
+def _seq(items: list[Any]) -> list[str]:
+    out: list[str] = []
+    literal = ""
+    for op, av in items:
+        name = str(op)
+        if name == "LITERAL":
+            literal += chr(av)
+            continue
+        if literal:
+            out.append(f"'{literal}'" if len(literal) > 1 else _char(ord(literal)))
+            literal = ""
+        if name == "AT":
+            out.append(f"at {_AT.get(str(av), str(av).lower())}")
+        elif name == "ANY":
+            out.append("any character")
+        elif name == "IN":
+            out.append(_in(av))
+        elif name == "NOT_LITERAL":
+            out.append(f"any character except {_char(av)}")
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            lo, hi, sub = av
+            inner = _seq(list(sub))
+            what = inner[0] if len(inner) == 1 else "(" + ", then ".join(inner) + ")"
+            out.append(f"{what}, {_repeat(lo, hi)}")
+        elif name == "SUBPATTERN":
+            inner = _seq(list(av[-1]))
+            out.append(inner[0] if len(inner) == 1 else "(" + ", then ".join(inner) + ")")
+        elif name == "BRANCH":
+            alts = [", then ".join(_seq(list(b))) for b in av[1]]
+            out.append("either " + " or ".join(alts))
+        elif name == "GROUPREF":
+            out.append(f"the same text as group {av} again")
+        elif name in ("ASSERT", "ASSERT_NOT"):
+            inner = ", then ".join(_seq(list(av[1])))
+            out.append(("followed by " if name == "ASSERT" else "not followed by ") + inner if av[0] >= 0 else
+                       ("after " if name == "ASSERT" else "not after ") + inner)
+        else:
+            out.append(name.lower().replace("_", " "))
+    if literal:
+        out.append(f"'{literal}'" if len(literal) > 1 else _char(ord(literal)))
+    return out
+
+
+def pattern_words(pattern: Any, *, fullmatch: bool = False) -> str | None:
+    """What ``pattern`` matches, in words, or None (not a string, too long, or a pattern Python cannot read)."""
+    if not isinstance(pattern, str) or len(pattern) > MAX_WORDS_PATTERN:
+        return None
+    if pattern == "":
+        return "the empty text: every reply contains it"
+    try:
+        tree = sre_parse.parse(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError):
+        return None
+    items = list(tree)
+    if all(str(op) == "LITERAL" for op, _ in items):
+        text = "".join(chr(av) for _, av in items)
+        return f"the text '{text}' exactly" + (" and nothing else" if fullmatch else ", anywhere in the reply")
+    words = ", then ".join(_seq(items))
+    return words + (" (the whole reply)" if fullmatch else "")
+
+
+def _walk_patterns(node: Any, path: str, out: dict[str, str]) -> None:
+    if isinstance(node, dict):
+        if isinstance(node.get("pattern"), str):
+            words = pattern_words(node["pattern"], fullmatch=node.get("mode") == "fullmatch")
+            if words is not None:
+                out[f"{path}.pattern"] = words
+        for k, v in node.items():
+            if isinstance(v, (dict, list)):
+                _walk_patterns(v, f"{path}.{k}", out)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _walk_patterns(v, f"{path}.{i}", out)
+
+
+def pattern_fields(rules: Any) -> dict[str, str]:
+    """Key path (``reward.rules.1.checks.0.pattern``) -> :func:`pattern_words` of every pattern in ``rules``."""
+    out: dict[str, str] = {}
+    if isinstance(rules, list):
+        _walk_patterns(rules, "reward.rules", out)
+    return out
+
+
+#: The rules a new rule starts from: (sentence with "..." / N where she fills in, kind, the rule's fields).
+STARTERS: list[dict[str, Any]] = [
+    {"id": "last_number", "sentence": "the last number in the reply equals the answer",
+     "rule": {"kind": "answer", "extract": {"from": "last_number"}, "compare": "numeric"}},
+    {"id": "contains", "sentence": "the reply contains ...", "ask": "the text the reply must contain",
+     "rule": {"kind": "match", "pattern": ""}},
+    {"id": "max_words", "sentence": "the reply is at most N words", "ask": "the most words",
+     "rule": {"kind": "match", "mode": "fullmatch", "pattern": r"\W*(?:\w+\W*){0,N}"}},
+    {"id": "ends", "sentence": "the reply ends on its own (not cut off at the length limit)",
+     "rule": {"kind": "termination"}},
+    {"id": "judge", "sentence": "a judge decides: ...", "ask": "what a good reply is, in your words",
+     "rule": {"kind": "judge", "rubric": "", "judge": {"model": "sailrl/tiny-judge", "sampler": "local"}}},
+]

@@ -1,0 +1,286 @@
+"""The studio for someone who knows what a good answer is: rules in sentences, pattern words, labelled replies and
+the rules proposed from them, examples that never block a save, and runs started, followed and stopped from the
+page (Starlette's TestClient; the run is a stand-in process, tests/fakes/studio_fake_run.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+with warnings.catch_warnings():  # starlette 1.x suggests httpx2 for its test client; httpx is what is installed
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from sailrl.runtime.rewards import RewardFunction
+from sailrl.spec.loader import load_spec
+from sailrl.studio.app import build_app
+from sailrl.studio.security import cookie_name
+from sailrl.studio.session import Studio
+from sailrl.studio.words import pattern_words
+from tests.fakes.studio_project import make_project
+
+PORT = 8765
+BASE = f"http://127.0.0.1:{PORT}"
+TOKEN = "test-token-abc"
+FAKE_RUN = Path(__file__).resolve().parent / "fakes" / "studio_fake_run.py"
+
+
+def _client(spec: Path, *, command=None, token: bool = True) -> TestClient:
+    app = build_app(Studio(spec, run_command=command), token=TOKEN, host="127.0.0.1", port=PORT)
+    c = TestClient(app, base_url=BASE)
+    if token:
+        c.cookies.set(cookie_name(PORT), TOKEN)
+    return c
+
+
+@pytest.fixture
+def project(tmp_path):
+    return make_project(tmp_path / "proj")
+
+
+@pytest.fixture
+def client(project):
+    return _client(project)
+
+
+# ---------------------------------------------------------------------------------------------- words
+
+
+def test_each_rule_has_the_sentence_sailrl_explain_prints(client, project):
+    check = client.post("/api/check", json={"text": project.read_text()}).json()
+    spec = load_spec(project).spec
+    explain = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field).explain()
+    assert check["sentences"] == explain[:2]
+    assert check["sentences"][1].startswith("format: +0.5 if all of: the completion contains a match of")
+    # a rule with a problem has no sentence; the others keep theirs
+    broken = project.read_text().replace("kind: termination", "kind: terminaton")
+    check = client.post("/api/check", json={"text": broken}).json()
+    assert check["sentences"] == [explain[0], None]
+    assert check["broken"] == {"1": {"name": "format", "problem": check["broken"]["1"]["problem"]}}
+
+
+def test_a_pattern_in_words():
+    assert pattern_words("2\\+3=") == "the text '2+3=' exactly, anywhere in the reply"
+    assert pattern_words("=", fullmatch=True) == "the text '=' exactly and nothing else"
+    assert pattern_words("^\\s*-?\\d+\\s*$") == (
+        "at the start, then a space (or tab, or line break), any number of times (or none), then '-', optionally, "
+        "then a digit, one or more times, then a space (or tab, or line break), any number of times (or none), "
+        "then at the end")
+    assert pattern_words("2+3=") == "'2', one or more times, then '3='"
+    assert pattern_words("(") is None
+
+
+def test_check_gives_the_words_of_every_pattern(client, project):
+    check = client.post("/api/check", json={"text": project.read_text()}).json()
+    assert list(check["pattern_words"]) == ["reward.rules.1.checks.0.pattern"]
+    assert check["pattern_words"]["reward.rules.1.checks.0.pattern"].startswith("at the start, then a space")
+
+
+def test_starters_are_sentences(client):
+    starters = client.get("/api/starters").json()["starters"]
+    assert [s["sentence"] for s in starters] == [
+        "the last number in the reply equals the answer", "the reply contains ...", "the reply is at most N words",
+        "the reply ends on its own (not cut off at the length limit)", "a judge decides: ..."]
+
+
+# ---------------------------------------------------------------------------------------------- examples
+
+
+def test_examples_whose_scores_no_longer_hold_are_flagged_not_blocking(client, project):
+    text = project.read_text().replace("weight: 0.5\n    - name: format", "weight: 1.0\n    - name: format")
+    check = client.post("/api/check", json={"text": text}).json()
+    assert check["valid"] is False and check["only_examples"] is True
+    assert {p["code"] for p in check["problems"] if p["severity"] == "error"} <= {"S301"}
+    # the page's "use the new scores": the examples' expectations from their scores now, then it validates
+    scored = client.post("/api/examples", json={"text": text}).json()["examples"]
+    examples = []
+    for e in scored:
+        ex = dict(e["example"])
+        if "expect_total" in ex:
+            ex["expect_total"] = e["total"]
+        if "expect" in ex:
+            ex["expect"] = {k: e["contributions"][k] for k in ex["expect"]}
+        examples.append(ex)
+    rules = check["rules"]
+    patched = client.post("/api/patch", json={"text": text, "rules": rules, "examples": examples}).json()
+    assert patched["check"]["valid"] is True
+    assert "expect_total: 1.5" in patched["text"]
+
+
+# ---------------------------------------------------------------------------------------------- labels
+
+
+def _working_spec(project: Path) -> str:
+    """The quickstart with its format rule replaced by 'working': the reply contains '='."""
+    text = project.read_text()
+    start = text.index("    - name: format")
+    end = text.index("\ntraining:")
+    text = text[:start] + "    - name: working\n      kind: match\n      pattern: '='\n      weight: 1.0\n" + text[end:]
+    return text[:text.index("examples:")]
+
+
+LABELS = [
+    {"completion": "3+4=7", "fields": {"question": "3+4", "answer": "7"}, "good": True},
+    {"completion": "2+2=4", "fields": {"question": "2+2", "answer": "4"}, "good": True},
+    {"completion": "2=aaaaaaaaa", "fields": {"question": "1+1", "answer": "2"}, "truncated": True, "good": False},
+    {"completion": " 7", "fields": {"question": "3+4", "answer": "7"}, "good": False},
+]
+
+
+def test_each_rule_shows_which_labels_it_gets_right_and_a_safe_rule_is_proposed(client, project):
+    got = client.post("/api/labels", json={"text": _working_spec(project), "labels": LABELS}).json()
+    assert got["labels"] == 4
+    # correct reads the whole reply as the number (so not "3+4=7"); working passes "2=aaa..." cut at max_tokens
+    assert got["rules"] == {"correct": [False, False, True, False], "working": [True, True, False, True]}
+    first = got["proposals"][0]
+    assert first["replaces"] == 1 and first["how"] == "also requiring the reply to end on its own"
+    assert first["rule"] == {"name": "working", "weight": 1.0, "kind": "all_of",
+                             "checks": [{"kind": "match", "pattern": "="}, {"kind": "termination"}]}
+    assert first["sentence"] == ("working: +1 if all of: the completion contains a match of '='; the completion "
+                                 "ended cleanly (stop sequence or end of turn, not cut off at max_tokens); otherwise 0.")
+    # no proposal passes a gaming probe: e.g. 'contains =' alone (passed by '=' repeated, cut at max_tokens)
+    assert all(p["rule"].get("kind") != "match" or p["rule"].get("mode") == "fullmatch" for p in got["proposals"])
+
+
+def test_labels_are_checked(client, project):
+    r = client.post("/api/labels", json={"text": project.read_text(), "labels": [{"completion": 3}]})
+    assert r.status_code == 400 and r.json()["error"] == "each label needs completion (text) and good (true or false)"
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+
+def _fake(run_dir_steps: int = 3):
+    def command(spec_path: Path, mode: str, overrides: dict) -> list[str]:
+        return [sys.executable, str(FAKE_RUN), str(spec_path.parent / "runs" / "quickstart"), str(run_dir_steps), mode]
+    return command
+
+
+def _wait_for(path: Path, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{what} did not happen"
+        time.sleep(0.05)
+
+
+def _step(run_dir: Path, n: int) -> None:
+    """Let the fake run write its step n, and wait for it."""
+    (run_dir / "go").write_text("")
+    deadline = time.monotonic() + 30
+    while sum(1 for _ in (run_dir / "metrics.jsonl").open()) < n if (run_dir / "metrics.jsonl").exists() else True:
+        assert time.monotonic() < deadline, f"step {n} was not written"
+        time.sleep(0.05)
+
+
+def test_start_follow_stop_resume_from_the_page(project):
+    c = _client(project, command=_fake(3))
+    text = project.read_text()
+    run_dir = project.parent / "runs" / "quickstart"
+    plan = c.post("/api/run/plan", json={"text": text, "overrides": {"training.steps": 3}}).json()
+    assert plan["run"] == "runs/quickstart" and plan["needs_save"] is False and plan["resumable"] is False
+    assert plan["verdict"] and any("tokens" in line for line in plan["cost"])
+    assert plan["cost"][-1] == "with training.steps=3 (the estimate above is for the spec's own values)"
+    started = c.post("/api/run/start", json={"text": text, "mode": "new", "overrides": {"training.steps": 3}}).json()
+    assert started["run"] == "runs/quickstart" and started["argv"][-1] == "new"
+    _wait_for(run_dir / "fake.json", "the run's start")
+    fake = json.loads((run_dir / "fake.json").read_text())
+    # detached: its own session and process group, so the studio's Ctrl-C and exit do not reach it
+    assert fake["sid"] == fake["pid"] == fake["pgid"] != os.getsid(0)
+    # one run at a time per spec
+    again = c.post("/api/run/start", json={"text": text, "mode": "new"})
+    assert again.status_code == 409 and again.json()["error"].startswith("a run of this spec is going on")
+    _step(run_dir, 1)
+    status = c.get("/api/run/status?run=runs/quickstart").json()
+    assert status["running"] is True and status["started_here"] is True
+    assert status["progress"] == {"done": 1, "total": 3, "seconds_per_step": 2.0, "seconds_left": 4.0,
+                                  "fraction": 1 / 3}
+    assert "fake run: new from step 1" in status["log"]
+    # the page lists the run without a reload
+    assert "runs/quickstart" in [r["id"] for r in c.post("/api/runs", json={"text": text}).json()["runs"]]
+    stopped = c.post("/api/run/stop", json={"run": "runs/quickstart"}).json()
+    assert stopped["stopping"] is True
+    _wait_for(run_dir / "stopped", "the stop")
+    deadline = time.monotonic() + 30
+    while c.get("/api/run/status?run=runs/quickstart").json()["alive"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert (run_dir / "stopped").read_text() == "2\n"  # SIGINT, as Ctrl-C
+    os.utime(run_dir / "metrics.jsonl", (0, 0))  # long ago: no run is writing it now
+    status = c.get("/api/run/status?run=runs/quickstart").json()
+    assert status["exit_code"] == 130 and status["running"] is False
+    (run_dir / "fake.json").unlink()
+    resumed = c.post("/api/run/start", json={"text": text, "mode": "resume"}).json()
+    assert resumed["argv"][-1] == "resume"
+    _wait_for(run_dir / "fake.json", "the resume")
+    _step(run_dir, 2)
+    _step(run_dir, 3)
+    deadline = time.monotonic() + 30
+    while c.get("/api/run/status?run=runs/quickstart").json()["alive"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.utime(run_dir / "metrics.jsonl", (0, 0))
+    status = c.get("/api/run/status?run=runs/quickstart").json()
+    assert status["exit_code"] == 0 and status["progress"]["done"] == 3
+    assert status["outcome"] == ("the model now gets 60% of the prompts right by rule 'correct' (mean of the last 1 "
+                                 "steps), up from 40% (the first 1)")
+
+
+def test_a_run_needs_the_token_a_saved_spec_and_allowed_overrides(project):
+    text = project.read_text()
+    no_token = _client(project, command=_fake(), token=False)
+    assert no_token.post("/api/run/start", json={"text": text, "mode": "new"}).status_code == 401
+    assert no_token.post("/api/run/stop", json={"run": "runs/quickstart"}).status_code == 401
+    c = _client(project, command=_fake())
+    r = c.post("/api/run/start", json={"text": text + "\n# edited\n", "mode": "new"})
+    assert r.status_code == 409 and r.json()["error"] == "save the spec first: a run trains the spec file as saved"
+    r = c.post("/api/run/start", json={"text": text, "mode": "new", "overrides": {"output.run_dir": "/tmp/x"}})
+    assert r.status_code == 400 and r.json()["error"].startswith("output.run_dir cannot be overridden from the page")
+    r = c.post("/api/run/start", json={"text": text, "mode": "resume"})
+    assert r.status_code == 404
+    assert not (project.parent / "runs" / "quickstart" / "fake.json").exists()
+    cross = c.post("/api/run/start", json={"text": text, "mode": "new"}, headers={"Origin": "http://evil.example"})
+    assert cross.status_code == 403
+
+
+def test_stop_acts_only_on_runs_the_studio_started(project):
+    run_dir = project.parent / "runs" / "quickstart"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "correct": 0.4}) + "\n")  # a terminal's run
+    c = _client(project, command=_fake())
+    r = c.post("/api/run/stop", json={"run": "runs/quickstart"})
+    assert r.status_code == 409 and "stops only the runs it started" in r.json()["error"]
+    # a run started elsewhere that is writing now: no second run on the same spec
+    r = c.post("/api/run/start", json={"text": project.read_text(), "mode": "new"})
+    assert r.status_code == 409 and "started elsewhere" in r.json()["error"]
+    status = c.get("/api/run/status?run=runs/quickstart").json()
+    assert status["running"] is True and status["started_here"] is False
+
+
+def test_the_run_outlives_the_studio(project, tmp_path):
+    """The studio's process ends; the run it started goes on (its own session: not a child that dies with it)."""
+    import subprocess
+
+    script = tmp_path / "serve.py"
+    script.write_text(
+        "import sys, json\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from tests.test_studio_teacher import _client, _fake\n"
+        "from pathlib import Path\n"
+        "spec = Path(sys.argv[1])\n"
+        "c = _client(spec, command=_fake(2))\n"
+        "r = c.post('/api/run/start', json={'text': spec.read_text(), 'mode': 'new'})\n"
+        "print(json.dumps(r.json()))\n")
+    out = subprocess.run([sys.executable, str(script), str(project)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    pid = json.loads(out.stdout)["pid"]
+    run_dir = project.parent / "runs" / "quickstart"
+    _wait_for(run_dir / "fake.json", "the run's start")
+    os.kill(pid, 0)  # still alive after the studio's process exited
+    _step(run_dir, 1)
+    _step(run_dir, 2)
