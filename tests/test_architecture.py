@@ -42,6 +42,11 @@ SELF_CONTAINED = frozenset({"sailrl.runtime.prompts", "sailrl.runtime.rewards", 
                             "sailrl.runtime.snippet", "sailrl.runtime.bubblewrap", "sailrl.runtime.redact"})
 RENDERING = frozenset({"sailrl.compiler.render", "sailrl.compiler.docgen"})
 VALIDATION = frozenset({"sailrl.compiler", "sailrl.compiler.validate", "sailrl.compiler.checks",
+                        "sailrl.compiler.checks.reader", "sailrl.compiler.checks.values",
+                        "sailrl.compiler.checks.templates", "sailrl.compiler.checks.templates_on_data",
+                        "sailrl.compiler.checks.rules", "sailrl.compiler.checks.judges",
+                        "sailrl.compiler.checks.model", "sailrl.compiler.checks.training",
+                        "sailrl.compiler.checks.sampling", "sailrl.compiler.checks.dataset",
                         "sailrl.compiler.reward_checks", "sailrl.compiler.cost_checks",
                         "sailrl.compiler.episode_checks"})
 TOP = frozenset({"sailrl.cli", "sailrl.__main__", "sailrl.launch", "sailrl.plot"})
