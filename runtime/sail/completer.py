@@ -1,12 +1,12 @@
 """`AdaptiveSailCompleter`: rollouts on Sail with the SDK's request, a poll schedule shared across a step, bounded
 retries and checked completions.
 
-One completer serves one RL step: its concurrent calls share a `_StepPollState`. Until a response of the step is
-final, a few *scout* rollouts poll densely (together every ``max(min_interval_s, dense_fraction * elapsed)``
-seconds) and the others sparsely; the first final response gives an estimate of the service time, and every
-rollout then polls at its own creation + that estimate, then about once a second (like a plain 1 s poller), and
-densely again once it is among the step's last few unfinished rollouts: a step waits for its slowest rollout, so
-the tail is where polls pay (`PollPolicy` has the exact schedule).
+One completer serves one RL step: its concurrent calls share a `_StepPollState`, which also says when each of
+them polls next. Until a response of the step is final, a few *scout* rollouts poll densely (together every
+``max(min_interval_s, dense_fraction * elapsed)`` seconds) and the others sparsely; the first final response gives
+an estimate of the service time, and every rollout then polls at its own creation + that estimate, then about once
+a second (like a plain 1 s poller), and densely again once it is among the step's last few unfinished rollouts: a
+step waits for its slowest rollout, so the tail is where polls pay (`PollPolicy` has the exact schedule).
 
 Completions are checked before they reach the loop: an answer that does not parse, non-finite logprobs, a logprob
 count that differs from the token count, token ids outside the vocabulary, more tokens than ``max_output_tokens``,
@@ -417,6 +417,37 @@ class _StepPollState:
         done, _ = await asyncio.wait({self._wake}, timeout=seconds)
         return bool(done)
 
+    def next_poll(self, elapsed: float, slot: int | None, polls: int, last_poll: float | None,
+                  rng: random.Random) -> tuple[float, bool, str]:
+        """(seconds to a rollout's next poll, wakeable by a new estimate or the tail, its kind: scout/sparse/
+        predicted/overdue/due).
+
+        ``elapsed``: seconds since the rollout's response was created; ``slot``: its scout slot (`enter`);
+        ``polls``: its polls so far; ``last_poll``: the elapsed time of its last poll (None before the first);
+        ``rng``: the jitter's draws."""
+        poll = self.policy
+        if not poll.adaptive:
+            return poll.sparse_interval(elapsed, rng.random()), False, "sparse"
+        if self.estimate_s is not None:
+            if last_poll is None or last_poll < self.estimate_s:  # not yet polled at the estimate: do it then
+                return self.estimate_s - elapsed, True, "predicted"
+            if elapsed < self.estimate_s * (1.0 + poll.overdue_fraction):  # just missed the estimate
+                return poll.dense_interval(elapsed), False, "overdue"
+            tail = self.in_tail()
+            return poll.due_interval(elapsed, tail, rng.random()), not tail, "due"
+        if slot is not None:  # the scouts share one schedule: the next poll comes dense_interval after the last
+            if polls == 0 or self.last_scout_poll is None:
+                return poll.min_interval_s * (slot + 1) - elapsed, True, "scout"
+            due_at = self.last_scout_poll + poll.dense_interval(elapsed)
+            return due_at - time.monotonic(), True, "scout"
+        return poll.sparse_interval(elapsed, rng.random()), True, "sparse"
+
+    def polled(self, kind: str) -> None:
+        """A rollout polls now (its kind from `next_poll`): a scout's poll moves the scouts' shared turn on."""
+        if kind == "scout":
+            self.scout_polls += 1
+            self.last_scout_poll = time.monotonic()
+
 
 class AdaptiveSailCompleter(sail.SailTokenCompleter):
     """`sail.SailTokenCompleter` with a step-shared poll schedule, bounded retries, checked completions and stats.
@@ -595,30 +626,6 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
         except InferenceError as exc:
             raise _Malformed(f"create answer: {exc}") from exc
 
-    def _next_poll(self, elapsed: float, slot: int | None, polls: int, last_poll: float | None
-                   ) -> tuple[float, bool, str]:
-        """(seconds to the next poll, wakeable by a new estimate or the tail, its kind: scout/sparse/predicted/overdue/
-        due).
-
-        ``last_poll``: the elapsed time of this rollout's last poll (None before the first)."""
-        poll = self.poll
-        state = self._state
-        if not poll.adaptive:
-            return poll.sparse_interval(elapsed, self.rng.random()), False, "sparse"
-        if state.estimate_s is not None:
-            if last_poll is None or last_poll < state.estimate_s:  # not yet polled at the estimate: do it then
-                return state.estimate_s - elapsed, True, "predicted"
-            if elapsed < state.estimate_s * (1.0 + poll.overdue_fraction):  # just missed the estimate
-                return poll.dense_interval(elapsed), False, "overdue"
-            tail = state.in_tail()
-            return poll.due_interval(elapsed, tail, self.rng.random()), not tail, "due"
-        if slot is not None:  # the scouts share one schedule: the next poll comes dense_interval after the last
-            if polls == 0 or state.last_scout_poll is None:
-                return poll.min_interval_s * (slot + 1) - elapsed, True, "scout"
-            due_at = state.last_scout_poll + poll.dense_interval(elapsed)
-            return due_at - time.monotonic(), True, "scout"
-        return poll.sparse_interval(elapsed, self.rng.random()), True, "sparse"
-
     async def _unparsed_reason(self, response_id: str, remaining: float) -> str | None:
         """What is wrong with a poll answer the SDK could not parse (its JSON parser refuses ``NaN``, and its
         message shows only the body's first 200 characters), named by field: the same response fetched once more
@@ -673,7 +680,7 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
                 remaining = deadline - now
                 if remaining <= 0:
                     break
-                delay, wakeable, kind = self._next_poll(now - created, slot, polls, last_poll)
+                delay, wakeable, kind = state.next_poll(now - created, slot, polls, last_poll, self.rng)
                 scout_polls = state.scout_polls
                 if await state.sleep(min(delay, remaining), wakeable=wakeable):
                     continue  # a new estimate or the tail began: recompute this rollout's next poll
@@ -684,9 +691,7 @@ class AdaptiveSailCompleter(sail.SailTokenCompleter):
                     break
                 polls += 1
                 last_poll = time.monotonic() - created
-                if kind == "scout":
-                    state.scout_polls += 1
-                    state.last_scout_poll = time.monotonic()
+                state.polled(kind)
                 self.stats.polls += 1
                 retrieve = sail_inference.responses.retrieve.aio(
                     response_id, voyage=self.voyage, timeout=min(self._request_timeout(), remaining)
