@@ -7,21 +7,27 @@ snippet finds inside:
 
 * **no environment** but ``PATH``, ``LANG``, ``HOME``/``TMPDIR`` (its folder), ``PYTHONHASHSEED=0`` (the same
   snippet prints the same set order every run) and ``PYTHONDONTWRITEBYTECODE`` -- no key, token or proxy;
-* **a filesystem** of ``/usr`` (and the interpreter's own prefix for its standard library) read-only, with every
-  ``site-packages`` / ``dist-packages`` folder there hidden under an empty tmpfs, a private ``/proc`` and a minimal
-  ``/dev``, and one empty writable folder ``/tmp`` on a tmpfs of ``disk_mb`` MiB (the total its files may use,
-  many small files included); nothing of the spec's folder, the dataset, the run directory, ``SAILRL_HOME``, the
-  home folder or a virtual environment;
+* **a filesystem** of ``/usr`` (``/usr/local`` hidden) and the interpreter's own ``bin`` and ``lib``, read-only,
+  with every ``site-packages`` / ``dist-packages`` folder there hidden under an empty read-only tmpfs, a private
+  ``/proc`` and a minimal read-only ``/dev``; the root and every other folder read-only but one empty writable
+  folder ``/tmp`` on a tmpfs of ``disk_mb`` MiB (the total of the bytes its files hold); nothing of the spec's
+  folder, the dataset, the run directory, ``SAILRL_HOME``, the home folder or a virtual environment;
 * **no network**: its own network namespace, where even the host's loopback is out of reach (``network`` opts a
   tool in to the host's network, a documented risk that ``sailrl validate`` warns about, W134);
 * **no descriptors** but its stdin (the snippet, then end of file), stdout and stderr (both one pipe to this
   process, read bounded); the runner closes any other before the snippet runs;
-* **no lasting processes**: its own PID namespace, whose every process the kernel kills when the snippet's main
-  process ends or when this side kills ``bwrap`` (at ``timeout_s``, at ``max_output_chars``, or when this process
-  dies: ``--die-with-parent``); a new session, so it cannot signal the run's process group; at most
-  :data:`MAX_PROCESSES` processes and threads (``RLIMIT_NPROC``, counted in its own user namespace), and when this
-  process is root the sandbox runs as ``nobody`` so that the limit binds;
+* **no lasting processes**: its own PID namespace, whose every process the kernel kills when the namespace's PID 1
+  ends -- which this side makes sure of after every call, through a pidfd of that process (bwrap's ``--info-fd``),
+  and which ``--die-with-parent`` does when this process dies; a seccomp filter refuses ``ptrace`` and
+  ``process_vm_readv`` / ``writev`` (so the snippet cannot take over that PID 1), ``--disable-userns`` a user
+  namespace of its own (where it would have capabilities); a new session, so it cannot signal the run's process
+  group; at most :data:`MAX_PROCESSES` processes and threads (``RLIMIT_NPROC``, counted in its own user namespace,
+  and when this process is root the sandbox runs as ``nobody`` so that the limit binds), each with
+  ``RLIMIT_CPU`` just over ``timeout_s``;
 * **bounded memory**: ``RLIMIT_AS`` at the interpreter's size plus ``memory_mb``, per process.
+
+Not bounded but by time: the inodes of empty files in ``/tmp`` (kernel memory a tmpfs size does not count;
+freed when the call ends) -- a memory cgroup would bound it, and none can be had without privileges.
 
 Why bubblewrap rather than namespaces and seccomp written here: it is the small, setuid-free tool that Flatpak
 and others ship for exactly this, it sets the namespaces, mounts and ``PR_SET_NO_NEW_PRIVS`` up in one exec and
@@ -38,13 +44,17 @@ namespaces refused), so a spec that needs it is refused before anything runs.
 
 from __future__ import annotations
 
+import errno
 import functools
 import glob
 import inspect
+import json
 import os
+import platform
 import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -72,7 +82,7 @@ _NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/
 
 _RUNNER_TAIL = '''
 
-def _sandboxed(memory_mb, max_processes):
+def _sandboxed(memory_mb, max_processes, cpu_s):
     import resource
     code = sys.stdin.buffer.read().decode("utf-8", "replace")
     null = os.open("/dev/null", os.O_RDONLY)
@@ -83,11 +93,12 @@ def _sandboxed(memory_mb, max_processes):
     resource.setrlimit(resource.RLIMIT_AS, (size + memory_mb * 2**20,) * 2)
     resource.setrlimit(resource.RLIMIT_NPROC, (max_processes,) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
     return code
 
 
 import os
-sys.exit(main(_sandboxed({memory_mb}, {max_processes})))
+sys.exit(main(_sandboxed({memory_mb}, {max_processes}, {cpu_s})))
 '''
 
 
@@ -162,15 +173,24 @@ def _interpreters() -> list[tuple[str, list[str]]]:
     return out
 
 
-def bwrap_command(python: str, binds: list[str], limits: Limits, bwrap: str = "bwrap") -> list[str]:
+def bwrap_command(python: str, binds: list[str], limits: Limits, bwrap: str = "bwrap", *,
+                  info_fd: int | None = None, seccomp_fd: int | None = None) -> list[str]:
     """The ``bwrap`` command line that runs ``python`` with the snippet runner under ``limits`` (see the module
-    docstring for what each part denies)."""
-    cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    docstring for what each part denies). ``info_fd``: where bwrap writes the sandbox's PID 1 as the host sees it;
+    ``seccomp_fd``: a seccomp filter (:func:`seccomp_filter`) bwrap reads and installs."""
+    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+           "--clearenv"]
     if limits.network:
         cmd.append("--share-net")
+    if info_fd is not None:
+        cmd += ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        cmd += ["--seccomp", str(seccomp_fd)]
     for key, value in _ENV.items():
         cmd += ["--setenv", key, value]
     cmd += ["--ro-bind", "/usr", "/usr"]
+    if not python.startswith("/usr/local/"):  # what a machine installs by hand (and its settings) stays hidden
+        cmd += ["--tmpfs", "/usr/local", "--remount-ro", "/usr/local"]
     for top in ("bin", "lib", "lib32", "lib64", "sbin"):
         path = "/" + top
         if os.path.islink(path):
@@ -181,21 +201,148 @@ def bwrap_command(python: str, binds: list[str], limits: Limits, bwrap: str = "b
         cmd += ["--ro-bind", folder, folder]
     for folder in ["/usr", *binds]:
         for hidden in _site_folders(folder):
-            cmd += ["--tmpfs", hidden]
+            if not hidden.startswith("/usr/local/") or python.startswith("/usr/local/"):
+                cmd += ["--tmpfs", hidden, "--remount-ro", hidden]
     if limits.network:
         for path in _NETWORK_FILES:
             cmd += ["--ro-bind-try", path, path]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(int(limits.disk_mb) * 2**20), "--tmpfs", "/tmp",
-            "--chdir", "/tmp"]
+    # Every folder but /tmp read-only: bwrap's own tmpfs (/, /dev, /dev/shm) would hold files outside disk_mb.
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
+            "--size", str(int(limits.disk_mb) * 2**20), "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/tmp"]
     runner = inspect.getsource(snippet) + _RUNNER_TAIL.format(memory_mb=int(limits.memory_mb),
-                                                             max_processes=MAX_PROCESSES)
+                                                             max_processes=MAX_PROCESSES,
+                                                             cpu_s=int(limits.timeout_s) + 2)
     return cmd + [python, "-I", "-S", "-c", runner]
 
 
-def _spawn(cmd: list[str]) -> subprocess.Popen:
-    extra = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if _drop_to_nobody() else {}
-    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            close_fds=True, start_new_session=True, env={"PATH": "/usr/bin:/bin"}, **extra)
+#: Syscalls the seccomp filter refuses (EPERM), by machine: reading or writing another process's memory or
+#: registers (ptrace, process_vm_readv / writev) -- a snippet could otherwise take over the sandbox's PID 1.
+_DENIED = {"x86_64": (0xC000003E, (101, 310, 311)), "aarch64": (0xC00000B7, (117, 270, 271))}
+
+
+def seccomp_filter(machine: str | None = None) -> bytes | None:
+    """A classic-BPF seccomp program (``struct sock_filter`` array) that refuses :data:`_DENIED` with EPERM and
+    allows the rest; None on a machine it does not know (the PID 1 kill after each call still ends every
+    process)."""
+    found = _DENIED.get(machine or platform.machine())
+    if found is None:
+        return None
+    arch, numbers = found
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
+    n = len(numbers)
+    prog = [(ld, 0, 0, 4),                       # the architecture
+            (jeq, 1, 0, arch),                   # another one (a 32-bit call): refuse it
+            (ret, 0, 0, deny),
+            (ld, 0, 0, 0),                       # the syscall number
+            (jge, n + 1, 0, 0x40000000)]         # x32 numbering: refuse
+    prog += [(jeq, n - i, 0, nr) for i, nr in enumerate(numbers)]
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    return b"".join(struct.pack("HBBI", *ins) for ins in prog)
+
+
+class _Sandbox:
+    """One started sandbox: the bwrap process, its output pipe, and a pidfd of its PID 1, which :meth:`end` kills,
+    ending every process of the PID namespace whatever the snippet did to the process tree."""
+
+    def __init__(self, python: str, binds: list[str], limits: Limits) -> None:
+        info_r, info_w = os.pipe()
+        filt = seccomp_filter()
+        seccomp_r = None
+        try:
+            if filt is not None:
+                seccomp_r, seccomp_w = os.pipe()
+                os.write(seccomp_w, filt)  # a few dozen bytes: never fills the pipe
+                os.close(seccomp_w)
+            cmd = bwrap_command(python, binds, limits, _bwrap(), info_fd=info_w, seccomp_fd=seccomp_r)
+            extra = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if _drop_to_nobody() else {}
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=True,
+                pass_fds=(info_w,) + ((seccomp_r,) if seccomp_r is not None else ()), start_new_session=True,
+                env={"PATH": "/usr/bin:/bin"}, **extra)
+        finally:
+            os.close(info_w)
+            if seccomp_r is not None:
+                os.close(seccomp_r)
+        self.info = info_r
+        self.init_pidfd: int | None = None
+        self._info_text = b""
+
+    def note_info(self) -> None:
+        """Read what bwrap wrote on its info descriptor (its PID 1) and hold a pidfd of that process."""
+        if self.info < 0:
+            return
+        chunk = os.read(self.info, 4096)
+        if chunk:
+            self._info_text += chunk
+            return
+        os.close(self.info)
+        self.info = -1
+        try:
+            pid = int(json.loads(self._info_text.decode())["child-pid"])
+            self.init_pidfd = os.pidfd_open(pid)
+        except (ValueError, KeyError, OSError):
+            pass  # bwrap failed before it started the namespace: nothing of it is left to end
+
+    def end(self) -> int:
+        """Kill the sandbox (its PID 1 first: the kernel then ends the namespace's every process), reap bwrap and
+        close the descriptors; bwrap's exit status."""
+        if self.info >= 0:
+            os.set_blocking(self.info, False)
+            try:
+                while self.info >= 0:
+                    self.note_info()
+            except BlockingIOError:
+                pass
+        if self.init_pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.init_pidfd, signal.SIGKILL)
+            except OSError:
+                pass  # it ended with the snippet's main process
+            os.close(self.init_pidfd)
+            self.init_pidfd = None
+        _kill(self.proc)
+        status = self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        if self.info >= 0:
+            os.close(self.info)
+            self.info = -1
+        return status
+
+    def collect(self, code: bytes, limits: Limits, wait_s: float) -> tuple[str | None, bytes]:
+        """Send the snippet, read its output until end of file, ``wait_s`` or too much output; (``timeout`` /
+        ``output`` / None, the bytes read)."""
+        proc = self.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(code)
+            proc.stdin.close()
+        except OSError:  # the sandbox ended before reading its input: its exit status says why
+            pass
+        fd = proc.stdout.fileno()
+        cap = 4 * int(limits.max_output_chars) + 4  # bytes past which the output is certainly too long
+        out = bytearray()
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout", bytes(out)
+            ready, _, _ = select.select([fd] + ([self.info] if self.info >= 0 else []), [], [], left)
+            if self.info in ready:
+                self.note_info()
+            if fd not in ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return None, bytes(out)
+            out += chunk
+            if len(out) > cap:
+                return "output", bytes(out)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -203,34 +350,6 @@ def _kill(proc: subprocess.Popen) -> None:
         proc.kill()
     except OSError:
         pass
-
-
-def _collect(proc: subprocess.Popen, code: bytes, limits: Limits, wait_s: float) -> tuple[str | None, bytes]:
-    """Send the snippet, read its output until end of file, ``wait_s`` or too much output; (``timeout`` /
-    ``output`` / None, the bytes read)."""
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        proc.stdin.write(code)
-        proc.stdin.close()
-    except OSError:  # the sandbox ended before reading its input: its exit status says why
-        pass
-    fd = proc.stdout.fileno()
-    cap = 4 * int(limits.max_output_chars) + 4  # bytes past which the output is certainly too long
-    out = bytearray()
-    deadline = time.monotonic() + wait_s
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return "timeout", bytes(out)
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            continue
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            return None, bytes(out)
-        out += chunk
-        if len(out) > cap:
-            return "output", bytes(out)
 
 
 def _read_outcome(status: int, text: str, max_output_chars: int) -> Isolated:
@@ -263,20 +382,13 @@ def run_isolated(code: str, limits: Limits) -> Isolated:
     if problem is not None:
         raise RuntimeError(problem)
     python, binds = _chosen()
-    proc = _spawn(bwrap_command(python, binds, limits, _bwrap()))
+    box = _Sandbox(python, binds, limits)
     try:
-        error, raw = _collect(proc, code.encode("utf-8", "replace"), limits, limits.timeout_s + START_SLACK_S)
-        if error is not None:
-            _kill(proc)
-        status = proc.wait()
+        error, raw = box.collect(code.encode("utf-8", "replace"), limits, limits.timeout_s + START_SLACK_S)
+        if error is None:
+            box.proc.wait()  # the snippet's main process ended and closed its output: bwrap follows at once
     finally:
-        _kill(proc)
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+        status = box.end()
     text = raw.decode("utf-8", "replace")
     if error is not None:
         return Isolated(error, text[: limits.max_output_chars])
@@ -295,19 +407,15 @@ def _probe(python: str, binds: list[str]) -> str | None:
     """None when a snippet runs in the sandbox with this interpreter; else bwrap's or python's first line."""
     limits = Limits(timeout_s=20.0, memory_mb=256, max_output_chars=2000, disk_mb=1)
     try:
-        proc = _spawn(bwrap_command(python, binds, limits, _bwrap()))
+        box = _Sandbox(python, binds, limits)
     except OSError as exc:
         return str(exc)
     try:
-        error, raw = _collect(proc, _PROBE.encode(), limits, limits.timeout_s)
-        if error is not None:
-            _kill(proc)
-        status = proc.wait()
+        error, raw = box.collect(_PROBE.encode(), limits, limits.timeout_s)
+        if error is None:
+            box.proc.wait()
     finally:
-        _kill(proc)
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                stream.close()
+        status = box.end()
     text = raw.decode("utf-8", "replace").strip()
     if error is None and status == 0 and text == "[3, 7, true]":
         return None

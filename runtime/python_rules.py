@@ -39,8 +39,10 @@ of the run's but an allowlist (:func:`sailrl.runtime.workers.worker_environment`
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
+import importlib.abc
 import importlib.util
 import inspect
 import math
@@ -131,23 +133,37 @@ def _exc_text(exc: BaseException) -> str:
     return text if len(text) <= 140 else text[:137] + "..."
 
 
-def _exec_frozen(module: str, path: Path, source: str) -> Any:
-    """Import ``module`` from ``source`` (the text a run froze) as if from ``path``: its parent packages from disk."""
-    parent = module.rpartition(".")[0]
-    if parent:
-        importlib.import_module(parent)
-    spec = importlib.util.spec_from_loader(module, loader=None, origin=str(path),
-                                           is_package=path.name == "__init__.py")
-    mod = importlib.util.module_from_spec(spec)
-    mod.__file__ = str(path)
-    sys.modules[module] = mod
-    exec(compile(source, str(path), "exec"), mod.__dict__)  # noqa: S102 - the user's own trusted rule file
-    return mod
+class _FrozenFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves the modules of the spec's folder from the text a run froze (:func:`freeze_spec_code`), so a worker
+    that starts mid-run -- a replacement after a timeout -- runs the same code as the first."""
+
+    def __init__(self, modules: dict[str, list[Any]]) -> None:
+        self.modules = modules  # name -> [path, text, is_package]
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        found = self.modules.get(fullname)
+        if found is None:
+            return None
+        spec = importlib.util.spec_from_loader(fullname, self, origin=found[0], is_package=bool(found[2]))
+        if spec is not None:
+            spec.has_location = True
+        return spec
+
+    def create_module(self, spec: Any) -> Any:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        path, text, _ = self.modules[module.__name__]
+        module.__file__ = path
+        exec(compile(text, path, "exec"), module.__dict__)  # noqa: S102 - the user's own trusted rule file
 
 
-def import_user_module(spec_dir: str | Path, module: str, source: str | None = None) -> tuple[Path, str, Any]:
+def import_user_module(spec_dir: str | Path, module: str,
+                       frozen: dict[str, list[Any]] | None = None) -> tuple[Path, str, Any]:
     """Import ``module`` from the file next to the spec, in a worker: ``(spec folder, file relative to it, the
-    module)``; with ``source``, the file's text as a run froze it (:func:`freeze_files`) instead of what is on disk.
+    module)``; with ``frozen`` (module name -> [path, text, is package], :func:`file_version`), the spec folder's
+    modules as a run froze them, served by :class:`_FrozenFinder`, and the folder itself not on ``sys.path``, so
+    nothing of it is read from disk.
     Raises :class:`_LoadError` with a reason (missing file, an import that raises or overruns
     ``IMPORT_TIMEOUT_S``, a name shadowed by an installed module). Python rules and user tools load this way."""
     root = Path(spec_dir).resolve()
@@ -156,10 +172,13 @@ def import_user_module(spec_dir: str | Path, module: str, source: str | None = N
         want = module.replace(".", "/") + ".py"
         raise _LoadError("missing_module", f"there is no file {want} next to the spec (in {root})")
     rel = path.resolve().relative_to(root).as_posix()
-    sys.path.insert(0, str(root))
+    if frozen is None:
+        sys.path.insert(0, str(root))
+    else:
+        sys.meta_path.insert(0, _FrozenFinder(frozen))
     try:
         with _TimeLimit(IMPORT_TIMEOUT_S):
-            mod = importlib.import_module(module) if source is None else _exec_frozen(module, path.resolve(), source)
+            mod = importlib.import_module(module)
     except _Alarm:
         raise _LoadError("import_error", f"importing {rel} took longer than {IMPORT_TIMEOUT_S:g} s") from None
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: the user's file is reported, not raised
@@ -176,7 +195,7 @@ class PythonJob:
     function) and ``call`` requests."""
 
     def __init__(self, init: dict[str, Any]) -> None:
-        self.root, self.rel, self.module = import_user_module(init["spec_dir"], init["module"], init.get("source"))
+        self.root, self.rel, self.module = import_user_module(init["spec_dir"], init["module"], init.get("frozen"))
         self.functions: dict[str, Any] = {}
         self.info: dict[str, Any] = {"file": self.rel}
 
@@ -304,6 +323,8 @@ MAX_CODE_FILE_BYTES = 4 * 2**20
 _FROZEN: dict[str, tuple[str, str, tuple[int, int]]] = {}
 #: Frozen files found changed on disk, already warned about: path -> the (size, mtime) last checked.
 _SEEN_CHANGED: dict[str, tuple[int, int]] = {}
+#: The modules a run froze, by spec folder: folder -> {module name: resolved path}.
+_FROZEN_MODULES: dict[str, dict[str, str]] = {}
 _FROZEN_LOCK = threading.Lock()
 
 
@@ -327,29 +348,72 @@ def freeze_files(paths: list[Path]) -> dict[str, str]:
     return found
 
 
+def _imported_names(path: Path, package: str) -> set[str]:
+    """The modules a Python file imports (absolute names; relative imports resolved against ``package``), read from
+    its syntax tree -- imports done by string at run time are not seen."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+                base = ".".join([*parts, base] if base else parts)
+            if base:
+                names.add(base)
+                names.update(f"{base}.{a.name}" for a in node.names if a.name != "*")
+    return names
+
+
+def spec_modules(spec_dir: Path | str, modules: list[str]) -> dict[str, Path]:
+    """``modules`` and every module of the spec's folder they import, their parent packages included, with their
+    files: what a run freezes."""
+    root = Path(spec_dir).resolve()
+    found: dict[str, Path] = {}
+    todo = list(modules)
+    while todo:
+        parts = todo.pop().split(".")
+        for i in range(1, len(parts) + 1):  # a module's parent packages are imported before it
+            name = ".".join(parts[:i])
+            path = module_file(root, name)
+            if path is None or name in found:
+                continue
+            found[name] = path
+            package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            todo.extend(_imported_names(path, package))
+    return found
+
+
 def freeze_spec_code(rules: list[Any], tools: list[Any], spec_dir: Path | str) -> dict[str, str]:
     """Freeze the files of a spec's python rules (``rules``: ``reward.rules``) and function tools (``tools``:
-    ``environment.tools``) for a run (:func:`freeze_files`): ``{file relative to the spec: sha256}``. A file that
-    cannot be read is left to its worker, which reports it when it loads."""
+    ``environment.tools``) for a run, with every module of the spec's folder they import (:func:`freeze_files`):
+    ``{file relative to the spec: sha256}``. A file that cannot be read is left to its worker, which reports it
+    when it loads."""
     root = Path(spec_dir).resolve()
     refs = [r.function for r in rules if getattr(r, "kind", None) == "python"]
     refs += [t.function for t in tools if getattr(t, "function", None)]
     found: dict[str, str] = {}
-    for ref in dict.fromkeys(refs):
-        path = module_file(root, split_ref(ref)[0])
-        if path is None:
-            continue
+    for name, path in sorted(spec_modules(root, [split_ref(ref)[0] for ref in dict.fromkeys(refs)]).items()):
         try:
             sha = freeze_files([path])[str(path)]
         except (OSError, ValueError, UnicodeDecodeError):
             continue
         found[path.resolve().relative_to(root).as_posix()] = sha
+        with _FROZEN_LOCK:
+            _FROZEN_MODULES.setdefault(str(root), {})[name] = str(path.resolve())
     return found
 
 
-def file_version(path: Path | None) -> tuple[Any, str | None]:
-    """(what identifies the version of ``path`` workers run, the frozen text or None): a frozen file's sha256 and
-    text -- with one warning on stderr the first time the file on disk differs -- else its size and mtime."""
+def file_version(path: Path | None, spec_dir: Path | str | None = None) -> tuple[Any, dict[str, list[Any]] | None]:
+    """(what identifies the version of ``path`` workers run, the frozen modules of its spec folder or None): for a
+    frozen file, its sha256 and every frozen module of ``spec_dir`` (name -> [path, text, is package]) -- with one
+    warning on stderr the first time one of them differs on disk -- else the file's size and mtime."""
     try:
         st = path.stat() if path is not None else None
     except OSError:
@@ -357,13 +421,28 @@ def file_version(path: Path | None) -> tuple[Any, str | None]:
     frozen = _FROZEN.get(str(path.resolve())) if path is not None else None
     if frozen is None:
         return ((st.st_size, st.st_mtime_ns) if st else None), None
-    sha, text, stamp = frozen
-    now = (st.st_size, st.st_mtime_ns) if st else (-1, -1)
-    if now != stamp and _SEEN_CHANGED.get(str(path)) is None:
-        _SEEN_CHANGED[str(path)] = now
-        print(f"warning: {path} changed on disk during the run; the run goes on with the version it started with "
+    root = str(Path(spec_dir).resolve()) if spec_dir is not None else str(path.resolve().parent)
+    modules: dict[str, list[Any]] = {}
+    for name, real in _FROZEN_MODULES.get(root, {}).items():
+        sha, text, stamp = _FROZEN[real]
+        _warn_if_changed(real, sha, stamp)
+        modules[name] = [real, text, real.endswith("__init__.py")]
+    if not modules:  # frozen by freeze_files alone: the file is its own module
+        _warn_if_changed(str(path.resolve()), frozen[0], frozen[2])
+        modules[path.stem] = [str(path.resolve()), frozen[1], path.name == "__init__.py"]
+    return ("frozen", frozen[0]), modules
+
+
+def _warn_if_changed(real: str, sha: str, stamp: tuple[int, int]) -> None:
+    try:
+        st = os.stat(real)
+        now = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        now = (-1, -1)
+    if now != stamp and _SEEN_CHANGED.get(real) is None:
+        _SEEN_CHANGED[real] = now
+        print(f"warning: {real} changed on disk during the run; the run goes on with the version it started with "
               f"(sha256 {sha[:12]}), and the change takes effect in the next run", file=sys.stderr, flush=True)
-    return ("frozen", sha), text
 
 
 #: Seconds a worker may take to check a function (the module is already imported).
@@ -389,11 +468,11 @@ class PythonFunction:
     def _pool(self) -> WorkerPool:
         assert self.spec_dir is not None
         path = module_file(self.spec_dir, self.module)
-        version, source = file_version(path)
+        version, frozen = file_version(path, self.spec_dir)
         key = (str(self.spec_dir), self.module, self.memory_mb, tuple(self.env), str(path), version)
         return _POOLS.get(key, key[:4], lambda: WorkerPool(
             {"kind": "python", "spec_dir": str(self.spec_dir), "module": self.module, "memory_mb": self.memory_mb,
-             **({"source": source} if source is not None else {})},
+             **({"frozen": frozen} if frozen is not None else {})},
             size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 10, cwd=str(self.spec_dir), env_names=self.env))
 
     def load_problem(self) -> tuple[str, str] | None:

@@ -97,7 +97,9 @@ def _in_fork(code: str, out_w: int, res_w: int, workdir: str, memory_mb: int) ->
     try:
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
-        res_w = _only_descriptors(res_w)  # the worker's protocol pipes are not the snippet's to write
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # the worker's request pipe is not the snippet's to write into
+        res_w = _only_descriptors(res_w)  # nor its reply pipe
         os.chdir(workdir)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
@@ -225,7 +227,7 @@ def describe_outcome(error: str | None, output: str, message: str, *, timeout_s:
 
 def check_code(arguments: dict[str, Any]) -> tuple[str | None, SnippetOutcome | None]:
     """(the snippet, None) or (None, the tool error for arguments without usable code)."""
-    code = arguments.get("code")
+    code = arguments.get("code") if isinstance(arguments, dict) else None
     if not isinstance(code, str) or not code.strip():
         return None, SnippetOutcome(snippet_error('call python with {"code": "<Python code>"}'), "code")
     if len(code) > MAX_CODE_CHARS:

@@ -55,7 +55,10 @@ def error_text(exc: BaseException) -> str:
         if tb.tb_frame.f_code.co_filename == SNIPPET_FILE:
             line = tb.tb_lineno
         tb = tb.tb_next
-    message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    try:
+        message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    except BaseException:  # noqa: BLE001 - an exception whose own text raises
+        message = "(its message could not be read)"
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 3] + "..."

@@ -110,7 +110,7 @@ class ToolJob:
 
         self._FunctionTool, self._ToolInput = FunctionTool, ToolInput
         self._error, self._ok = error_tool_result, simple_tool_result
-        self.root, self.rel, self.module = import_user_module(init["spec_dir"], init["module"], init.get("source"))
+        self.root, self.rel, self.module = import_user_module(init["spec_dir"], init["module"], init.get("frozen"))
         self.tools: dict[str, Any] = {}
         self.info: dict[str, Any] = {"file": self.rel}
 
@@ -233,11 +233,11 @@ class ToolFunction:
 
     def _pool(self) -> WorkerPool:
         path = module_file(self.spec_dir, self.module)
-        version, source = file_version(path)
+        version, frozen = file_version(path, self.spec_dir)
         key = (str(self.spec_dir), self.module, tuple(self.env), str(path), version)
         return _POOLS.get(key, key[:3], lambda: WorkerPool(
             {"kind": "tool", "spec_dir": str(self.spec_dir), "module": self.module,
-             **({"source": source} if source is not None else {})},
+             **({"frozen": frozen} if frozen is not None else {})},
             size=POOL_SIZE, start_timeout_s=IMPORT_TIMEOUT_S + 30, cwd=str(self.spec_dir), env_names=self.env))
 
     def load(self) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:

@@ -14,7 +14,7 @@ import pytest
 from sailrl.runtime import bubblewrap, python_rules
 from sailrl.runtime.console import make_console
 from sailrl.runtime.python_rules import PythonFunction, freeze_files
-from sailrl.runtime.python_tool import PythonTool
+from sailrl.runtime.python_tool import PythonTool, UnisolatedPythonTool
 from sailrl.runtime.redact import MARKER, redact, secret_values
 from sailrl.runtime.workers import worker_environment
 from tests.fakes.sandbox import require_sandbox
@@ -132,9 +132,118 @@ def test_the_runs_own_interpreter_brings_its_standard_library_and_nothing_else_o
     prefix = os.path.realpath(sys.base_prefix)
     code = (f"import os, sys, importlib.util\nprint(sys.prefix == {prefix!r}, importlib.util.find_spec('pip'))\n"
             f"print(sorted(os.listdir({prefix!r})) if {prefix!r} != '/usr' else 'system')")
-    proc = bubblewrap._spawn(bubblewrap.bwrap_command(python, binds, bubblewrap.Limits()))
-    error, raw = bubblewrap._collect(proc, code.encode(), bubblewrap.Limits(), 10)
-    proc.wait()
+    box = bubblewrap._Sandbox(python, binds, bubblewrap.Limits())
+    error, raw = box.collect(code.encode(), bubblewrap.Limits(), 10)
+    box.end()
     first, second = raw.decode().splitlines()
     assert error is None and first == "True None"  # its own prefix, and pip (a site package) is not there
     assert second == "system" or set(eval(second)) <= {"bin", "lib", "lib64"}
+
+
+# ------------------------------------------------------------------------------------------------ what a review broke
+
+# A snippet takes over the sandbox's PID 1 (bwrap's init) with ptrace and clears its parent-death signal, then
+# sleeps: were the namespace to outlive its init's parent, the sleeper would outlive the call.
+PTRACE_PID1 = r'''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+class R(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_ulonglong) for n in ("r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi "
+                "orig_rax rip cs eflags rsp ss fs_base gs_base ds es fs gs").split()]
+assert libc.ptrace(16, 1, None, None) == 0
+os.waitpid(1, 0x40000000)
+saved = R(); libc.ptrace(12, 1, None, ctypes.byref(saved))
+word = libc.ptrace(1, 1, ctypes.c_void_p(saved.rip), None)
+libc.ptrace(4, 1, ctypes.c_void_p(saved.rip), ctypes.c_void_p(((word & ~0xffff) | 0x050f) & (2**64 - 1)))
+r = R(); ctypes.memmove(ctypes.byref(r), ctypes.byref(saved), ctypes.sizeof(R))
+r.rax, r.rdi, r.rsi, r.orig_rax = 157, 1, 0, 2**64 - 1   # prctl(PR_SET_PDEATHSIG, 0) in pid 1
+libc.ptrace(13, 1, None, ctypes.byref(r)); libc.ptrace(9, 1, None, None); os.waitpid(1, 0x40000000)
+libc.ptrace(4, 1, ctypes.c_void_p(saved.rip), ctypes.c_void_p(word & (2**64 - 1)))
+if saved.orig_rax != 2**64 - 1:
+    saved.rip -= 2; saved.rax = saved.orig_rax
+libc.ptrace(13, 1, None, ctypes.byref(saved)); libc.ptrace(17, 1, None, None)
+os.execv("/usr/bin/sleep", ["sleep", "8.271828"])
+'''
+
+
+
+
+def _pids_with(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.slow
+def test_no_folder_but_tmp_is_writable_so_disk_mb_bounds_every_file(tool):
+    code = ("import os\nw = {}\nfor d in ['/', '/dev', '/dev/shm', '/usr/lib/python3/dist-packages', '/tmp']:\n"
+            "    try:\n        open(os.path.join(d, 'f'), 'wb').write(b'x' * (2 << 20)); w[d] = 'wrote'\n"
+            "    except OSError as e:\n        w[d] = e.errno\nprint(w)")
+    out = PythonTool(timeout_s=5, memory_mb=64, disk_mb=1).call({"code": code})
+    assert out.content == ("{'/': 30, '/dev': 30, '/dev/shm': 30, '/usr/lib/python3/dist-packages': 30, "
+                           "'/tmp': 28}\n")  # EROFS everywhere, and ENOSPC past disk_mb in /tmp
+
+
+@pytest.mark.slow
+def test_a_snippet_cannot_make_a_nested_user_namespace_nor_ptrace(tool):
+    nested = tool.call({"code": "import ctypes\nprint(ctypes.CDLL(None).unshare(0x10000000))"})
+    assert nested.content == "-1\n"  # EPERM: no capabilities to be had in a namespace of its own
+    traced = tool.call({"code": "import ctypes\nprint(ctypes.CDLL(None, use_errno=True).ptrace(16, 1, 0, 0), "
+                                "ctypes.get_errno())"})
+    assert traced.content == "-1 1\n"  # the seccomp filter: EPERM
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the injection is x86_64 machine code")
+def test_no_process_outlives_the_call_even_when_the_snippet_takes_over_pid_1(tool, monkeypatch):
+    monkeypatch.setattr(bubblewrap, "seccomp_filter", lambda machine=None: None)  # the pidfd kill alone
+    out = PythonTool(timeout_s=2).call({"code": PTRACE_PID1})
+    time.sleep(0.5)
+    left = _pids_with("8.271828")
+    for pid in left:  # never leave the machine with what a failing test let out
+        os.kill(pid, 9)
+    assert out.error in ("timeout", "died", None) and not left
+
+
+@pytest.mark.slow
+def test_an_unisolated_snippet_cannot_queue_a_request_on_its_worker():
+    inject = ("import os, pickle, struct\n"
+              "req = pickle.dumps({'op': 'run', 'code': \"print('FORGED')\", 'snippet_timeout_s': 3.0, "
+              "'limits': {'memory_mb': 256, 'max_output_chars': 3000}, 'timeout_s': 5.0})\n"
+              "try:\n    fd = os.open('/proc/self/fd/0', os.O_WRONLY)\n"
+              "    os.write(fd, struct.pack('>I', len(req)) + req)\nexcept OSError as e:\n    print(e)\n")
+    unisolated = UnisolatedPythonTool(timeout_s=3, memory_mb=256)
+    unisolated.call({"code": inject})
+    assert [unisolated.call({"code": f"print('honest {i}')"}).content for i in range(2)] == ["honest 0\n",
+                                                                                            "honest 1\n"]
+
+
+@pytest.mark.slow
+def test_a_frozen_rules_neighbour_modules_are_frozen_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(python_rules, "_FROZEN", {})
+    monkeypatch.setattr(python_rules, "_FROZEN_MODULES", {})
+    monkeypatch.setattr(python_rules, "_SEEN_CHANGED", {})
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "weights.py").write_text("W = 0.0\n")
+    (tmp_path / "helper.py").write_text("from pkg.weights import W\n\ndef value():\n    return W\n")
+    (tmp_path / "neighbourrule.py").write_text(
+        "import helper\n\ndef score(c, f):\n    if c == 'slow':\n        import time\n        time.sleep(5)\n"
+        "    return helper.value()\n")
+    rule = type("Rule", (), {"kind": "python", "function": "neighbourrule:score"})()
+    shas = python_rules.freeze_spec_code([rule], [], tmp_path)
+    assert sorted(shas) == ["helper.py", "neighbourrule.py", "pkg/__init__.py", "pkg/weights.py"]
+    fn = PythonFunction(tmp_path, "neighbourrule:score", timeout_s=2)
+    assert fn.call("x", {}).value == 0.0
+    (tmp_path / "helper.py").write_text("def value():\n    return 1.0\n")
+    (tmp_path / "pkg" / "weights.py").write_text("W = 1.0\n")
+    (tmp_path / "json.py").write_text("raise SystemExit('a new file that shadows the standard library')\n")
+    assert fn.call("slow", {}).timed_out  # its worker is killed and replaced
+    assert fn.call("x", {}).value == 0.0  # the replacement runs the frozen code, not the edited files
