@@ -139,6 +139,13 @@ def page(browser, studio):
     context.close()
 
 
+def open_details(pg) -> None:
+    """Open every rule's details (the spec's words for it), as a click on each toggle does."""
+    closed = pg.locator("#rules details.rule-details:not([open]) > summary")
+    while closed.count():
+        closed.first.click()
+
+
 def verdict(pg, rule: str) -> str:
     return pg.locator(f'#verdicts tbody tr[data-rule="{rule}"] td').nth(1).inner_text()
 
@@ -153,6 +160,7 @@ def edit_a_rule_see_the_verdict_change_add_an_example_and_save(page, studio, sho
     pg.fill("#completion", "5!")
     wait_for(pg, "document.querySelector('#total').textContent === '0'")
     assert verdict(pg, "format") == "fail" and verdict(pg, "correct") == "fail"
+    open_details(pg)
     pattern = pg.locator('#rules input[data-path="reward.rules.1.checks.0.pattern"]')
     assert pattern.input_value() == r"^\s*-?\d+\s*$"
     pattern.fill(r"^\s*-?\d+\s*[.!]?\s*$")  # a trailing full stop or ! is fine now
@@ -191,6 +199,7 @@ def problems_show_at_their_field_with_the_clis_code(page, shots):
     assert pg.locator("#save").is_disabled()
     yaml.fill(text)  # back to the saved text
     wait_for(pg, "document.querySelector('#validity').textContent === 'valid'")
+    open_details(pg)
     pg.locator('#rules select[data-path="reward.rules.0.extract.from"]').select_option("last_number")
     gamed = pg.locator('#rules .group[data-path="reward.rules.0.extract"] .problem[data-code="W110"]')
     gamed.wait_for()

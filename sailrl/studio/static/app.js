@@ -25,6 +25,7 @@ const S = {
   text: "", loadedText: "", baseSha: null, check: null, rules: [], examples: [],
   row: null, fields: {}, lastTry: null, run: null, runMetrics: [], runNext: 0, runFile: null, runSteps: { train: [], eval: [] },
   records: [], dataOffset: 0, tab: "rules", diskNotice: null,
+  open: new Set(), labels: [], agreement: {}, proposals: [], starters: [], exampleResults: [], runStatus: null,
 };
 
 async function api(path, body) {
@@ -94,9 +95,44 @@ function setAt(obj, path, value) {
   else o[last] = value;
 }
 
+// One line of help for every field, in plain words (the spec's own word is the label beside it).
+const HELP = {
+  from: "where the answer is taken from: the last \\boxed{}, a pattern, the last number, after a marker, or the whole reply",
+  occurrence: "when the reply has several answers: use the last one or the first one",
+  "if none found": "when no answer is found: fail (none) or read the whole reply as the answer (whole)",
+  pattern: "a regular expression; press \u201cmatch this text exactly\u201d to look for the text as you typed it",
+  flags: "DOTALL: '.' also matches line breaks; IGNORECASE: capitals do not matter; MULTILINE: ^ and $ match at every line",
+  marker: "the answer is what follows this text, e.g. ####",
+  compare: "how the reply's answer is compared with the reference: as a number (numeric), as maths (math), as text (exact, normalized)",
+  abs_tol: "how far from the reference a number may be and still count as equal (e.g. 0.01)",
+  rel_tol: "the same, as a fraction of the reference (0.01 = 1%)",
+  mode: "search: the pattern may match anywhere; fullmatch: the whole reply must match it",
+  negate: "turn the rule round: pass when the pattern is NOT found",
+  unit: "count the reply's length in tokens or in characters",
+  min: "the shortest a reply may be", max: "the longest a reply may be",
+  field: "the row's field that holds the right answer",
+  function: "module:function in a file next to the spec",
+  timeout_s: "seconds the function may take before the rule fails",
+  scores: "how a pass and a fail count towards the total",
+  weight: "what a pass adds to the total (a fail adds 0)",
+  "pass score": "what a pass adds to the total", "fail score": "what a fail adds to the total (e.g. -0.1)",
+};
+
 function fieldRow(label, keyPath, input, helpText) {
+  const help = helpText || HELP[label];
   return h("div", { class: "field", dataset: { path: keyPath } }, h("label", {}, label), input,
-    helpText ? h("span", { class: "help" }, helpText) : null);
+    help ? h("span", { class: "help field-help" }, help) : null);
+}
+
+// What a regular expression treats as special, escaped: the text is then matched exactly as typed.
+function escapeRegex(text) { return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"); }
+
+function patternInput(rule, path, keyPath, placeholder) {
+  const input = textInput(rule, path, keyPath, placeholder);
+  const exact = h("button", { type: "button", class: "match-exactly", title: "escape what a regular expression treats as special",
+    onclick: () => { input.value = escapeRegex(input.value); setAt(rule, path, input.value || undefined); formsChanged(); } },
+  "match this text exactly");
+  return h("span", { class: "pattern-box" }, input, exact);
 }
 
 function textInput(rule, path, keyPath, placeholder) {
@@ -150,7 +186,7 @@ function extractorForm(rule, path, keyPath, title) {
       formsChanged(); renderRules();
     })));
   if (from === "regex") {
-    box.append(fieldRow("pattern", `${keyPath}.pattern`, textInput(rule, [...path, "pattern"], `${keyPath}.pattern`,
+    box.append(fieldRow("pattern", `${keyPath}.pattern`, patternInput(rule, [...path, "pattern"], `${keyPath}.pattern`,
       "a regular expression with a capture group"), "the answer is the capture group"));
     box.append(fieldRow("flags", `${keyPath}.flags`, flagsInput(rule, [...path, "flags"], `${keyPath}.flags`)));
   }
@@ -189,13 +225,13 @@ function kindFields(rule, base, keyPath, kind) {
       out.push(fieldRow("rel_tol", kp("rel_tol"), numberInput(rule, at("rel_tol"), kp("rel_tol"))));
     }
   } else if (kind === "match") {
-    out.push(fieldRow("pattern", kp("pattern"), textInput(rule, at("pattern"), kp("pattern"), "a regular expression")));
+    out.push(fieldRow("pattern", kp("pattern"), patternInput(rule, at("pattern"), kp("pattern"), "a regular expression")));
     out.push(fieldRow("mode", kp("mode"), selectInput(rule, at("mode"), kp("mode"), ["search", "fullmatch"])));
     out.push(fieldRow("flags", kp("flags"), flagsInput(rule, at("flags"), kp("flags"))));
     out.push(fieldRow("negate", kp("negate"), h("input", { type: "checkbox", checked: !!getAt(rule, at("negate")),
       dataset: { path: kp("negate") },
       onchange: (e) => { setAt(rule, at("negate"), e.target.checked ? true : undefined); formsChanged(); } }),
-      "pass when the pattern does NOT match"));
+      HELP.negate));
   } else if (kind === "length") {
     out.push(fieldRow("unit", kp("unit"), selectInput(rule, at("unit"), kp("unit"), ["tokens", "chars"])));
     out.push(fieldRow("min", kp("min"), numberInput(rule, at("min"), kp("min"), true)));
@@ -276,28 +312,36 @@ function renderRules() {
     }
     const kinds = Object.keys(DEFAULTS);
     if (rule.kind && !kinds.includes(rule.kind)) kinds.push(rule.kind);  // e.g. judge: shown, edited in the YAML
+    const kindSelect = h("select", { class: "rule-kind", dataset: { path: `${keyPath}.kind` }, onchange: (e) => {
+      const v = e.target.value;
+      if (!(v in DEFAULTS)) return;
+      const keep = { name: rule.name, weight: rule.weight, pass_score: rule.pass_score, fail_score: rule.fail_score };
+      for (const k of Object.keys(rule)) delete rule[k];
+      Object.assign(rule, Object.fromEntries(Object.entries(keep).filter(([, x]) => x !== undefined)),
+        { kind: v }, DEFAULTS[v]());
+      formsChanged(); renderRules();
+    } }, kinds.map((k) => h("option", { value: k, selected: k === rule.kind }, k)));
     const card = h("div", { class: "rule", dataset: { path: keyPath, rule: rule.name || rule.kind || "" } },
       h("div", { class: "rule-head" },
         h("span", { class: "num" }, `${i + 1}`),
         h("input", { type: "text", class: "rule-name", value: rule.name || "", placeholder: rule.kind || "name",
-          dataset: { path: `${keyPath}.name` },
+          dataset: { path: `${keyPath}.name` }, title: "the rule's name (its column in the run's curves)",
           oninput: (e) => { setAt(rule, ["name"], e.target.value || undefined); formsChanged(); } }),
-        h("select", { class: "rule-kind", dataset: { path: `${keyPath}.kind` }, onchange: (e) => {
-          const v = e.target.value;
-          if (!(v in DEFAULTS)) return;
-          const keep = { name: rule.name, weight: rule.weight, pass_score: rule.pass_score, fail_score: rule.fail_score };
-          for (const k of Object.keys(rule)) delete rule[k];
-          Object.assign(rule, Object.fromEntries(Object.entries(keep).filter(([, x]) => x !== undefined)),
-            { kind: v }, DEFAULTS[v]());
-          formsChanged(); renderRules();
-        } }, kinds.map((k) => h("option", { value: k, selected: k === rule.kind }, k))),
         h("span", { class: "spacer" }),
         h("button", { type: "button", title: "move up", disabled: i === 0, onclick: () => move(i, -1) }, "↑"),
         h("button", { type: "button", title: "move down", disabled: i === S.rules.length - 1, onclick: () => move(i, 1) }, "↓"),
         h("button", { type: "button", class: "remove-rule", title: "remove this rule", onclick: () => {
-          S.rules.splice(i, 1); formsChanged(); renderRules(); } }, "Remove")));
-    card.append(...scoreFields(rule, keyPath));
-    card.append(...kindFields(rule, [], keyPath, rule.kind));
+          S.rules.splice(i, 1); S.open.clear(); formsChanged(); renderRules(); } }, "Remove")),
+      h("p", { class: "sentence", dataset: { index: i } }, ""),
+      h("div", { class: "agreement", dataset: { index: i } }));
+    // the spec's own words (kind, extract, compare, flags...) sit behind this toggle; a rule with a problem opens it
+    const details = h("details", { class: "rule-details", open: S.open.has(i),
+      ontoggle: (e) => { if (e.target.open) S.open.add(i); else S.open.delete(i); } },
+    h("summary", {}, "details (the spec's words for this rule)"),
+    fieldRow("kind", `${keyPath}.kindrow`, kindSelect, "what sort of check this is"));
+    details.append(...scoreFields(rule, keyPath));
+    details.append(...kindFields(rule, [], keyPath, rule.kind));
+    card.append(details);
     box.append(card);
   });
   placeProblems();
@@ -330,7 +374,41 @@ function placeProblems() {
       if (head) head.after(msg); else target.prepend(msg);
     } else target.append(msg);
     if (p.severity === "error") target.closest(".rule")?.classList.add("has-error");
+    const details = target.closest("details.rule-details");
+    if (details && p.severity === "error" && !details.open) details.open = true;  // the problem is seen where it is
   }
+  placeWords();
+}
+
+// Each rule's sentence (sailrl explain's words, from the server), each pattern's words, and which labelled
+// replies each rule gets right.
+function placeWords() {
+  const sentences = (S.check && S.check.sentences) || [];
+  document.querySelectorAll("#rules p.sentence").forEach((el) => {
+    const i = Number(el.dataset.index);
+    const broken = S.check && S.check.broken && S.check.broken[String(i)];
+    el.textContent = sentences[i] || (broken ? `(this rule has a problem: ${broken.problem})` : "(no sentence yet: finish the rule)");
+    el.classList.toggle("bad", !sentences[i]);
+  });
+  document.querySelectorAll("#rules .pattern-words").forEach((el) => el.remove());
+  for (const [path, words] of Object.entries((S.check && S.check.pattern_words) || {})) {
+    const field = document.querySelector(`#rules .field[data-path="${CSS.escape(path)}"]`);
+    if (field) field.append(h("span", { class: "pattern-words" }, `matches: ${words}`));
+  }
+  renderAgreement();
+}
+
+function renderAgreement() {
+  document.querySelectorAll("#rules .agreement").forEach((el) => {
+    el.replaceChildren();
+    const rule = S.rules[Number(el.dataset.index)];
+    const row = rule && S.agreement[rule.name];
+    if (!S.labels.length || !row) return;
+    const right = row.filter((x) => x === true).length, known = row.filter((x) => x !== null).length;
+    el.append(h("span", { class: right === known ? "pass" : "fail" }, `gets ${right} of ${known} of your labelled replies right`),
+      " ", ...row.map((x, j) => h("span", { class: `mark ${x === true ? "pass" : x === false ? "fail" : ""}`,
+        title: `${S.labels[j].good ? "good" : "bad"}: ${S.labels[j].completion}` }, x === true ? "✓" : x === false ? "✗" : "?")));
+  });
 }
 
 function renderProblems() {
@@ -372,7 +450,7 @@ function applyCheck(check, { rebuild }) {
 
 // ------------------------------------------------------------------------------------------ text in step
 
-const patchNow = latest(async () => {
+async function patchOnce() {
   try {
     const r = await api("/api/patch", { text: S.text, rules: S.rules, examples: S.examples });
     S.text = r.text;
@@ -381,7 +459,8 @@ const patchNow = latest(async () => {
     applyCheck(r.check, { rebuild: false });
     afterSpecChange();
   } catch (err) { status(err.message, "error"); }
-});
+}
+const patchNow = latest(patchOnce);
 const formsChanged = debounce(() => patchNow(), 120);
 
 const checkNow = latest(async () => {
@@ -393,13 +472,16 @@ const checkNow = latest(async () => {
 });
 const yamlChanged = debounce(() => checkNow(), 200);
 
-function afterSpecChange() { tryNow(); refreshExamples(); if (S.tab === "data") refreshData(); }
+function afterSpecChange() { tryNow(); refreshExamples(); refreshLabels(); if (S.tab === "data") refreshData(); }
 
 function updateDirty() {
   const dirty = S.text !== S.loadedText;
-  $("#save").disabled = !dirty || !S.check || !S.check.valid;
-  $("#save").title = !S.check || !S.check.valid ? "the spec has errors: it is saved only when it validates" :
-    dirty ? "write the spec file" : "no unsaved changes";
+  const onlyExamples = !!(S.check && !S.check.valid && S.check.only_examples);
+  $("#save").disabled = !dirty || !S.check || (!S.check.valid && !onlyExamples);
+  $("#save").textContent = onlyExamples ? "Save (with the new scores)" : "Save";
+  $("#save").title = onlyExamples ? "some examples' expected scores no longer hold: saving uses the new scores" :
+    !S.check || !S.check.valid ? "the spec has errors: it is saved only when it validates" :
+      dirty ? "write the spec file" : "no unsaved changes";
   if (dirty) status("unsaved changes");
   else if ($("#status").textContent === "unsaved changes") status("no unsaved changes");
 }
@@ -484,6 +566,8 @@ const refreshExamples = latest(async () => {
   try { r = await api("/api/examples", { text: S.text }); } catch (err) { return; }
   const tbody = $("#examples tbody");
   tbody.replaceChildren();
+  S.exampleResults = r.examples;
+  $("#use-new-scores").hidden = !r.examples.some((e) => e.passed === false);
   for (const e of r.examples) {
     const ex = e.example || {};
     const expects = [];
@@ -498,6 +582,21 @@ const refreshExamples = latest(async () => {
   }
   if (!r.examples.length) tbody.append(h("tr", {}, h("td", { colspan: 5, class: "help" }, "No examples yet: try a completion and click Add as example.")));
 });
+
+// Examples whose expected scores no longer hold take the scores the rules give them now.
+async function useNewScores() {
+  let changed = 0;
+  for (const e of S.exampleResults) {
+    if (e.passed !== false || !S.examples[e.index]) continue;
+    const ex = S.examples[e.index];
+    if (ex.expect_total !== undefined) ex.expect_total = e.total;
+    if (ex.expect) for (const k of Object.keys(ex.expect)) if (k in e.contributions) ex.expect[k] = e.contributions[k];
+    changed++;
+  }
+  await patchOnce();
+  status(`${changed} example${changed === 1 ? "" : "s"} now expect${changed === 1 ? "s" : ""} the new scores`);
+  return changed;
+}
 
 function addExample() {
   const t = S.lastTry;
@@ -638,7 +737,7 @@ async function loadRuns() {
     const r = await api("/api/runs", { text: S.text });
     const current = S.run;
     sel.replaceChildren(...r.runs.map((x) => h("option", { value: x.id, selected: x.id === current }, `${x.name} (${x.id === "@run" ? x.path : x.id})`)));
-    if (!r.runs.length) { sel.append(h("option", { value: "" }, "(no runs yet: train with sailrl run)")); return; }
+    if (!r.runs.length) { sel.append(h("option", { value: "" }, "(no runs yet: start one above)")); return; }
     if (!current || !r.runs.some((x) => x.id === current)) await openRun(r.runs[0].id);
   } catch (err) { status(err.message, "error"); }
 }
@@ -647,6 +746,7 @@ async function openRun(id) {
   S.run = id; S.runMetrics = []; S.runNext = 0; S.runFile = null; S.runSteps = { train: [], eval: [] }; S.records = [];
   $("#run-select").value = id;
   await pollRun(true);
+  await pollStatus();
 }
 
 async function pollRun(first = false) {
@@ -795,7 +895,9 @@ function renderRollouts() {
         x.degenerate ? h("span", {}, "degenerate group") : null,
         x.episode ? h("span", { class: "episode-summary" }, episodeSummary(x.episode)) : null,
         h("span", { class: "mono" }, `sampler checkpoint ${x.sampler_path ?? "-"} (policy step ${x.sampler_step ?? "-"}, staleness ${x.staleness ?? "-"})`),
-        h("button", { type: "button", onclick: () => tryRecord(x) }, "Try it")),
+        h("button", { type: "button", onclick: () => tryRecord(x) }, "Try it"),
+        h("button", { type: "button", class: "label-good", onclick: () => addLabel(x.completion, x.fields || (x.reference != null ? { answer: x.reference } : {}), x.truncated, true) }, "Good"),
+        h("button", { type: "button", class: "label-bad", onclick: () => addLabel(x.completion, x.fields || (x.reference != null ? { answer: x.reference } : {}), x.truncated, false) }, "Bad")),
       h("details", {}, h("summary", {}, "prompt"), h("pre", { class: "text" }, x.prompt ?? "")),
       x.episode ? episodeView(x.episode) : null,
       x.episode ? h("div", { class: "scored-label" }, scoredLabel(x)) : null,
@@ -835,6 +937,14 @@ async function loadSpec(note) {
 }
 
 async function save() {
+  if (S.check && !S.check.valid && S.check.only_examples) {
+    const r = await api("/api/examples", { text: S.text });
+    S.exampleResults = r.examples;
+    await useNewScores();
+    const check = await api("/api/check", { text: S.text });
+    applyCheck(check, { rebuild: false });
+    if (!check.valid) { status("the spec still has problems: see the list under the YAML", "error"); return; }
+  }
   try {
     const r = await api("/api/save", { text: S.text, base_sha: S.baseSha });
     S.loadedText = S.text; S.baseSha = r.disk_sha;
@@ -860,25 +970,232 @@ async function watchDisk() {
   } catch { /* the server stopped: the next poll says so */ }
 }
 
+
+// ------------------------------------------------------------------------------------------ labels and proposals
+
+const LABELS_KEY = () => `sailrl-studio-labels:${$("#file").textContent}`;
+
+function saveLabels() { try { localStorage.setItem(LABELS_KEY(), JSON.stringify(S.labels)); } catch { /* full: kept in the page */ } }
+function loadLabels() { try { S.labels = JSON.parse(localStorage.getItem(LABELS_KEY()) || "[]"); } catch { S.labels = []; } }
+
+function addLabel(completion, fields, truncated, good) {
+  const f = {};
+  for (const [k, v] of Object.entries(fields || {})) f[k] = String(v ?? "");
+  S.labels.push({ completion: String(completion ?? ""), fields: f, truncated: !!truncated, good });
+  saveLabels(); renderLabels(); refreshLabels();
+  status(`labelled ${good ? "good" : "bad"}: ${S.labels.length} labelled replies`);
+}
+
+function renderLabels() {
+  const list = $("#labels");
+  list.replaceChildren();
+  if (!S.labels.length) list.append(h("li", { class: "help" }, "No labelled replies yet: type one above and press Good or Bad, or label a run's rollouts."));
+  S.labels.forEach((x, i) => list.append(h("li", { class: x.good ? "good" : "bad", dataset: { index: i } },
+    h("span", { class: x.good ? "pass" : "fail" }, x.good ? "good" : "bad"), " ",
+    h("code", {}, JSON.stringify(x.completion)), x.truncated ? h("span", { class: "help" }, " (cut off)") : null,
+    " ", h("button", { type: "button", title: "remove this label", onclick: () => { S.labels.splice(i, 1); saveLabels(); renderLabels(); refreshLabels(); } }, "✕"))));
+}
+
+const refreshLabels = latest(async () => {
+  if (!S.labels.length) { S.agreement = {}; S.proposals = []; renderAgreement(); renderProposals(); return; }
+  try {
+    const r = await api("/api/labels", { text: S.text, labels: S.labels });
+    S.agreement = r.rules; S.proposals = r.proposals;
+  } catch (err) { S.agreement = {}; S.proposals = []; status(err.message, "error"); }
+  renderAgreement(); renderProposals();
+});
+
+function renderProposals() {
+  const box = $("#proposals");
+  box.replaceChildren();
+  if (!S.labels.length) return;
+  if (!S.proposals.length) {
+    box.append(h("p", { class: "help" }, S.labels.some((x) => x.good) && S.labels.some((x) => !x.good) ?
+      "No simple rule gets all your labels right without also passing a gamed reply: label more replies, or edit a rule." :
+      "Label at least one good and one bad reply: rules that tell them apart are proposed here."));
+    return;
+  }
+  for (const p of S.proposals) {
+    const what = p.replaces === null ? "Add a rule" : `Change rule ${p.replaces + 1} (${S.rules[p.replaces]?.name ?? ""}): ${p.how}`;
+    box.append(h("div", { class: "proposal" }, h("div", { class: "help" }, what),
+      h("p", { class: "sentence" }, p.sentence || JSON.stringify(p.rule)),
+      h("div", { class: "help" }, `gets all ${S.labels.length} labelled replies right; passes none of ${p.probes} gaming probes`),
+      h("button", { type: "button", class: "accept", onclick: () => {
+        if (p.replaces === null) S.rules.push(p.rule); else S.rules[p.replaces] = p.rule;
+        renderRules(); formsChanged(); status("rule accepted: save to keep it");
+      } }, "Accept")));
+  }
+}
+
+async function loadStarters() {
+  try { S.starters = (await api("/api/starters")).starters; } catch { S.starters = []; }
+  const sel = $("#new-kind");
+  sel.replaceChildren(h("optgroup", { label: "in words" }, S.starters.map((x) => h("option", { value: `starter:${x.id}` }, x.sentence))),
+    h("optgroup", { label: "by kind (the spec's words)" }, Object.keys(DEFAULTS).map((k) => h("option", { value: k }, k))));
+  starterChanged();
+}
+
+function starterChanged() {
+  const v = $("#new-kind").value;
+  const st = S.starters.find((x) => `starter:${x.id}` === v);
+  const ask = $("#new-ask");
+  ask.hidden = !(st && st.ask);
+  ask.placeholder = st && st.ask ? st.ask : "";
+}
+
+function addRule() {
+  const v = $("#new-kind").value;
+  const names = new Set(S.rules.map((r) => r.name || r.kind));
+  const st = S.starters.find((x) => `starter:${x.id}` === v);
+  let rule;
+  if (st) {
+    rule = JSON.parse(JSON.stringify(st.rule));
+    const said = $("#new-ask").value;
+    if (st.id === "contains") rule.pattern = escapeRegex(said);
+    if (st.id === "max_words") rule.pattern = rule.pattern.replace("N", String(Math.max(1, parseInt(said, 10) || 50)));
+    if (st.id === "judge") rule.rubric = said || "The reply is correct and polite.";
+  } else rule = { kind: v, ...DEFAULTS[v]() };
+  const base = st ? { last_number: "answer", contains: "contains", max_words: "short", ends: "ends", judge: "judge" }[st.id] : v;
+  let name = base, n = 2;
+  while (names.has(name)) name = `${base}_${n++}`;
+  S.rules.push({ name, ...rule, weight: 1 });
+  $("#new-ask").value = "";
+  renderRules(); formsChanged();
+}
+
+// ------------------------------------------------------------------------------------------ runs from the page
+
+function overrides() {
+  const out = {};
+  const steps = $("#run-steps").value;
+  if (steps !== "") out["training.steps"] = Number(steps);
+  return out;
+}
+
+async function planRun() {
+  const box = $("#run-plan");
+  box.replaceChildren(h("p", { class: "help" }, "checking the data, the prompts and the cost (preflight)…"));
+  try {
+    const p = await api("/api/run/plan", { text: S.text, overrides: overrides() });
+    box.replaceChildren(
+      h("p", { class: "verdict" }, `preflight: ${p.verdict}`),
+      h("ul", { class: "problems" }, (p.problems || []).map((x) => h("li", { class: x.severity }, x.message))),
+      h("pre", { class: "text cost" }, p.cost.join("\n")),
+      p.needs_save ? h("p", { class: "fail" }, "Save the spec first: a run trains the spec file as saved.") : null,
+      h("div", { class: "run-buttons" },
+        h("button", { type: "button", id: "run-start", disabled: p.needs_save || p.running, onclick: () => startRun("new") },
+          p.resumable ? "Start over (the run folder's records are replaced)" : "Start the run"),
+        p.resumable ? h("button", { type: "button", id: "run-resume", disabled: p.needs_save || p.running, onclick: () => startRun("resume") }, "Resume") : null));
+  } catch (err) { box.replaceChildren(h("p", { class: "fail" }, err.message)); }
+}
+
+async function startRun(mode) {
+  try {
+    const r = await api("/api/run/start", { text: S.text, mode, overrides: overrides() });
+    $("#run-plan").replaceChildren(h("p", { class: "help" }, `started (process ${r.pid}); its output goes to ${r.log}. It goes on if you close this tab.`));
+    await loadRuns();
+    await openRun(r.run);
+    await pollStatus();
+  } catch (err) { status(err.message, "error"); $("#run-plan").append(h("p", { class: "fail" }, err.message)); }
+}
+
+async function stopRun() {
+  try { await api("/api/run/stop", { run: S.run }); status("stopping: the run saves its state (as Ctrl-C); Resume continues it"); }
+  catch (err) { status(err.message, "error"); }
+}
+
+function seconds(x) {
+  if (x == null) return "";
+  const s = Math.round(x);
+  return s >= 60 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${s} s`;
+}
+
+async function pollStatus() {
+  if (!S.run) return;
+  let st;
+  try { st = await api(`/api/run/status?run=${encodeURIComponent(S.run)}`); } catch { return; }
+  S.runStatus = st;
+  const pr = st.progress;
+  const bar = $("#run-progress");
+  bar.max = pr.total || 1; bar.value = pr.done;
+  $("#run-progress-text").textContent = (pr.total ? `step ${pr.done} of ${pr.total}` : `step ${pr.done}`) +
+    (st.running ? (pr.seconds_left != null ? `, about ${seconds(pr.seconds_left)} left` : ", running") :
+      st.exit_code === 130 ? ", stopped (state saved: Resume continues it)" : st.exit_code != null && st.exit_code !== 0 ? `, ended with exit code ${st.exit_code}` : ", not running") +
+    (st.running && !st.started_here ? " (started elsewhere)" : "");
+  $("#run-stop").hidden = !st.alive;
+  $("#run-outcome").textContent = st.outcome ? st.outcome.charAt(0).toUpperCase() + st.outcome.slice(1) + "." : "";
+  $("#run-log").textContent = st.log;
+  const box = $("#gaming");
+  box.replaceChildren();
+  for (const g of st.gaming) {
+    const idx = S.rules.findIndex((r) => r.name === g.rule);
+    box.append(h("div", { class: "gaming", dataset: { rule: g.rule } },
+      h("strong", {}, `Rule '${g.rule}' looks gamed (step ${g.step})`),
+      h("p", {}, g.message),
+      h("div", { class: "help" }, "replies that pass it:"),
+      ...g.examples.map((t) => h("pre", { class: "text" }, t)),
+      h("p", {}, `Proposed fix: ${g.fix.words}.`),
+      g.fix.rule ? h("button", { type: "button", class: "apply-fix", onclick: () => {
+        if (idx >= 0 && g.fix.rule.name === g.rule) S.rules[idx] = g.fix.rule; else S.rules.push(g.fix.rule);
+        renderRules(); formsChanged(); switchTab("rules"); status("fix applied to the rules: save, then start the run again");
+      } }, "Apply the fix") : null));
+  }
+  $("#take-away").hidden = st.running || pr.done === 0;
+}
+
+async function sampleModel() {
+  const out = $("#sample-out");
+  out.replaceChildren(h("p", { class: "help" }, "sampling the trained model…"));
+  const fields = {};
+  document.querySelectorAll("#sample-fields input").forEach((el) => { if (el.value !== "") fields[el.dataset.field] = el.value; });
+  try {
+    const r = await api("/api/run/sample", { run: S.run, fields, n: 4 });
+    out.replaceChildren(h("p", { class: "help" }, `prompt: ${r.prompt}` + (r.reference != null ? ` · right answer: ${r.reference}` : "")),
+      ...r.samples.map((x) => h("div", { class: "sample" }, h("pre", { class: "text completion" }, x.text),
+        h("div", {}, `total ${fmt(x.total)}`, x.truncated ? h("span", { class: "fail" }, " · cut off") : null),
+        h("ul", { class: "sample-rules" }, x.rules.map((v) => h("li", {}, h("span", { class: v.passed ? "pass" : "fail" }, v.passed ? "pass" : "fail"), ` ${v.name}: ${v.why}`))))));
+  } catch (err) { out.replaceChildren(h("p", { class: "fail" }, err.message)); }
+}
+
+async function exportModel() {
+  const out = $("#export-out");
+  const fmtName = $("#export-format").value;
+  out.replaceChildren(h("p", { class: "help" }, "exporting…"));
+  try {
+    const r = await api("/api/run/export", { run: S.run, format: fmtName });
+    out.replaceChildren(h("p", {}, `written to ${r.folder}: ${r.files.join(", ")}`),
+      h("a", { id: "download", href: `/api/run/download?run=${encodeURIComponent(S.run)}&format=${fmtName}`, download: `${r.name}.zip` },
+        "Download the model (zip, with its model card)"));
+  } catch (err) { out.replaceChildren(h("p", { class: "fail" }, err.message)); }
+}
+
+function renderSampleFields() {
+  const box = $("#sample-fields");
+  if (box.children.length) return;
+  const names = Object.keys(S.fields).length ? Object.keys(S.fields) : ["question", "answer"];
+  for (const k of names) box.append(h("label", {}, `${k} `, h("input", { type: "text", dataset: { field: k } })));
+}
+
 function switchTab(tab) {
   S.tab = tab;
   document.querySelectorAll("nav .tab").forEach((b) => b.classList.toggle("active", b.dataset.tab === tab));
   document.querySelectorAll(".tabpanel").forEach((p) => { p.hidden = p.id !== `tab-${tab}`; });
   if (tab === "data") refreshData();
-  if (tab === "runs") loadRuns();
+  if (tab === "runs") { loadRuns(); renderSampleFields(); }
 }
 
 function wire() {
   document.querySelectorAll("nav .tab").forEach((b) => b.addEventListener("click", () => switchTab(b.dataset.tab)));
   $("#yaml").addEventListener("input", (e) => { S.text = e.target.value; updateDirty(); yamlChanged(); });
-  $("#add-rule").addEventListener("click", () => {
-    const kind = $("#new-kind").value;
-    const names = new Set(S.rules.map((r) => r.name || r.kind));
-    let name = kind, n = 2;
-    while (names.has(name)) name = `${kind}_${n++}`;
-    S.rules.push({ name, kind, ...DEFAULTS[kind](), weight: 1 });
-    renderRules(); formsChanged();
-  });
+  $("#add-rule").addEventListener("click", addRule);
+  $("#new-kind").addEventListener("change", starterChanged);
+  $("#label-good").addEventListener("click", () => addLabel($("#completion").value, S.fields, $("#truncated").checked, true));
+  $("#label-bad").addEventListener("click", () => addLabel($("#completion").value, S.fields, $("#truncated").checked, false));
+  $("#use-new-scores").addEventListener("click", useNewScores);
+  $("#run-check").addEventListener("click", planRun);
+  $("#run-stop").addEventListener("click", stopRun);
+  $("#sample-go").addEventListener("click", sampleModel);
+  $("#export-go").addEventListener("click", exportModel);
   $("#completion").addEventListener("input", () => tryNow());
   $("#truncated").addEventListener("change", () => tryNow());
   $("#num-tokens").addEventListener("input", () => tryNow());
@@ -898,8 +1215,10 @@ function wire() {
   $("#pick-rollout").addEventListener("change", (e) => { const x = S.records[Number(e.target.value)]; if (x) tryRecord(x); });
   window.addEventListener("beforeunload", (e) => { if (S.text !== S.loadedText) e.preventDefault(); });
   setInterval(watchDisk, 1500);
-  setInterval(() => { if (S.tab === "runs") pollRun(); }, 2000);
+  setInterval(() => { if (S.tab === "runs") { pollRun(); pollStatus(); } }, 2000);
+  setInterval(() => { if (S.tab === "runs") loadRuns(); }, 3000);  // a run started elsewhere appears
 }
 
 wire();
-loadSpec().then(() => loadRuns()).catch((err) => banner(err.message, "error"));
+loadStarters();
+loadSpec().then(() => { loadLabels(); renderLabels(); refreshLabels(); return loadRuns(); }).catch((err) => banner(err.message, "error"));
