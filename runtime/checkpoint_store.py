@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sailrl.runtime.backends import local_checkpoint_dir
-from sailrl.runtime.rundir import RunDirectory, RunFileError, _read_jsonl_tolerant, read_run_bytes
+from sailrl.runtime.rundir import (
+    CHECKPOINTS_FILE,
+    CONFIG_FILE,
+    RunDirectory,
+    RunFileError,
+    _read_jsonl_tolerant,
+    read_run_bytes,
+)
 
 __all__ = [
     "REGISTRY_FILE",
@@ -78,7 +85,7 @@ def _registered(store: Path) -> list[str]:
 
 
 def _is_run_dir(path: Path) -> bool:
-    return (path / "checkpoints.jsonl").is_file() or (path / "config.json").is_file()
+    return (path / CHECKPOINTS_FILE).is_file() or (path / CONFIG_FILE).is_file()
 
 
 def find_run_directories(extra: Iterable[str | Path] = (), store: Path | None = None) -> list[Path]:

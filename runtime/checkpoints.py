@@ -31,7 +31,7 @@ from tinker_cookbook import checkpoint_utils
 from sailrl.runtime.errors import RunWriteError, phase, write_error
 from sailrl.runtime.records import Records
 from sailrl.runtime.rl import learning_rate
-from sailrl.runtime.rundir import CHECKPOINTS_FILE, RunDirectory, append_whole
+from sailrl.runtime.rundir import CHECKPOINTS_FILE, RunDirectory, append_whole, stamped
 from sailrl.runtime.warmup import Warmup
 from sailrl.spec.schema import Spec
 
@@ -222,4 +222,5 @@ class _Index:
         self.run_dir = run_dir
 
     def write_checkpoint(self, record: dict[str, Any]) -> None:
-        append_whole(self.run_dir.path / CHECKPOINTS_FILE, (json.dumps(record) + "\n").encode("utf-8"))
+        line = json.dumps(stamped(CHECKPOINTS_FILE, record)) + "\n"
+        append_whole(self.run_dir.path / CHECKPOINTS_FILE, line.encode("utf-8"))

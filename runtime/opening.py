@@ -38,7 +38,7 @@ from sailrl.runtime.judge_clients import connect_judges
 from sailrl.runtime.models import get_renderer, get_tokenizer
 from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.rundir import RunDirectory
+from sailrl.runtime.rundir import WARMUP_FILE, RunDirectory
 from sailrl.spec.errors import ConfigError
 from sailrl.spec.models import default_renderer
 from sailrl.spec.schema import Spec
@@ -291,7 +291,7 @@ def write_run_dir(run_dir: RunDirectory, spec: Spec, start: ResumePoint, *, resu
     else:
         warmup_completed = int((start.state or {}).get("warmup", 0))
     run_dir.truncate_metrics(start.completed + 1)
-    run_dir.truncate_jsonl("warmup.jsonl", warmup_completed + 1)
+    run_dir.truncate_jsonl(WARMUP_FILE, warmup_completed + 1)
     return run_id, warmup_completed
 
 

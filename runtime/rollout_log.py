@@ -38,9 +38,17 @@ from typing import Any, Literal
 
 from sailrl.runtime.errors import writing
 from sailrl.runtime.redact import redact
-from sailrl.runtime.rundir import append_whole, not_regular_file, open_run_file, run_file_lines, too_large
+from sailrl.runtime.rundir import (
+    ROLLOUTS_FILE,
+    append_whole,
+    not_regular_file,
+    open_run_file,
+    run_file_lines,
+    stamped,
+    too_large,
+    unstamped,
+)
 
-ROLLOUTS_FILE = "rollouts.jsonl"
 KINDS = ("train", "eval")
 #: Most bytes of records the reader holds at once: one step's (``sailrl show``, the studio) or, with no step
 #: named, every step's. A quickstart step's 128 records are about 75 KiB; the file itself is read a line at a time,
@@ -371,7 +379,8 @@ class RolloutLog:
                                sampler_steps=sampler_steps, tokenizer=tokenizer, degenerate=degenerate)
         if not records:
             return 0
-        text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records)
+        text = "".join(json.dumps(stamped(ROLLOUTS_FILE, r), ensure_ascii=False, allow_nan=False) + "\n"
+                       for r in records)
         data = redact(text).encode("utf-8")  # a key a tool or rule printed never reaches the file
         if not self._tail_checked:
             _cut_partial_line(self.path)
@@ -538,7 +547,7 @@ def read_rollouts(run_dir: str | Path, step: int | None = None, kind: str | None
     out: list[dict[str, Any]] = []
     for lines in _selected(run_dir, step, kind).values():
         try:
-            records = [json.loads(line) for line in lines]
+            records = [unstamped(Path(run_dir) / ROLLOUTS_FILE, json.loads(line)) for line in lines]
         except (ValueError, RecursionError):  # a line spliced from a torn write: the step is not whole
             continue
         out.extend(records)

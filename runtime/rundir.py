@@ -38,7 +38,18 @@ CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 WARMUP_FILE = "warmup.jsonl"
+ROLLOUTS_FILE = "rollouts.jsonl"
+GAMING_FILE = "gaming.jsonl"
+PLOT_FILE = "reward.png"
 SCRIPT_FILE = "train.py"
+#: The files a run writes that a new run over the same directory (``--overwrite``) removes first.
+RECORD_FILES = (CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, WARMUP_FILE, ROLLOUTS_FILE, PLOT_FILE, GAMING_FILE)
+#: Each record file's schema version. Every record carries ``"schema": "<file's kind>/<version>"`` (e.g.
+#: ``"metrics/2"``); readers accept this version and the one before it -- records written before versions were
+#: recorded have none and are version 1 -- and refuse a newer one in one line.
+SCHEMA_KEY = "schema"
+SCHEMA_VERSIONS = {CONFIG_FILE: 2, METRICS_FILE: 2, CHECKPOINTS_FILE: 2, WARMUP_FILE: 2, ROLLOUTS_FILE: 2,
+                   GAMING_FILE: 2}
 #: Longest line the run's JSONL files are read with (a metrics line is a few KiB, a rollout record at most a few
 #: MiB: its texts are capped by ``runtime.rollout_log``).
 MAX_LINE_BYTES = 16 * 2**20
@@ -141,10 +152,11 @@ def read_run_bytes(path: str | Path, limit: int | None = None) -> bytes | None:
     return data
 
 
-def run_file_lines(f: IO[bytes], max_line: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
+def run_file_lines(f: IO[bytes], max_line: int | None = None) -> Iterator[bytes | None]:
     """The lines of the open file ``f`` (each with its newline; the last may lack one), read a line at a time: a
-    line longer than ``max_line`` is skipped to its end unread and yielded as None, so memory stays within
-    ``max_line`` whatever the file holds."""
+    line longer than ``max_line`` (default :data:`MAX_LINE_BYTES`) is skipped to its end unread and yielded as
+    None, so memory stays within ``max_line`` whatever the file holds."""
+    max_line = MAX_LINE_BYTES if max_line is None else max_line
     while raw := f.readline(max_line):
         if len(raw) == max_line and not raw.endswith(b"\n"):  # too long: skip to its end, unread
             while (raw := f.readline(max_line)) and not raw.endswith(b"\n"):
@@ -152,6 +164,31 @@ def run_file_lines(f: IO[bytes], max_line: int = MAX_LINE_BYTES) -> Iterator[byt
             yield None
             continue
         yield raw
+
+
+def _schema_kind(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def stamped(name: str, record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with the schema version of the file ``name`` it is written to (:data:`SCHEMA_VERSIONS`)."""
+    return {**record, SCHEMA_KEY: f"{_schema_kind(name)}/{SCHEMA_VERSIONS[name]}"}
+
+
+def unstamped(path: str | Path, record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as read from ``path``, without its schema key; a :class:`RunFileError` when a newer sailrl (or
+    something else) wrote it in a version this one does not read (this version or the one before)."""
+    name = Path(path).name
+    current = SCHEMA_VERSIONS.get(name)
+    value = record.get(SCHEMA_KEY)
+    if current is None or value is None:
+        return record
+    kind, _, version = str(value).partition("/")
+    if kind != _schema_kind(name) or not version.isdigit() or not current - 1 <= int(version) <= current:
+        raise RunFileError(f"{path} holds records of schema {value!r}, and this sailrl reads {_schema_kind(name)}/"
+                           f"{current - 1} and {_schema_kind(name)}/{current}: read it with the sailrl that wrote "
+                           f"it (pip install -U sailrl), or start a new run directory")
+    return {k: v for k, v in record.items() if k != SCHEMA_KEY}
 
 
 def _read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
@@ -181,7 +218,7 @@ def _read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
             except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
                 continue
             if isinstance(obj, dict):
-                out.append(obj)
+                out.append(unstamped(path, obj))
     return out
 
 
@@ -282,13 +319,12 @@ class RunDirectory:
 
     def clear_records(self) -> None:
         """Remove a previous run's records (config, metrics, checkpoint index, warm-up log, plot, gaming warnings)."""
-        for name in (CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, WARMUP_FILE, "rollouts.jsonl", "reward.png",
-                     "gaming.jsonl"):
+        for name in RECORD_FILES:
             (self.path / name).unlink(missing_ok=True)
 
     def write_config(self, resolved_spec: dict[str, Any], spec_sha256: str, extra: dict[str, Any]) -> None:
         self.ensure()
-        config = {"spec_sha256": spec_sha256, "spec": resolved_spec, **extra}
+        config = stamped(CONFIG_FILE, {"spec_sha256": spec_sha256, "spec": resolved_spec, **extra})
         replace_whole(self.path / CONFIG_FILE, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
     def read_config(self) -> dict[str, Any] | None:
@@ -301,6 +337,7 @@ class RunDirectory:
             return json.loads(raw.decode("utf-8"))
         except RecursionError:
             raise ValueError("its JSON is nested too deeply") from None
+        return unstamped(self.path / CONFIG_FILE, config) if isinstance(config, dict) else config
 
     def check_resume_config(self, resolved_spec: dict[str, Any], spec_sha256: str) -> list[str]:
         """Compare with the saved config (values after overrides, and the spec file's hash).
@@ -344,7 +381,8 @@ class RunDirectory:
             return
         kept = [m for m in _read_jsonl_tolerant(path)
                 if isinstance(m.get("step"), int) and m["step"] < first_step_to_rerun]
-        replace_whole(path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode("utf-8"))
+        replace_whole(path, "".join(json.dumps(stamped(name, m), sort_keys=True) + "\n" for m in kept)
+                      .encode("utf-8"))
 
     def append_metrics(self, metrics: dict[str, Any]) -> None:
         """Append one step's metrics as one line, flushed to disk."""
@@ -365,4 +403,5 @@ class RunDirectory:
         """Append ``record`` as one line of ``name``, whole or not at all (:func:`append_whole`; a kill leaves at
         most a torn last line)."""
         self.ensure()
-        append_whole(self.path / name, redact(json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
+        append_whole(self.path / name, redact(json.dumps(stamped(name, record), sort_keys=True) + "\n")
+                     .encode("utf-8"))

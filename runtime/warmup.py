@@ -14,7 +14,7 @@ from sailrl.runtime import report
 from sailrl.runtime.console import RunConsole
 from sailrl.runtime.data.order import WARMUP_SEED_OFFSET, rows_for_step, shuffle_seed
 from sailrl.runtime.prompts import PromptBuilder
-from sailrl.runtime.rundir import RunDirectory
+from sailrl.runtime.rundir import WARMUP_FILE, RunDirectory
 from sailrl.spec.schema import Spec
 
 __all__ = ["Warmup"]
@@ -52,7 +52,7 @@ class Warmup:
         """Log warm-up step ``i`` (``warmup.jsonl``: step, cross-entropy per target token)."""
         n_tok = sum(float(sum(d.loss_fn_inputs["weights"].tolist())) for d in data)
         loss = float((fb_output.metrics or {}).get("loss:sum", 0.0)) / max(n_tok, 1.0)
-        self.run_dir.append_jsonl("warmup.jsonl", {"step": i, "loss_per_token": loss,
+        self.run_dir.append_jsonl(WARMUP_FILE, {"step": i, "loss_per_token": loss,
                                                    "tokens": report.token_counts(data)})
         self.completed = i
         w = self.spec.training.warmup

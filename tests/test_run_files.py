@@ -198,3 +198,26 @@ def test_resume_truncation_of_a_log_that_is_not_regular_is_one_line_and_leaves_n
 def test_the_limits_cover_every_file_read_whole():
     assert set(rundir.FILE_LIMITS) == {rundir.CONFIG_FILE, rundir.METRICS_FILE, rundir.CHECKPOINTS_FILE,
                                        rundir.WARMUP_FILE}
+
+
+# ------------------------------------------------------------------------------------------------ schema versions
+
+
+def test_every_record_carries_its_schema_and_readers_take_this_version_and_the_one_before(tmp_path):
+    run = RunDirectory(tmp_path)
+    run.append_metrics({"step": 1, "reward": 0.5})
+    run.write_config({"name": "x"}, "abc", {})
+    assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {"schema": "metrics/2", "step": 1, "reward": 0.5}
+    assert json.loads((tmp_path / "config.json").read_text())["schema"] == "config/2"
+    with open(tmp_path / "metrics.jsonl", "a") as f:  # a line an earlier sailrl wrote: no schema, version 1
+        f.write(json.dumps({"step": 2, "reward": 0.75}) + "\n")
+    assert run.read_metrics() == [{"step": 1, "reward": 0.5}, {"step": 2, "reward": 0.75}]
+    assert run.read_config() == {"spec_sha256": "abc", "spec": {"name": "x"}}
+    with open(tmp_path / "metrics.jsonl", "a") as f:  # a newer sailrl's
+        f.write(json.dumps({"schema": f"metrics/{rundir.SCHEMA_VERSIONS['metrics.jsonl'] + 1}", "step": 3}) + "\n")
+    with pytest.raises(RunFileError, match=r"schema 'metrics/3'.*reads metrics/1 and metrics/2"):
+        run.read_metrics()
+    (tmp_path / "rollouts.jsonl").write_text(json.dumps({"step": 1, "kind": "train", "group": 0, "sample": 0,
+                                                        "step_records": 1, "schema": "rollouts/9"}) + "\n")
+    with pytest.raises(RunFileError, match="rollouts/9"):
+        read_rollouts(tmp_path)

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from sailrl.plot import plot_run
+from sailrl.runtime.rundir import METRICS_FILE, PLOT_FILE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,10 +19,10 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "metrics.jsonl").exists():
+    if not (run_dir / METRICS_FILE).exists():
         print(f"error: {run_dir / 'metrics.jsonl'} not found: is {run_dir} a sailrl run directory?", file=sys.stderr)
         return 1
-    out = Path(args.output) if args.output else run_dir / "reward.png"
+    out = Path(args.output) if args.output else run_dir / PLOT_FILE
     try:
         plot_run(run_dir, out)
     except ValueError as exc:

@@ -44,7 +44,7 @@ from sailrl.runtime.judge_clients import connect_judges, not_checked
 from sailrl.runtime.prompts import PromptBuilder, PromptError
 from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, RewardFunction
 from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
-from sailrl.runtime.rundir import METRICS_FILE, open_run_file
+from sailrl.runtime.rundir import METRICS_FILE, SCHEMA_KEY, open_run_file
 from sailrl.spec.codes import CODES
 from sailrl.spec.errors import SpecError, SpecErrors, UserError
 from sailrl.spec.loader import read_spec_file
@@ -207,7 +207,7 @@ def read_metrics(path: Path, after: int = 0, file_id: str | None = None,
             skipped += 1
             continue
         if isinstance(obj, dict):
-            lines.append(obj)
+            lines.append({k: v for k, v in obj.items() if k != SCHEMA_KEY})
     return {"lines": lines, "next": nxt, "file": here, "reset": reset, "more": len(raw) == chunk and nxt > after,
             "skipped": skipped, "exists": True}
 
