@@ -171,8 +171,10 @@ def _schema_kind(name: str) -> str:
 
 
 def stamped(name: str, record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with the schema version of the file ``name`` it is written to (:data:`SCHEMA_VERSIONS`)."""
-    return {**record, SCHEMA_KEY: f"{_schema_kind(name)}/{SCHEMA_VERSIONS[name]}"}
+    """``record`` with the schema version of the file ``name`` it is written to (:data:`SCHEMA_VERSIONS`; a file
+    without one gets none)."""
+    version = SCHEMA_VERSIONS.get(name)
+    return record if version is None else {**record, SCHEMA_KEY: f"{_schema_kind(name)}/{version}"}
 
 
 def unstamped(path: str | Path, record: dict[str, Any]) -> dict[str, Any]:
