@@ -5,7 +5,8 @@ datum assembly, forward_backward + optim_step). What a script should not repeat 
 job each:
 
 - ``run.sampler`` (:mod:`sailrl.runtime.sampler`): sampler checkpoints, the policy for one, a step's rows and its
-  rollouts scored by the reward rules, the held-out evaluation, the KL reference client;
+  rollouts, the held-out evaluation, the KL reference client;
+- ``run.rewards`` (:mod:`sailrl.runtime.rewarder`): the reward rules scoring a step's rollouts;
 - ``run.records`` (:mod:`sailrl.runtime.records`): each step's metrics line, rollout log, console line, tokens and
   cost, the on-policy check, the summary;
 - ``run.checkpoints`` (:mod:`sailrl.runtime.checkpoints`): updates that land whole, saved state, the final
@@ -45,6 +46,7 @@ from sailrl.runtime.episode import build_tools, close_tools
 from sailrl.runtime.errors import writing
 from sailrl.runtime.python_rules import freeze_spec_code
 from sailrl.runtime.records import Records
+from sailrl.runtime.rewarder import Rewards
 from sailrl.runtime.rollout_log import RolloutLog
 from sailrl.runtime.rundir import RunDirectory, run_dir_path
 from sailrl.runtime.sampler import Sampler
@@ -93,6 +95,11 @@ class Run:
     def completed(self) -> int:
         """RL steps completed so far."""
         return self.records.completed
+
+    @property
+    def rewards(self) -> Rewards:
+        """``run.rewards``: the reward rules scoring what ``run.sampler.sample`` hands over."""
+        return self.sampler.rewards
 
     @property
     def service_client(self) -> Any:
@@ -155,6 +162,7 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     episode = _episode_parts(spec, options.spec_dir)  # tools first: their declaration is part of every prompt
     inputs = opening.load_inputs(spec, backend, training_client, options.spec_dir, console,
                                  tool_specs=[t.to_spec() for t in episode.get("tools", [])])
+    await opening.probe_judges(inputs, spec.prompt.reference_field)  # a judge no step could reach stops the run
     # Everything opened: now the run directory is written.
     run_id, warmup_completed = opening.write_run_dir(
         run_dir, spec, start, resume=options.resume, overwrite=options.overwrite, spec_sha256=options.spec_sha256,

@@ -2,7 +2,8 @@
 
 :class:`Sampler` is ``run.sampler`` in a generated script: ``save_checkpoint`` / ``submit_checkpoint`` (the
 snapshot), ``policy_for`` (Sail: a signed checkpoint URL in sailrl's adaptive Sail completer; Tinker or the local
-backend: a sampling client), ``rollout`` (every group of a step, scored by the reward rules), ``wait_for``
+backend: a sampling client), ``sample`` (every group of a step, started; ``run.rewards.score`` scores them, see
+:mod:`sailrl.runtime.rewarder`), ``rollout`` (both), ``wait_for``
 (rollouts started earlier, off-policy), ``evaluate`` (the held-out rows) and ``reference_client`` (the base model,
 for the KL penalty). Phase timings go to the step's record (:class:`sailrl.runtime.records.Records`).
 
@@ -21,12 +22,12 @@ from typing import Any
 from sailrl.runtime.backends import Backend
 from sailrl.runtime.data import rows_for_step, shuffle_seed
 from sailrl.runtime.episode import episode_group_builder
-from sailrl.runtime.errors import RunError, phase
+from sailrl.runtime.errors import phase
 from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.records import Records
+from sailrl.runtime.rewarder import Completions, Rewards, ScoreRequests
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.runtime.rollout import RolloutBatch, RuleGroupBuilder, SamplingPolicy, rollout_groups
-from sailrl.runtime.scoring import StepScorer
 from sailrl.spec.schema import Spec
 
 __all__ = ["Policy", "Sampler"]
@@ -66,6 +67,8 @@ class Sampler:
         self.run_id = run_id
         self.lora_rank = lora_rank
         self.records = records
+        #: ``run.rewards``: the reward rules scoring what :meth:`sample` hands over
+        self.rewards = Rewards(reward_fn, records)
         self._reference: Any = None
         self._model_inputs: dict[int, tuple[Any, list]] = {}
         #: step -> the sampler checkpoint path of its snapshot, for the last max_steps_off_policy steps (saved
@@ -194,10 +197,10 @@ class Sampler:
         return self._reference
 
     # ------------------------------------------------------------------ 3. roll out
-    def group_builder(self, row: dict[str, Any], group_size: int, scorer: StepScorer | None) -> Any:
+    def group_builder(self, row: dict[str, Any], group_size: int, scorer: Any) -> Any:
         """One group's builder: ``row``'s prompt (rendered once per row), ``group_size`` rollouts, scored by the
-        reward rules through ``scorer``. With ``environment:`` each rollout is an episode
-        (:func:`sailrl.runtime.episode.episode_group_builder`)."""
+        reward rules through ``scorer`` (a :class:`~sailrl.runtime.rewarder.ScoreRequests` or a ``StepScorer``).
+        With ``environment:`` each rollout is an episode (:func:`sailrl.runtime.episode.episode_group_builder`)."""
         if self.spec.environment is not None:
             return episode_group_builder(self.spec, row, prompts=self.prompts, renderer=self.renderer,
                                          reward_fn=self.reward_fn, tools=self.tools, group_size=group_size,
@@ -210,46 +213,36 @@ class Sampler:
         return RuleGroupBuilder(row=row, model_input=model_input, stop=stop, renderer=self.renderer,
                                 reward_fn=self.reward_fn, group_size=group_size, scorer=scorer)
 
-    async def rollout(self, policy: Policy | Awaitable[Policy], step: int, *,
-                      rows: list[dict[str, Any]] | None = None, group_size: int | None = None,
-                      phase_name: str = "rollout") -> RolloutBatch:
-        """Every rollout of every group of ``step``'s rows, concurrently, scored by the reward rules. ``policy``: a
-        :class:`Policy`, or an awaitable of one (a task resolving it, shared by the steps that sample from it).
-
-        Scoring runs off the event loop, within one budget for the step (``reward.step_budget_s``; rules past it
-        fail and are counted). A group whose rollouts fail is dropped and counted; every group records the sampler
-        checkpoint and step that produced it. Raises :class:`RunError` when every group failed (a service fault,
-        not a degenerate batch), quoting the first failures.
-        """
+    async def sample(self, policy: Policy | Awaitable[Policy], step: int, *,
+                     rows: list[dict[str, Any]] | None = None, group_size: int | None = None,
+                     phase_name: str = "rollout") -> Completions:
+        """Start every rollout of every group of ``step``'s rows, concurrently, and return them as they sample:
+        each completion waits for its score (:meth:`sailrl.runtime.rewarder.Rewards.score`). ``policy``: a
+        :class:`Policy`, or an awaitable of one (a task resolving it, shared by the steps that sample from it)."""
         if not isinstance(policy, Policy):
             policy = await policy
         if phase_name == "rollout":
             policy = await self._as_it_would_have(policy, step)
         rows = self.rows(step) if rows is None else rows
         gs = group_size or self.spec.training.group_size
-        t0 = time.perf_counter()
-        timings: dict[str, float] = {}
-        scorer = StepScorer(self.reward_fn)
+        started = time.perf_counter()
+        requests = ScoreRequests()
         expect = getattr(policy.completer, "expect", None)  # the embedded backend: one batch, whatever the load
         if expect is not None:
             expect(len(rows) * gs)
-        with phase(step, phase_name, timings):
-            batch = await rollout_groups(policy.completer, [self.group_builder(r, gs, scorer) for r in rows])
-        batch.seconds = time.perf_counter() - t0
-        batch.sampler_paths = [policy.sampler_path] * len(batch.groups)
-        batch.sampler_steps = [policy.sampler_step] * len(batch.groups)
-        stats = getattr(policy.completer, "stats", None)  # the Sail completer counts polls, retries and failures
-        batch.extra_metrics = {**(stats.as_metrics() if stats is not None else {}), **scorer.metrics()}
-        for line in scorer.warnings():  # python rules that printed this step: one line each
-            self.records.console.print(f"[yellow]step {step}: {line}[/yellow]")
-        if batch.failed:
-            first = batch.failed[0]
-            self.records.console.print(f"[yellow]step {step}: {len(batch.failed)} group(s) failed and were dropped "
-                                       f"(row {first[0]}: {first[1]})[/yellow]")
-        if not batch.groups and batch.failed:
-            reasons = "; ".join(f"row {i}: {why}" for i, why in batch.failed[:3])
-            raise RunError(f"step {step}, phase '{phase_name}': every group failed ({len(batch.failed)}): {reasons}")
-        return batch
+        with phase(step, phase_name, {}):
+            builders = [self.group_builder(r, gs, requests) for r in rows]
+        task = asyncio.ensure_future(rollout_groups(policy.completer, builders))
+        return Completions(step=step, task=task, requests=requests, sampler_path=policy.sampler_path,
+                           sampler_step=policy.sampler_step, stats=getattr(policy.completer, "stats", None),
+                           started=started, phase_name=phase_name)
+
+    async def rollout(self, policy: Policy | Awaitable[Policy], step: int, *,
+                      rows: list[dict[str, Any]] | None = None, group_size: int | None = None,
+                      phase_name: str = "rollout") -> RolloutBatch:
+        """:meth:`sample`, then the reward rules score it (``run.rewards.score``): the step's scored batch."""
+        return await self.rewards.score(step, await self.sample(policy, step, rows=rows, group_size=group_size,
+                                                                phase_name=phase_name))
 
     async def wait_for(self, step: int, rollouts: Awaitable[RolloutBatch]) -> RolloutBatch:
         """Await rollouts started earlier (bounded off-policy); the wait is timed as ``time/rollout_wait``."""
