@@ -34,7 +34,7 @@ from sailrl.runtime.checkpoint_store import note_run_directory
 from sailrl.runtime.cost import CostModel
 from sailrl.runtime.data import DatasetRows, load_rows
 from sailrl.runtime.errors import RunDirectoryError
-from sailrl.runtime.judge_clients import connect_judges
+from sailrl.runtime.judge_clients import connect_judges, judge_rules
 from sailrl.runtime.models import get_renderer, get_tokenizer
 from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rewards import RewardFunction
@@ -265,6 +265,25 @@ def cost_model(spec: Spec, inputs: Inputs) -> CostModel:
     length = lambda rows: [inputs.prompts.model_input(r).length for r in rows]  # noqa: E731
     return CostModel.from_spec(spec, prompt_token_lengths=length(inputs.rows.train),
                                eval_prompt_token_lengths=length(inputs.rows.eval))
+
+
+async def probe_judges(inputs: Inputs, reference_field: str | None) -> None:
+    """Call each remote judge rule's judge once, on the first training row with its reference answer as the
+    reply, before the first step: a judge that cannot be reached (a wrong URL, a refused key, a model the service
+    does not serve) stops the run here in one line (:class:`ConfigError`) instead of failing every judgement. A
+    local judge needs no call. Costs one judgement per remote judge rule (its answer is cached for the run)."""
+    rows = inputs.rows.train
+    if not rows:
+        return
+    fields = dict(rows[0])
+    reply = str(fields.get(reference_field, "")) or "ok"
+    for name, judge in judge_rules(inputs.reward_fn).items():
+        if judge.config.sampler == "local" or not judge.connected:
+            continue
+        verdict = await judge.judge(reply, fields)
+        if verdict.kind == "failed":
+            raise ConfigError(f"judge rule '{name}' cannot be computed: {verdict.problem}; the run stops before "
+                              "its first step (one judgement was tried on the first training row)")
 
 
 # ---------------------------------------------------------------- 5. write

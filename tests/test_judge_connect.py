@@ -185,3 +185,22 @@ def test_rewards_shows_a_judge_it_cannot_call_as_not_checked_never_as_failed(no_
     assert rows["total"] == ["", "not known"]
     assert "fail" not in out
     assert no_sail_key.count("POST") == 0
+
+
+@pytest.mark.slow
+def test_a_run_whose_sail_judge_cannot_be_reached_stops_before_its_first_step(monkeypatch, tmp_path) -> None:
+    """A key is set, but the judge's service does not serve its model: one judgement before the first step says so
+    in one line (exit 1), where every step's judgement would have failed and the run trained on nothing."""
+    (tmp_path / "data").mkdir()
+    shutil.copy(ROOT / "spec/examples/data/addition.jsonl", tmp_path / "data" / "addition.jsonl")
+    (tmp_path / "spec.yaml").write_text(RUN_SPEC.replace("retries: 3", "retries: 0"))
+    with FakeSailServer(chat_models={"another-model"}) as server:
+        point_sail_sdk_at(server.url, monkeypatch)
+        r = subprocess.run([sys.executable, "-m", "sailrl", "run", "spec.yaml"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "300"})
+        calls = server.count("POST")
+    assert r.returncode == 1, r.stderr[-3000:]
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("error: judge rule 'polite' cannot be computed: the judge (sail: judge-m)") and \
+        last.endswith("the run stops before its first step (one judgement was tried on the first training row)")
+    assert "Traceback" not in r.stderr and "step 1" not in r.stdout and calls == 1
