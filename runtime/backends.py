@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sailrl.runtime.tinker_service import other_server, service_client
 from sailrl.spec.errors import UserError
 from sailrl.spec.files import writable_folder
 from sailrl.spec.models import classify
@@ -70,6 +71,8 @@ def check_keys(sampler: str, spec_path: str | None = None, model_name: str | Non
         local += " --set model.name=sailrl/tiny"
     for var in required_keys(sampler):
         value = os.environ.get(var)
+        if not value and var == "TINKER_API_KEY" and sampler == "tinker" and other_server():
+            continue  # another Tinker server (TINKER_BASE_URL): a placeholder key if it checks none
         if not value:
             raise BackendError(
                 f"{var} is not set: the '{sampler}' sampler needs it. Export it, or run on the embedded local "
@@ -146,9 +149,7 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
         processes = use_local_processes(device, spec.training.max_steps_off_policy)
         return Backend(sampler, LocalServiceClient(spec.model.name, base_dir=store, seed=spec.model.seed,
                                                    device=device, model_dir=model_dir, processes=processes))
-    import tinker  # lazy: tinker takes seconds; `sailrl clean` imports this module for the store folder
-
     try:
-        return Backend(sampler, tinker.ServiceClient())
+        return Backend(sampler, service_client())
     except Exception as exc:  # e.g. a malformed key: "The api_key must start with the 'tml-' prefix"
         raise BackendError(f"Tinker could not start a client: {exc} (check TINKER_API_KEY / TINKER_BASE_URL)") from exc

@@ -27,6 +27,7 @@ from typing import Any
 
 from sailrl.runtime.judge import SailChatClient, SamplingJudgeClient
 from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
+from sailrl.runtime.tinker_service import service_client
 from sailrl.spec.models import is_unknown_builtin
 
 __all__ = ["connect_judges", "judge_connector", "judge_rules", "not_checked", "sail_key_set"]
@@ -135,9 +136,7 @@ def _renderer(model: str, renderer: str | None, spec_dir: Any, *, embedded: bool
 
 
 def _tinker_service() -> Any:
-    import tinker  # lazy: only a tinker judge on a run without a Tinker service client needs one
-
-    return tinker.ServiceClient()
+    return service_client()  # TINKER_BASE_URL's server; tinker is imported only now
 
 
 def _local_service(model: str, spec_dir: Any) -> Any:

@@ -55,6 +55,9 @@ def write_spec(tmp_path: Path):
 # The loopback Sail server fixture (tests/fakes/sail_server.py), available to every test module.
 from tests.fakes.sail_server import fake_sail_server  # noqa: E402,F401
 
+# SkyRL's Tinker API server on loopback (tests/fakes/skyrl_server.py): one per test module, its model once a session.
+from tests.fakes.skyrl_server import skyrl_model_folder, skyrl_server  # noqa: E402,F401
+
 
 @pytest.fixture(autouse=True)
 def _isolated_sailrl_home(tmp_path_factory, monkeypatch):

@@ -1,0 +1,92 @@
+"""The real Tinker API over HTTP: compiled scripts with ``sampler: tinker`` run through the real ``tinker`` SDK against
+SkyRL's Tinker API server on loopback (``tests/fakes/skyrl_server.py``; JAX on the CPU), serving the quickstart's
+base model ``sailrl/tiny-arith``. No API key: sailrl gives the SDK a placeholder for a server other than Thinking
+Machines'. Skipped with the reason where SkyRL's environment is absent (``SAILRL_SKYRL_PYTHON``); a failure under
+``CI=true``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.skyrl_server import SkyRLServer
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+#: The quickstart at a smaller shape: 4 prompts x 4 rollouts of at most 6 tokens a step, a saved state each step.
+SMALL = {"  steps: 100": "  steps: 3", "  group_size: 8": "  group_size: 4", "  groups_per_step: 16": "  groups_per_step: 4",
+         "  max_tokens: 12": "  max_tokens: 6", "  save_every: 20": "  save_every: 1",
+         "  sampler: local": "  sampler: tinker", "  run_dir: runs/quickstart": "  run_dir: run"}
+#: Seconds a whole run gets before the test gives up on it (a step takes seconds once JAX has compiled its shapes).
+RUN_TIMEOUT_S = 300
+
+
+def _spec(tmp_path: Path, **changes: str) -> Path:
+    """The quickstart with ``SMALL``'s lines (and ``changes``'s) replaced, compiled to ``train.py`` beside it."""
+    text = (ROOT / "spec/examples/quickstart.yaml").read_text(encoding="utf-8")
+    for old, new in {**SMALL, **changes}.items():
+        assert f"\n{old}" in text, old
+        text = text.replace(f"\n{old}", f"\n{new}", 1)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text, encoding="utf-8")
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "addition.jsonl").write_bytes((ROOT / "spec/examples/data/addition.jsonl").read_bytes())
+    done = subprocess.run([sys.executable, "-m", "sailrl", "compile", str(spec), "-o", str(tmp_path / "train.py")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return tmp_path / "train.py"
+
+
+def _env(server: SkyRLServer) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")}
+    return {**env, "TINKER_BASE_URL": server.url, "PYTHONUNBUFFERED": "1", "no_proxy": "127.0.0.1,localhost"}
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def _wait_for_saved_step(proc: subprocess.Popen, run_dir: Path, step: int) -> None:
+    """Wait (bounded) until the run has logged ``step`` and saved the state after it."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(r.get("batch") == step for r in _lines(run_dir / "checkpoints.jsonl")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the run did not save step {step} (exit {proc.poll()})")
+
+
+def test_a_compiled_script_trains_over_http_and_resumes_after_a_kill(skyrl_server, tmp_path):
+    script = _spec(tmp_path)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=_env(skyrl_server),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_saved_step(proc, run_dir, 2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == -signal.SIGKILL, out[-3000:]
+    assert f"connecting to Tinker ({skyrl_server.url})" in out
+    states = [r for r in _lines(run_dir / "checkpoints.jsonl") if r.get("batch") == 2]
+    assert states and states[0]["state_path"].startswith("tinker://")
+
+    done = subprocess.run([sys.executable, str(script), "--resume"], cwd=tmp_path, env=_env(skyrl_server),
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert f"resuming from {states[0]['state_path']} at step 3 (2 of 3 steps done)" in done.stderr
+    metrics = _lines(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert all(m["groups_failed"] == 0 and m["groups"] == 4 for m in metrics)
+    # the server's sampler and its trainer agree on the sampled tokens' logprobs (one set of weights)
+    assert all(abs(m["optim/kl_sample_train_v1"]) < 1e-4 for m in metrics), metrics
+    final = _lines(run_dir / "checkpoints.jsonl")[-1]
+    assert final.get("final") and final["state_path"].startswith("tinker://")
+    assert "final adapter: tinker://" in done.stdout
