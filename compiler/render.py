@@ -5,8 +5,13 @@ Determinism and safety:
 - Same spec bytes and sailrl version -> same script bytes (no timestamps, no absolute paths, sorted nothing
   that the spec orders).
 - Spec values enter the script only as Python literals built by :func:`literal` (``repr``-based; strings
-  double-quoted where possible), never by pasting text into code. Comments name only schema keys, never user
-  text; the spec path appears in comments/docstrings only when it is a plain path.
+  double-quoted where possible), never by pasting text into code. Comments name schema keys; the one comment
+  that quotes the spec's text is the reward in plain words (:func:`comment_lines`: every character that is not
+  printable, a line break among them, written as its escape, so the text cannot end the comment); the spec path
+  appears in comments/docstrings only when it is a plain path.
+
+Layout: ``TRAINING`` above ``main()`` holds the values the loop reads (:func:`read_keys`); the rest of the spec is
+one literal, ``CONFIG``, below the loop (its ``training`` is ``TRAINING | {...the other training values}``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -62,20 +68,53 @@ def literal(value: Any, indent: int = 0) -> str:
     raise TypeError(f"cannot render {type(value).__name__} as a literal")
 
 
-def section_block(section: str, data: dict[str, Any]) -> str:
-    """``MODEL = {...}`` with each schema key on its own line followed by ``# section.key``."""
-    lines = [f"{section.upper()} = {{"]
+def _entries(section: str, data: dict[str, Any], indent: int) -> list[str]:
+    """One line (or more, for a long container) per key of ``data``, each followed by ``# section.key``."""
+    lines = []
+    pad = _INDENT * indent
     for key, value in data.items():
-        rendered = literal(value, 1)
+        rendered = literal(value, indent)
         head, _, rest = rendered.partition("\n")
         comment = f"  # {section}.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) else ""
         if rest:
-            lines.append(f"{_INDENT}{string_literal(key)}: {head}{comment}")
+            lines.append(f"{pad}{string_literal(key)}: {head}{comment}")
             lines.append(rest + ",")
         else:
-            lines.append(f"{_INDENT}{string_literal(key)}: {head},{comment}")
+            lines.append(f"{pad}{string_literal(key)}: {head},{comment}")
+    return lines
+
+
+def section_block(section: str, data: dict[str, Any]) -> str:
+    """``MODEL = {...}`` with each schema key on its own line followed by ``# section.key``."""
+    return "\n".join([f"{section.upper()} = {{", *_entries(section, data, 1), "}"])
+
+
+def config_block(sections: list[tuple[str, Any]], reads: list[str]) -> str:
+    """``CONFIG = {...}``: the spec's sections in order (``sections``: (key, value) pairs; a dict is written key by
+    key, each followed by its ``# section.key``), the ``training`` keys in ``reads`` left to ``TRAINING``."""
+    lines = ["CONFIG = {"]
+    for name, value in sections:
+        if not isinstance(value, dict):
+            comment = f"  # {name}" if name != "version" else ""
+            lines.append(f"{_INDENT}{string_literal(name)}: {literal(value, 1)},{comment}")
+            continue
+        rest = {k: v for k, v in value.items() if not (name == "training" and k in reads)}
+        head = "TRAINING | {" if name == "training" else "{"
+        lines += [f"{_INDENT}{string_literal(name)}: {head}", *_entries(name, rest, 2), f"{_INDENT}}},"]
     lines.append("}")
     return "\n".join(lines)
+
+
+def comment_lines(sentences: list[str], indent: int, width: int = _WIDTH + 16) -> list[str]:
+    """``sentences`` as comment lines at ``indent`` spaces, each wrapped to ``width`` (continuations indented two
+    more). A character that is not printable (a line break, a tab, a lone surrogate) is written as its escape, so
+    no text can end the comment or make the file unwritable."""
+    pad = " " * indent + "#   "
+    out = []
+    for sentence in sentences:
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in sentence)
+        out += textwrap.wrap(text, width, initial_indent=pad, subsequent_indent=pad + "  ", break_on_hyphens=False)
+    return out
 
 
 #: The loop features a script is compiled with; each adds its lines to ``main()`` only when the spec uses it.
@@ -106,6 +145,28 @@ def features(spec: Spec) -> dict[str, bool]:
     }
 
 
+#: The ``training`` keys the loop's lines read (``t["key"]`` in ``main()`` and ``train_step()``), per feature; they
+#: stand in ``TRAINING`` above the loop.
+READS: dict[str, tuple[str, ...]] = {
+    "always": ("learning_rate", "beta1", "beta2", "eps", "loss_fn", "loss_fn_config", "num_substeps", "save_every"),
+    "warmup": ("warmup",),
+    "off_policy": ("max_steps_off_policy",),
+    "scale": ("advantage_scale",),
+    "kl": ("kl_penalty_coef", "kl_discount_factor"),
+    "schedule": ("steps", "lr_schedule", "lr_warmup_steps"),
+    "eval": ("eval_every",),
+    "budget": (),
+    "episodes": (),
+}
+
+
+def read_keys(spec: Spec) -> list[str]:
+    """The ``training`` keys the script's loop reads for ``spec`` (:data:`READS`), in the schema's order."""
+    on = {"always", *(k for k, v in features(spec).items() if v)}
+    wanted = {key for feature in on for key in READS[feature]}
+    return [k for k in spec.resolved()["training"] if k in wanted]
+
+
 def feature_changes(compiled: Spec, run: Spec) -> list[str]:
     """The features (plain words) ``run`` uses that the spec a script was compiled from did not. (A feature turned
     off is fine: its lines then do nothing, e.g. no warm-up steps, ``advantage_scale: none``.)"""
@@ -129,11 +190,14 @@ def _doc_path(p: str) -> str:
     return p if _PLAIN_PATH.fullmatch(p) else "<SPEC_PATH>"
 
 
-def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path: str) -> str:
+def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path: str,
+                  reward_words: list[str]) -> str:
     """The training script for ``spec`` as text.
 
     spec_path: the spec's path as the user gave it (recorded in the script). output_path: where the script will
     be written; used to make the spec directory relative to the script, so the pair can move together.
+    reward_words: the reward rules in plain words, one sentence each (``sailrl explain``'s; the validation stage's
+    :func:`sailrl.compiler.words.reward_words` makes them), shown above the loop's sampling and scoring.
     """
     resolved = spec.resolved()
     # Sections list every value (defaults included); a reward rule reads as the spec wrote it, every key it set
@@ -145,18 +209,13 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
     script_dir = Path(output_path).parent
     rel = os.path.relpath(spec_dir if str(spec_dir) else ".", script_dir if str(script_dir) else ".")
     rel = Path(rel).as_posix()
-    blocks = [f"NAME = {string_literal(spec.name)}  # name"]
+    reads = read_keys(spec)
+    sections: list[tuple[str, Any]] = [("version", resolved["version"]), ("name", spec.name)]
     if spec.description is not None:
-        blocks.append(f"DESCRIPTION = {literal(spec.description)}  # description")
-    sections = [("version", literal(resolved["version"])), ("name", "NAME")]
-    if spec.description is not None:
-        sections.append(("description", "DESCRIPTION"))
-    for name in SECTIONS:
-        blocks.append(section_block(name, resolved[name]))
-        sections.append((name, name.upper()))
-    if spec.environment is not None:  # episodes: only a spec with environment: has the block
-        blocks.append(section_block("environment", resolved["environment"]))
-        sections.append(("environment", "ENVIRONMENT"))
+        sections.append(("description", spec.description))
+    sections += [(name, resolved[name]) for name in SECTIONS]
+    if spec.environment is not None:  # episodes: only a spec with environment: has the section
+        sections.append(("environment", resolved["environment"]))
     sampler = spec.sampling.sampler
     keys = {"sail": "TINKER_API_KEY and SAIL_API_KEY", "tinker": "TINKER_API_KEY", "local": ""}[sampler]
     judge_keys = [k for k, where in (("TINKER_API_KEY", "tinker"), ("SAIL_API_KEY", "sail"))
@@ -187,8 +246,9 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
         spec_path_literal=string_literal(Path(spec_path).as_posix()),
         sha256_literal=string_literal(sha256),
         spec_dir_literal=string_literal(rel),
-        blocks=blocks,
-        sections=sections,
+        training_block=section_block("training", {k: resolved["training"][k] for k in reads}),
+        config_block=config_block(sections, reads),
+        reward_comment="\n".join(comment_lines(reward_words, 8)),
         **features(spec),
     )
     return text

@@ -5,8 +5,9 @@
 """RL fine-tuning run "gsm8k-qwen3-8b", compiled from its sailrl spec.
 
 `main()` below is the algorithm this run trains with: each step snapshots the LoRA weights as a sampler
-checkpoint, resolves it to a policy, rolls out groups of completions scored by the reward rules, drops
-degenerate groups, computes advantages, assembles training data and trains one optimizer step.
+checkpoint, resolves it to a policy, samples groups of completions, scores them by the reward rules (stated in
+plain words above the sampling), drops degenerate groups, computes advantages, assembles training data and trains
+one optimizer step.
 Backend: Tinker trains, Sail samples every rollout.
 `sailrl.runtime` supplies what it calls: the clients, data order, prompts and reward rules, the sampler, and
 the run directory (metrics, rollouts, checkpoints, resume).
@@ -34,71 +35,9 @@ from sailrl import launch
 from sailrl.runtime import rl
 from sailrl.runtime.run import Run
 
-# ---------------------------------------------------------------------------------------------------------------
-# Config: every value comes from the spec; the comment names its key.
-# ---------------------------------------------------------------------------------------------------------------
-SPEC_PATH = "spec/examples/gsm8k.yaml"
-SPEC_SHA256 = "56ecbcf4b347bf9bb5ca27e011ef0a484685cffff38a18902230c67d1b58fc99"
-SPEC_DIR = Path(__file__).resolve().parent / "../spec/examples"  # relative paths in the spec resolve here
-
-NAME = "gsm8k-qwen3-8b"  # name
-MODEL = {
-    "name": "Qwen/Qwen3-8B",  # model.name
-    "renderer": None,  # model.renderer
-    "lora_rank": 32,  # model.lora_rank
-    "train_attn": True,  # model.train_attn
-    "train_mlp": True,  # model.train_mlp
-    "train_unembed": True,  # model.train_unembed
-    "seed": 0,  # model.seed
-}
-DATASET = {
-    "source": "openai/gsm8k",  # dataset.source
-    "config": "main",  # dataset.config
-    "split": "train",  # dataset.split
-    "fields": ["question", "answer"],  # dataset.fields
-    "limit": None,  # dataset.limit
-    "range": None,  # dataset.range
-    "shuffle": True,  # dataset.shuffle
-    "shuffle_seed": None,  # dataset.shuffle_seed
-    "eval": {"split": "test", "count": None, "fraction": None, "limit": 200},  # dataset.eval
-}
-PROMPT = {
-    "system": "Solve the problem step by step. Put only the final number in \\boxed{}.",  # prompt.system
-    "user": "{{ question }}",  # prompt.user
-    "reference_field": "answer",  # prompt.reference_field
-}
-REWARD = {
-    "rules": [  # reward.rules
-        {
-            "name": "correct",
-            "weight": 1.0,
-            "kind": "answer",
-            "extract": {"from": "boxed"},
-            "reference": {"extract": {"from": "after_marker", "marker": "####"}},
-            "compare": "numeric",
-        },
-        {
-            "name": "format",
-            "pass_score": 0.0,
-            "fail_score": -0.1,
-            "kind": "all_of",
-            "checks": [
-                {"name": "has_answer", "kind": "has_answer", "extract": {"from": "boxed"}},
-                {"name": "termination", "kind": "termination"},
-            ],
-        },
-    ],
-    "clip": None,  # reward.clip
-    "text": "visible",  # reward.text
-    "correct_rule": None,  # reward.correct_rule
-    "regex_timeout_s": 0.1,  # reward.regex_timeout_s
-    "math_timeout_s": 2.0,  # reward.math_timeout_s
-    "step_budget_s": 60.0,  # reward.step_budget_s
-}
+# The values main() reads: the spec's training settings the loop uses, each comment naming its key (--set overrides
+# are written into them before main runs). The rest of the spec is CONFIG, below the loop.
 TRAINING = {
-    "steps": 50,  # training.steps
-    "group_size": 8,  # training.group_size
-    "groups_per_step": 32,  # training.groups_per_step
     "learning_rate": 4e-05,  # training.learning_rate
     "beta1": 0.9,  # training.beta1
     "beta2": 0.95,  # training.beta2
@@ -106,53 +45,8 @@ TRAINING = {
     "loss_fn": "importance_sampling",  # training.loss_fn
     "loss_fn_config": None,  # training.loss_fn_config
     "num_substeps": 1,  # training.num_substeps
-    "advantage_scale": "none",  # training.advantage_scale
-    "kl_penalty_coef": 0.0,  # training.kl_penalty_coef
-    "kl_discount_factor": 0.0,  # training.kl_discount_factor
-    "lr_schedule": "constant",  # training.lr_schedule
-    "lr_warmup_steps": 0,  # training.lr_warmup_steps
-    "max_steps_off_policy": 0,  # training.max_steps_off_policy
-    "max_cost_usd": None,  # training.max_cost_usd
     "save_every": 10,  # training.save_every
     "eval_every": 5,  # training.eval_every
-    "on_all_degenerate": "skip",  # training.on_all_degenerate
-    "resume_from": None,  # training.resume_from
-    "init_from": None,  # training.init_from
-    "warmup": None,  # training.warmup
-    "checkpoint_ttl_s": 3600,  # training.checkpoint_ttl_s
-}
-SAMPLING = {
-    "sampler": "sail",  # sampling.sampler
-    "max_tokens": 1024,  # sampling.max_tokens
-    "temperature": 1.0,  # sampling.temperature
-    "top_p": 1.0,  # sampling.top_p
-    "stop": None,  # sampling.stop
-    "completion_window": "flex",  # sampling.completion_window
-    "poll_deadline_s": 1200.0,  # sampling.poll_deadline_s
-    "on_policy_mismatch": "warn",  # sampling.on_policy_mismatch
-    "on_policy_kl_threshold": 0.01,  # sampling.on_policy_kl_threshold
-}
-PRICING = {
-    "tinker": {"train": None, "prefill": None, "sample": None},  # pricing.tinker
-    "sail": {"balanced": None, "flex": None},  # pricing.sail
-}
-OUTPUT = {
-    "run_dir": "runs/{name}",  # output.run_dir
-    "wandb_project": None,  # output.wandb_project
-    "log_rollouts": 16,  # output.log_rollouts
-}
-
-CONFIG = {
-    "version": 1,
-    "name": NAME,
-    "model": MODEL,
-    "dataset": DATASET,
-    "prompt": PROMPT,
-    "reward": REWARD,
-    "training": TRAINING,
-    "sampling": SAMPLING,
-    "pricing": PRICING,
-    "output": OUTPUT,
 }
 
 
@@ -165,18 +59,29 @@ async def main(run: Run) -> None:
         sampler_path = await run.sampler.save_checkpoint(step)
         # 2. Resolve: turn that checkpoint into a policy (a signed checkpoint URL served on Sail).
         policy = await run.sampler.policy_for(sampler_path, step)
-        # 3. Roll out: groups_per_step rows x group_size completions, all concurrently, scored by the reward rules.
-        batch = await run.sampler.rollout(policy, step)
-        # 4. Advantages: drop degenerate groups (every rollout scored the same: no gradient); the rest get their
+        # The reward, in plain words (sailrl explain):
+        #   correct: +1 if the last \boxed{...} answer in the completion equals the reference answer (the text after
+        #     the last '####' in field 'answer') as a number (a unit word after the number is ignored: '7 apples'
+        #     counts as 7); otherwise 0.
+        #   format: 0 if all of: the completion has an answer (the last \boxed{...} answer); the completion ended
+        #     cleanly (stop sequence or end of turn, not cut off at max_tokens); otherwise -0.1.
+        #   total = correct + format (from -0.1 to 1).
+        #   'correct' (logged each step) is the fraction of completions that pass 'correct'.
+        # 3. Sample: groups_per_step rows x group_size completions from the policy, all concurrently.
+        rollouts = await run.sampler.sample(policy, step)
+        # 4. Score: the reward rules above score each completion as it arrives (in worker threads, within
+        #    reward.step_budget_s); its reward is the total.
+        batch = await run.rewards.score(step, rollouts)
+        # 5. Advantages: drop degenerate groups (every rollout scored the same: no gradient); the rest get their
         #    reward minus their group's mean.
-        groups, degenerate = rl.split_degenerate(batch.groups)
+        groups, _ = rl.split_degenerate(batch.groups)
         advantages = compute_advantages(groups)
         run.records.rollouts(step, batch, groups, advantages)
         # One Datum per rollout: prompt + completion tokens, the advantage on every sampled token.
         data, _ = assemble_training_data(groups, advantages)
         if run.due(t["eval_every"], step):  # the held-out rows, sampled once each from the same checkpoint
             await run.sampler.evaluate(policy, step)
-        # 5. Train: forward_backward + optim_step on the training data (no data: nothing to learn this step).
+        # 6. Train: forward_backward + optim_step on the training data (no data: nothing to learn this step).
         if data:
             lr = t["learning_rate"]
             adam = tinker.AdamParams(learning_rate=lr, beta1=t["beta1"], beta2=t["beta2"], eps=t["eps"])
@@ -205,6 +110,108 @@ async def train_step(training_client, data: list[tinker.Datum], adam: tinker.Ada
     return [(await fb.result_async(), await optim.result_async()) for fb, optim in pending]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The spec, as compiled: what sailrl.runtime reads (model, data, prompt, reward rules, sampling, ...) and TRAINING
+# above. Every value comes from the spec; the comment names its key.
+# ---------------------------------------------------------------------------------------------------------------
+SPEC_PATH = "spec/examples/gsm8k.yaml"
+SPEC_SHA256 = "56ecbcf4b347bf9bb5ca27e011ef0a484685cffff38a18902230c67d1b58fc99"
+SPEC_DIR = Path(__file__).resolve().parent / "../spec/examples"  # relative paths in the spec resolve here
+CONFIG = {
+    "version": 1,
+    "name": "gsm8k-qwen3-8b",  # name
+    "model": {
+        "name": "Qwen/Qwen3-8B",  # model.name
+        "renderer": None,  # model.renderer
+        "lora_rank": 32,  # model.lora_rank
+        "train_attn": True,  # model.train_attn
+        "train_mlp": True,  # model.train_mlp
+        "train_unembed": True,  # model.train_unembed
+        "seed": 0,  # model.seed
+    },
+    "dataset": {
+        "source": "openai/gsm8k",  # dataset.source
+        "config": "main",  # dataset.config
+        "split": "train",  # dataset.split
+        "fields": ["question", "answer"],  # dataset.fields
+        "limit": None,  # dataset.limit
+        "range": None,  # dataset.range
+        "shuffle": True,  # dataset.shuffle
+        "shuffle_seed": None,  # dataset.shuffle_seed
+        "eval": {"split": "test", "count": None, "fraction": None, "limit": 200},  # dataset.eval
+    },
+    "prompt": {
+        "system": "Solve the problem step by step. Put only the final number in \\boxed{}.",  # prompt.system
+        "user": "{{ question }}",  # prompt.user
+        "reference_field": "answer",  # prompt.reference_field
+    },
+    "reward": {
+        "rules": [  # reward.rules
+            {
+                "name": "correct",
+                "weight": 1.0,
+                "kind": "answer",
+                "extract": {"from": "boxed"},
+                "reference": {"extract": {"from": "after_marker", "marker": "####"}},
+                "compare": "numeric",
+            },
+            {
+                "name": "format",
+                "pass_score": 0.0,
+                "fail_score": -0.1,
+                "kind": "all_of",
+                "checks": [
+                    {"name": "has_answer", "kind": "has_answer", "extract": {"from": "boxed"}},
+                    {"name": "termination", "kind": "termination"},
+                ],
+            },
+        ],
+        "clip": None,  # reward.clip
+        "text": "visible",  # reward.text
+        "correct_rule": None,  # reward.correct_rule
+        "regex_timeout_s": 0.1,  # reward.regex_timeout_s
+        "math_timeout_s": 2.0,  # reward.math_timeout_s
+        "step_budget_s": 60.0,  # reward.step_budget_s
+    },
+    "training": TRAINING | {
+        "steps": 50,  # training.steps
+        "group_size": 8,  # training.group_size
+        "groups_per_step": 32,  # training.groups_per_step
+        "advantage_scale": "none",  # training.advantage_scale
+        "kl_penalty_coef": 0.0,  # training.kl_penalty_coef
+        "kl_discount_factor": 0.0,  # training.kl_discount_factor
+        "lr_schedule": "constant",  # training.lr_schedule
+        "lr_warmup_steps": 0,  # training.lr_warmup_steps
+        "max_steps_off_policy": 0,  # training.max_steps_off_policy
+        "max_cost_usd": None,  # training.max_cost_usd
+        "on_all_degenerate": "skip",  # training.on_all_degenerate
+        "resume_from": None,  # training.resume_from
+        "init_from": None,  # training.init_from
+        "warmup": None,  # training.warmup
+        "checkpoint_ttl_s": 3600,  # training.checkpoint_ttl_s
+    },
+    "sampling": {
+        "sampler": "sail",  # sampling.sampler
+        "max_tokens": 1024,  # sampling.max_tokens
+        "temperature": 1.0,  # sampling.temperature
+        "top_p": 1.0,  # sampling.top_p
+        "stop": None,  # sampling.stop
+        "completion_window": "flex",  # sampling.completion_window
+        "poll_deadline_s": 1200.0,  # sampling.poll_deadline_s
+        "on_policy_mismatch": "warn",  # sampling.on_policy_mismatch
+        "on_policy_kl_threshold": 0.01,  # sampling.on_policy_kl_threshold
+    },
+    "pricing": {
+        "tinker": {"train": None, "prefill": None, "sample": None},  # pricing.tinker
+        "sail": {"balanced": None, "flex": None},  # pricing.sail
+    },
+    "output": {
+        "run_dir": "runs/{name}",  # output.run_dir
+        "wandb_project": None,  # output.wandb_project
+        "log_rollouts": 16,  # output.log_rollouts
+    },
+}
+
 if __name__ == "__main__":
     raise SystemExit(launch.main(main, CONFIG, spec_path=SPEC_PATH, spec_dir=SPEC_DIR, spec_sha256=SPEC_SHA256,
-                                 doc=__doc__))
+                                 doc=__doc__, reads=TRAINING))

@@ -5,8 +5,9 @@
 """RL fine-tuning run "judge-sail-word-problems", compiled from its sailrl spec.
 
 `main()` below is the algorithm this run trains with: each step snapshots the LoRA weights as a sampler
-checkpoint, resolves it to a policy, rolls out groups of completions scored by the reward rules, drops
-degenerate groups, computes advantages, assembles training data and trains one optimizer step.
+checkpoint, resolves it to a policy, samples groups of completions, scores them by the reward rules (stated in
+plain words above the sampling), drops degenerate groups, computes advantages, assembles training data and trains
+one optimizer step.
 Backend: Tinker trains and samples.
 `sailrl.runtime` supplies what it calls: the clients, data order, prompts and reward rules, the sampler, and
 the run directory (metrics, rollouts, checkpoints, resume).
@@ -34,77 +35,9 @@ from sailrl import launch
 from sailrl.runtime import rl
 from sailrl.runtime.run import Run
 
-# ---------------------------------------------------------------------------------------------------------------
-# Config: every value comes from the spec; the comment names its key.
-# ---------------------------------------------------------------------------------------------------------------
-SPEC_PATH = "spec/examples/judge_sail.yaml"
-SPEC_SHA256 = "8ba7cf9ce1efef9ca7610fbc62923cfee397147b524202b285305187365c5fc6"
-SPEC_DIR = Path(__file__).resolve().parent / "../spec/examples"  # relative paths in the spec resolve here
-
-NAME = "judge-sail-word-problems"  # name
-MODEL = {
-    "name": "Qwen/Qwen3-8B",  # model.name
-    "renderer": "qwen3",  # model.renderer
-    "lora_rank": 32,  # model.lora_rank
-    "train_attn": True,  # model.train_attn
-    "train_mlp": True,  # model.train_mlp
-    "train_unembed": True,  # model.train_unembed
-    "seed": 0,  # model.seed
-}
-DATASET = {
-    "source": "data/word_problems.jsonl",  # dataset.source
-    "config": None,  # dataset.config
-    "split": "train",  # dataset.split
-    "fields": ["question", "answer"],  # dataset.fields
-    "limit": None,  # dataset.limit
-    "range": None,  # dataset.range
-    "shuffle": True,  # dataset.shuffle
-    "shuffle_seed": None,  # dataset.shuffle_seed
-    "eval": None,  # dataset.eval
-}
-PROMPT = {
-    "system": None,  # prompt.system
-    "user": "{{ question }} Explain each step briefly, then give the final answer as \\boxed{number}.",  # prompt.user
-    "reference_field": "answer",  # prompt.reference_field
-}
-REWARD = {
-    "rules": [  # reward.rules
-        {
-            "name": "correct",
-            "weight": 1.0,
-            "kind": "answer",
-            "extract": {"from": "boxed"},
-            "reference": {"extract": {"from": "after_marker", "marker": "####"}},
-            "compare": "numeric",
-        },
-        {
-            "name": "explained",
-            "weight": 0.5,
-            "kind": "judge",
-            "rubric": "The problem was: {{ question }}\nA good reply explains each step of the calculation in short plain sentences, every number it uses\ncomes from the problem or from an earlier step, and it ends with the final answer in \\boxed{}.\nA reply that only states a number, skips steps or pads with text unrelated to the problem is poor.\n",
-            "judge": {
-                "model": "moonshotai/Kimi-K2.6",
-                "sampler": "sail",
-                "max_tokens": 256,
-                "temperature": 0.0,
-                "timeout_s": 60.0,
-                "retries": 2,
-            },
-            "scale": "1-10",
-            "pass_at": 0.6,
-        },
-    ],
-    "clip": None,  # reward.clip
-    "text": "visible",  # reward.text
-    "correct_rule": None,  # reward.correct_rule
-    "regex_timeout_s": 0.1,  # reward.regex_timeout_s
-    "math_timeout_s": 2.0,  # reward.math_timeout_s
-    "step_budget_s": 180.0,  # reward.step_budget_s
-}
+# The values main() reads: the spec's training settings the loop uses, each comment naming its key (--set overrides
+# are written into them before main runs). The rest of the spec is CONFIG, below the loop.
 TRAINING = {
-    "steps": 20,  # training.steps
-    "group_size": 4,  # training.group_size
-    "groups_per_step": 8,  # training.groups_per_step
     "learning_rate": 0.0002,  # training.learning_rate
     "beta1": 0.9,  # training.beta1
     "beta2": 0.95,  # training.beta2
@@ -112,54 +45,7 @@ TRAINING = {
     "loss_fn": "importance_sampling",  # training.loss_fn
     "loss_fn_config": None,  # training.loss_fn_config
     "num_substeps": 1,  # training.num_substeps
-    "advantage_scale": "none",  # training.advantage_scale
-    "kl_penalty_coef": 0.0,  # training.kl_penalty_coef
-    "kl_discount_factor": 0.0,  # training.kl_discount_factor
-    "lr_schedule": "constant",  # training.lr_schedule
-    "lr_warmup_steps": 0,  # training.lr_warmup_steps
-    "max_steps_off_policy": 0,  # training.max_steps_off_policy
-    "max_cost_usd": None,  # training.max_cost_usd
     "save_every": 10,  # training.save_every
-    "eval_every": 0,  # training.eval_every
-    "on_all_degenerate": "skip",  # training.on_all_degenerate
-    "resume_from": None,  # training.resume_from
-    "init_from": None,  # training.init_from
-    "warmup": None,  # training.warmup
-    "checkpoint_ttl_s": 3600,  # training.checkpoint_ttl_s
-}
-SAMPLING = {
-    "sampler": "tinker",  # sampling.sampler
-    "max_tokens": 512,  # sampling.max_tokens
-    "temperature": 1.0,  # sampling.temperature
-    "top_p": 1.0,  # sampling.top_p
-    "stop": None,  # sampling.stop
-    "completion_window": "balanced",  # sampling.completion_window
-    "poll_deadline_s": 1200.0,  # sampling.poll_deadline_s
-    "on_policy_mismatch": "warn",  # sampling.on_policy_mismatch
-    "on_policy_kl_threshold": 0.01,  # sampling.on_policy_kl_threshold
-}
-PRICING = {
-    "tinker": {"train": None, "prefill": None, "sample": None},  # pricing.tinker
-    "sail": {"balanced": None, "flex": None},  # pricing.sail
-    "judge": {"input": 1.0, "output": 4.0},  # pricing.judge
-}
-OUTPUT = {
-    "run_dir": "runs/judge_sail",  # output.run_dir
-    "wandb_project": None,  # output.wandb_project
-    "log_rollouts": 16,  # output.log_rollouts
-}
-
-CONFIG = {
-    "version": 1,
-    "name": NAME,
-    "model": MODEL,
-    "dataset": DATASET,
-    "prompt": PROMPT,
-    "reward": REWARD,
-    "training": TRAINING,
-    "sampling": SAMPLING,
-    "pricing": PRICING,
-    "output": OUTPUT,
 }
 
 
@@ -172,16 +58,30 @@ async def main(run: Run) -> None:
         sampler_path = await run.sampler.save_checkpoint(step)
         # 2. Resolve: turn that checkpoint into a policy (a Tinker sampling client).
         policy = await run.sampler.policy_for(sampler_path, step)
-        # 3. Roll out: groups_per_step rows x group_size completions, all concurrently, scored by the reward rules.
-        batch = await run.sampler.rollout(policy, step)
-        # 4. Advantages: drop degenerate groups (every rollout scored the same: no gradient); the rest get their
+        # The reward, in plain words (sailrl explain):
+        #   correct: +1 if the last \boxed{...} answer in the completion equals the reference answer (the text after
+        #     the last '####' in field 'answer') as a number (a unit word after the number is ignored: '7 apples'
+        #     counts as 7); otherwise 0.
+        #   explained: a judge model (moonshotai/Kimi-K2.6 on sail, temperature 0, at most 256 tokens, 60 s a try, 2
+        #     retries) scores the completion on the scale 1-10 against: "The problem was: {{ question }} A good
+        #     reply explains each step of the calculation in short plain sentences, every number it uses comes from
+        #     the problem or f..."; the score, normalised to 0..1, maps onto 0 .. 0.5 (it passes at 0.6 or more); 0
+        #     if the judge fails, times out or gives no readable <score>.
+        #   total = correct + explained (from 0 to 1.5).
+        #   'correct' (logged each step) is the fraction of completions that pass 'correct'.
+        # 3. Sample: groups_per_step rows x group_size completions from the policy, all concurrently.
+        rollouts = await run.sampler.sample(policy, step)
+        # 4. Score: the reward rules above score each completion as it arrives (in worker threads, within
+        #    reward.step_budget_s); its reward is the total.
+        batch = await run.rewards.score(step, rollouts)
+        # 5. Advantages: drop degenerate groups (every rollout scored the same: no gradient); the rest get their
         #    reward minus their group's mean.
-        groups, degenerate = rl.split_degenerate(batch.groups)
+        groups, _ = rl.split_degenerate(batch.groups)
         advantages = compute_advantages(groups)
         run.records.rollouts(step, batch, groups, advantages)
         # One Datum per rollout: prompt + completion tokens, the advantage on every sampled token.
         data, _ = assemble_training_data(groups, advantages)
-        # 5. Train: forward_backward + optim_step on the training data (no data: nothing to learn this step).
+        # 6. Train: forward_backward + optim_step on the training data (no data: nothing to learn this step).
         if data:
             lr = t["learning_rate"]
             adam = tinker.AdamParams(learning_rate=lr, beta1=t["beta1"], beta2=t["beta2"], eps=t["eps"])
@@ -210,6 +110,116 @@ async def train_step(training_client, data: list[tinker.Datum], adam: tinker.Ada
     return [(await fb.result_async(), await optim.result_async()) for fb, optim in pending]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The spec, as compiled: what sailrl.runtime reads (model, data, prompt, reward rules, sampling, ...) and TRAINING
+# above. Every value comes from the spec; the comment names its key.
+# ---------------------------------------------------------------------------------------------------------------
+SPEC_PATH = "spec/examples/judge_sail.yaml"
+SPEC_SHA256 = "8ba7cf9ce1efef9ca7610fbc62923cfee397147b524202b285305187365c5fc6"
+SPEC_DIR = Path(__file__).resolve().parent / "../spec/examples"  # relative paths in the spec resolve here
+CONFIG = {
+    "version": 1,
+    "name": "judge-sail-word-problems",  # name
+    "model": {
+        "name": "Qwen/Qwen3-8B",  # model.name
+        "renderer": "qwen3",  # model.renderer
+        "lora_rank": 32,  # model.lora_rank
+        "train_attn": True,  # model.train_attn
+        "train_mlp": True,  # model.train_mlp
+        "train_unembed": True,  # model.train_unembed
+        "seed": 0,  # model.seed
+    },
+    "dataset": {
+        "source": "data/word_problems.jsonl",  # dataset.source
+        "config": None,  # dataset.config
+        "split": "train",  # dataset.split
+        "fields": ["question", "answer"],  # dataset.fields
+        "limit": None,  # dataset.limit
+        "range": None,  # dataset.range
+        "shuffle": True,  # dataset.shuffle
+        "shuffle_seed": None,  # dataset.shuffle_seed
+        "eval": None,  # dataset.eval
+    },
+    "prompt": {
+        "system": None,  # prompt.system
+        "user": "{{ question }} Explain each step briefly, then give the final answer as \\boxed{number}.",  # prompt.user
+        "reference_field": "answer",  # prompt.reference_field
+    },
+    "reward": {
+        "rules": [  # reward.rules
+            {
+                "name": "correct",
+                "weight": 1.0,
+                "kind": "answer",
+                "extract": {"from": "boxed"},
+                "reference": {"extract": {"from": "after_marker", "marker": "####"}},
+                "compare": "numeric",
+            },
+            {
+                "name": "explained",
+                "weight": 0.5,
+                "kind": "judge",
+                "rubric": "The problem was: {{ question }}\nA good reply explains each step of the calculation in short plain sentences, every number it uses\ncomes from the problem or from an earlier step, and it ends with the final answer in \\boxed{}.\nA reply that only states a number, skips steps or pads with text unrelated to the problem is poor.\n",
+                "judge": {
+                    "model": "moonshotai/Kimi-K2.6",
+                    "sampler": "sail",
+                    "max_tokens": 256,
+                    "temperature": 0.0,
+                    "timeout_s": 60.0,
+                    "retries": 2,
+                },
+                "scale": "1-10",
+                "pass_at": 0.6,
+            },
+        ],
+        "clip": None,  # reward.clip
+        "text": "visible",  # reward.text
+        "correct_rule": None,  # reward.correct_rule
+        "regex_timeout_s": 0.1,  # reward.regex_timeout_s
+        "math_timeout_s": 2.0,  # reward.math_timeout_s
+        "step_budget_s": 180.0,  # reward.step_budget_s
+    },
+    "training": TRAINING | {
+        "steps": 20,  # training.steps
+        "group_size": 4,  # training.group_size
+        "groups_per_step": 8,  # training.groups_per_step
+        "advantage_scale": "none",  # training.advantage_scale
+        "kl_penalty_coef": 0.0,  # training.kl_penalty_coef
+        "kl_discount_factor": 0.0,  # training.kl_discount_factor
+        "lr_schedule": "constant",  # training.lr_schedule
+        "lr_warmup_steps": 0,  # training.lr_warmup_steps
+        "max_steps_off_policy": 0,  # training.max_steps_off_policy
+        "max_cost_usd": None,  # training.max_cost_usd
+        "eval_every": 0,  # training.eval_every
+        "on_all_degenerate": "skip",  # training.on_all_degenerate
+        "resume_from": None,  # training.resume_from
+        "init_from": None,  # training.init_from
+        "warmup": None,  # training.warmup
+        "checkpoint_ttl_s": 3600,  # training.checkpoint_ttl_s
+    },
+    "sampling": {
+        "sampler": "tinker",  # sampling.sampler
+        "max_tokens": 512,  # sampling.max_tokens
+        "temperature": 1.0,  # sampling.temperature
+        "top_p": 1.0,  # sampling.top_p
+        "stop": None,  # sampling.stop
+        "completion_window": "balanced",  # sampling.completion_window
+        "poll_deadline_s": 1200.0,  # sampling.poll_deadline_s
+        "on_policy_mismatch": "warn",  # sampling.on_policy_mismatch
+        "on_policy_kl_threshold": 0.01,  # sampling.on_policy_kl_threshold
+    },
+    "pricing": {
+        "tinker": {"train": None, "prefill": None, "sample": None},  # pricing.tinker
+        "sail": {"balanced": None, "flex": None},  # pricing.sail
+        "judge": {"input": 1.0, "output": 4.0},  # pricing.judge
+    },
+    "output": {
+        "run_dir": "runs/judge_sail",  # output.run_dir
+        "wandb_project": None,  # output.wandb_project
+        "log_rollouts": 16,  # output.log_rollouts
+    },
+}
+
 if __name__ == "__main__":
     raise SystemExit(launch.main(main, CONFIG, spec_path=SPEC_PATH, spec_dir=SPEC_DIR, spec_sha256=SPEC_SHA256,
-                                 doc=__doc__))
+                                 doc=__doc__, reads=TRAINING))

@@ -179,11 +179,14 @@ def override_errors(refused: SpecErrors) -> SpecErrors:
     return SpecErrors([e for e in refused.errors if not e.is_warning], refused.text, omitted=refused.omitted)
 
 
-def write_into_config(config: dict[str, Any], spec: Spec) -> None:
-    """Write ``spec``'s values (overrides applied) into the script's ``CONFIG`` sections in place, so the names
-    the script's ``main()`` reads (``TRAINING[...]``) hold the values this run uses. A reward rule keeps the keys
-    the script shows when the overrides left it as it was."""
+def write_into_config(config: dict[str, Any], spec: Spec, reads: dict[str, Any] | None = None) -> None:
+    """Write ``spec``'s values (overrides applied) into the script's ``CONFIG`` sections in place, and into
+    ``reads`` (the script's ``TRAINING``: the training values its loop reads, above it), so the names the script's
+    ``main()`` reads (``TRAINING[...]``) hold the values this run uses. A reward rule keeps the keys the script
+    shows when the overrides left it as it was."""
     resolved = spec.resolved()
+    for key in reads or {}:
+        reads[key] = resolved["training"][key]
     same_reward = Spec.model_validate(config).reward == spec.reward
     for name, section in config.items():
         if isinstance(section, dict) and isinstance(resolved.get(name), dict) and not (name == "reward" and
@@ -283,8 +286,10 @@ def _run_async(coro: Awaitable[int]) -> int:
 
 
 def main(script_main: Callable[[Any], Awaitable[None]], config: dict[str, Any], *, spec_path: str,
-         spec_dir: Path, spec_sha256: str, doc: str | None = None, argv: list[str] | None = None) -> int:
-    """A generated script's ``__main__``: parse flags, build the spec, run. Returns the exit status."""
+         spec_dir: Path, spec_sha256: str, doc: str | None = None, argv: list[str] | None = None,
+         reads: dict[str, Any] | None = None) -> int:
+    """A generated script's ``__main__``: parse flags, build the spec, run. Returns the exit status. ``reads``: the
+    script's ``TRAINING`` (the training values its loop reads; ``CONFIG``'s training holds them too)."""
     # lazy: the run's modules load torch; `sailrl preflight` imports this module for build_spec
     from sailrl.runtime.run import RunOptions
 
@@ -308,7 +313,7 @@ def main(script_main: Callable[[Any], Awaitable[None]], config: dict[str, Any], 
               f"put it in the spec and recompile (sailrl compile {spec_path}), or run `sailrl run {spec_path} --set "
               "...`, which recompiles", file=sys.stderr)
         return EXIT_USAGE
-    write_into_config(config, spec)
+    write_into_config(config, spec, reads)
     options = RunOptions(spec_path=spec_path, spec_dir=Path(spec_dir), spec_sha256=spec_sha256, resume=args.resume,
                          overwrite=args.overwrite, overrides=list(args.overrides),
                          script_text=script.read_text(encoding="utf-8") if script and script.is_file() else None)
@@ -336,5 +341,5 @@ def run_compiled(script_text: str, spec: Spec, options: Any) -> int:
     """Run a compiled script's text in this process (``sailrl run``): its ``main`` with ``spec`` and ``options``."""
     namespace: dict[str, Any] = {"__name__": "sailrl_compiled_script", "__file__": str(options.spec_dir / "train.py")}
     exec(compile(script_text, "train.py", "exec"), namespace)  # the script sailrl just rendered from the spec
-    write_into_config(namespace["CONFIG"], spec)
+    write_into_config(namespace["CONFIG"], spec, namespace.get("TRAINING"))
     return _run_async(execute(namespace["main"], spec, options))

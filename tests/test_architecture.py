@@ -48,7 +48,7 @@ VALIDATION = frozenset({"sailrl.compiler", "sailrl.compiler.validate", "sailrl.c
                         "sailrl.compiler.checks.model", "sailrl.compiler.checks.training",
                         "sailrl.compiler.checks.sampling", "sailrl.compiler.checks.dataset",
                         "sailrl.compiler.reward_checks", "sailrl.compiler.cost_checks",
-                        "sailrl.compiler.episode_checks"})
+                        "sailrl.compiler.episode_checks", "sailrl.compiler.words"})
 TOP = frozenset({"sailrl.cli", "sailrl.__main__", "sailrl.launch", "sailrl.plot"})
 TOP_PACKAGES = ("sailrl.commands", "sailrl.export", "sailrl.studio")
 

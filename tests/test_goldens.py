@@ -15,6 +15,7 @@ import pytest
 
 from sailrl.compiler.render import FEATURES, features, render_script
 from sailrl.compiler.validate import validate_file
+from sailrl.compiler.words import reward_words
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDENS = ROOT / "tests" / "goldens"
@@ -32,7 +33,8 @@ def test_the_golden_script_is_what_compile_writes_byte_for_byte(spec: Path, monk
     monkeypatch.chdir(ROOT)
     rel, out = spec.relative_to(ROOT).as_posix(), spec.with_suffix(".py").relative_to(ROOT).as_posix()
     loaded = validate_file(rel)
-    text = render_script(loaded.spec, spec_path=rel, spec_bytes=spec.read_bytes(), output_path=out)
+    text = render_script(loaded.spec, spec_path=rel, spec_bytes=spec.read_bytes(), output_path=out,
+                         reward_words=reward_words(loaded.spec))
     golden = ROOT / out
     assert golden.is_file(), f"no golden for {rel}: run `sailrl compile {rel} -o {out}`"
     assert golden.read_text(encoding="utf-8") == text, f"{out} is stale: run `sailrl compile {rel} -o {out}`"

@@ -548,6 +548,7 @@ def test_the_compiled_script_shows_the_judge_only_for_a_spec_with_one() -> None:
     from pathlib import Path
 
     from sailrl.compiler.render import render_script
+    from sailrl.compiler.words import reward_words
     from sailrl.spec.loader import load_spec
 
     root = Path(__file__).resolve().parent.parent
@@ -556,7 +557,7 @@ def test_the_compiled_script_shows_the_judge_only_for_a_spec_with_one() -> None:
         path = root / "spec/examples" / name
         spec = load_spec(path)
         return render_script(spec.spec, spec_path=f"spec/examples/{name}", spec_bytes=path.read_bytes(),
-                             output_path="generated/x.py")
+                             output_path="generated/x.py", reward_words=reward_words(spec.spec))
 
     judged = compiled("judge_sail.yaml")
     assert judged == compiled("judge_sail.yaml")  # same spec, same bytes

@@ -21,6 +21,7 @@ from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 
 from sailrl.cli import main
 from sailrl.compiler.render import features, render_script
+from sailrl.compiler.words import reward_words
 from sailrl.launch import apply_overrides
 from sailrl.runtime import rl
 from sailrl.spec.loader import load_spec
@@ -135,7 +136,8 @@ def _spec_with(*overrides: str) -> Spec:
 
 
 def _main_source(spec: Spec) -> str:
-    text = render_script(spec, spec_path="spec/examples/quickstart.yaml", spec_bytes=b"", output_path="x.py")
+    text = render_script(spec, spec_path="spec/examples/quickstart.yaml", spec_bytes=b"", output_path="x.py",
+                         reward_words=reward_words(spec))
     return text[text.index("async def main"):text.index("async def train_step")]
 
 
@@ -150,7 +152,7 @@ def test_the_script_shows_each_option_only_when_the_spec_uses_it():
                  "run.records.kl_penalty(step, data, kl)",
                  'rl.scale_advantages(groups, advantages, t["advantage_scale"])',
                  'rl.learning_rate(t["learning_rate"], step, t["steps"], t["lr_schedule"], t["lr_warmup_steps"])',
-                 "asyncio.create_task(run.sampler.rollout(policy, later))", "rl.drop_stale("):
+                 "asyncio.create_task(run.rewards.score(later, run.sampler.sample(policy, later)))", "rl.drop_stale("):
         assert line in full, line
     assert features(_spec_with("training.lr_warmup_steps=2"))["schedule"]
 

@@ -27,6 +27,7 @@ import yaml
 
 from sailrl.cli import main
 from sailrl.compiler.render import render_script
+from sailrl.compiler.words import reward_words
 from sailrl.compiler.validate import validate_text
 from sailrl.spec.codes import CODES
 from sailrl.spec.errors import SpecErrors
@@ -113,7 +114,8 @@ def test_no_mutation_escapes_as_anything_but_spec_errors():
             found = loaded.warnings
             # what validates must compile: every value reaches the script as a literal
             render_script(loaded.spec, spec_path=str(where), spec_bytes=text.encode("utf-8", "surrogatepass"),
-                          output_path=str(ROOT / "generated" / f"{name}.py"))
+                          output_path=str(ROOT / "generated" / f"{name}.py"),
+                          reward_words=reward_words(loaded.spec))
         except SpecErrors as exc:
             found = exc.errors
             report = exc.format()

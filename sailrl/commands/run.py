@@ -19,6 +19,7 @@ from sailrl import launch
 from sailrl.commands._common import say_warnings
 from sailrl.compiler.render import render_script
 from sailrl.compiler.validate import validate_file
+from sailrl.compiler.words import reward_words
 from sailrl.runtime.rundir import run_dir_path
 from sailrl.spec.errors import SpecErrors
 
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     say_warnings(warnings, args.spec)
     script_path = run_dir_path(spec, spec_dir) / "train.py"
     text = render_script(spec, spec_path=Path(args.spec).as_posix(), spec_bytes=loaded.text.encode("utf-8"),
-                         output_path=script_path.as_posix())
+                         output_path=script_path.as_posix(), reward_words=reward_words(spec))
     resume = ["sailrl", "run", args.spec, *sum((["--set", o] for o in args.overrides), [])]
     if args.sampler:
         resume += ["--sampler", args.sampler]

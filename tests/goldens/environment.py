@@ -5,8 +5,9 @@
 """RL fine-tuning run "golden-environment", compiled from its sailrl spec.
 
 `main()` below is the algorithm this run trains with: each step snapshots the LoRA weights as a sampler
-checkpoint, resolves it to a policy, rolls out groups of completions scored by the reward rules, drops
-degenerate groups, computes advantages, assembles training data and trains one optimizer step.
+checkpoint, resolves it to a policy, samples groups of completions, scores them by the reward rules (stated in
+plain words above the sampling), drops degenerate groups, computes advantages, assembles training data and trains
+one optimizer step.
 Backend: the embedded local backend trains and samples on this machine.
 `sailrl.runtime` supplies what it calls: the clients, data order, prompts and reward rules, the sampler, and
 the run directory (metrics, rollouts, checkpoints, resume).
@@ -33,60 +34,9 @@ from sailrl import launch
 from sailrl.runtime import rl
 from sailrl.runtime.run import Run
 
-# ---------------------------------------------------------------------------------------------------------------
-# Config: every value comes from the spec; the comment names its key.
-# ---------------------------------------------------------------------------------------------------------------
-SPEC_PATH = "tests/goldens/environment.yaml"
-SPEC_SHA256 = "14705c458f6c543383860a63894859af1535543f68ce925d62228107c0d8c4d4"
-SPEC_DIR = Path(__file__).resolve().parent / "."  # relative paths in the spec resolve here
-
-NAME = "golden-environment"  # name
-MODEL = {
-    "name": "sailrl/tiny",  # model.name
-    "renderer": "role_colon_tools",  # model.renderer
-    "lora_rank": 32,  # model.lora_rank
-    "train_attn": True,  # model.train_attn
-    "train_mlp": True,  # model.train_mlp
-    "train_unembed": True,  # model.train_unembed
-    "seed": 0,  # model.seed
-}
-DATASET = {
-    "source": "../../spec/examples/data/addition.jsonl",  # dataset.source
-    "config": None,  # dataset.config
-    "split": "train",  # dataset.split
-    "fields": ["question", "answer"],  # dataset.fields
-    "limit": None,  # dataset.limit
-    "range": None,  # dataset.range
-    "shuffle": True,  # dataset.shuffle
-    "shuffle_seed": None,  # dataset.shuffle_seed
-    "eval": None,  # dataset.eval
-}
-PROMPT = {
-    "system": None,  # prompt.system
-    "user": "{{ question }}=",  # prompt.user
-    "reference_field": "answer",  # prompt.reference_field
-}
-REWARD = {
-    "rules": [  # reward.rules
-        {
-            "name": "correct",
-            "kind": "answer",
-            "extract": {"from": "whole"},
-            "reference": {"extract": {"from": "whole"}},
-            "compare": "numeric",
-        },
-    ],
-    "clip": None,  # reward.clip
-    "text": "visible",  # reward.text
-    "correct_rule": None,  # reward.correct_rule
-    "regex_timeout_s": 0.1,  # reward.regex_timeout_s
-    "math_timeout_s": 2.0,  # reward.math_timeout_s
-    "step_budget_s": 60.0,  # reward.step_budget_s
-}
+# The values main() reads: the spec's training settings the loop uses, each comment naming its key (--set overrides
+# are written into them before main runs). The rest of the spec is CONFIG, below the loop.
 TRAINING = {
-    "steps": 4,  # training.steps
-    "group_size": 4,  # training.group_size
-    "groups_per_step": 2,  # training.groups_per_step
     "learning_rate": 1e-05,  # training.learning_rate
     "beta1": 0.9,  # training.beta1
     "beta2": 0.95,  # training.beta2
@@ -94,84 +44,7 @@ TRAINING = {
     "loss_fn": "importance_sampling",  # training.loss_fn
     "loss_fn_config": None,  # training.loss_fn_config
     "num_substeps": 1,  # training.num_substeps
-    "advantage_scale": "none",  # training.advantage_scale
-    "kl_penalty_coef": 0.0,  # training.kl_penalty_coef
-    "kl_discount_factor": 0.0,  # training.kl_discount_factor
-    "lr_schedule": "constant",  # training.lr_schedule
-    "lr_warmup_steps": 0,  # training.lr_warmup_steps
-    "max_steps_off_policy": 0,  # training.max_steps_off_policy
-    "max_cost_usd": None,  # training.max_cost_usd
     "save_every": 0,  # training.save_every
-    "eval_every": 0,  # training.eval_every
-    "on_all_degenerate": "skip",  # training.on_all_degenerate
-    "resume_from": None,  # training.resume_from
-    "init_from": None,  # training.init_from
-    "warmup": None,  # training.warmup
-    "checkpoint_ttl_s": 3600,  # training.checkpoint_ttl_s
-}
-SAMPLING = {
-    "sampler": "local",  # sampling.sampler
-    "max_tokens": 8,  # sampling.max_tokens
-    "temperature": 1.0,  # sampling.temperature
-    "top_p": 1.0,  # sampling.top_p
-    "stop": None,  # sampling.stop
-    "completion_window": "balanced",  # sampling.completion_window
-    "poll_deadline_s": 1200.0,  # sampling.poll_deadline_s
-    "on_policy_mismatch": "warn",  # sampling.on_policy_mismatch
-    "on_policy_kl_threshold": 0.01,  # sampling.on_policy_kl_threshold
-}
-PRICING = {
-    "tinker": {"train": None, "prefill": None, "sample": None},  # pricing.tinker
-    "sail": {"balanced": None, "flex": None},  # pricing.sail
-}
-OUTPUT = {
-    "run_dir": "runs/{name}",  # output.run_dir
-    "wandb_project": None,  # output.wandb_project
-    "log_rollouts": 16,  # output.log_rollouts
-}
-ENVIRONMENT = {
-    "max_turns": 3,  # environment.max_turns
-    "max_tool_calls": None,  # environment.max_tool_calls
-    "max_episode_tokens": None,  # environment.max_episode_tokens
-    "score": "final",  # environment.score
-    "tools": [  # environment.tools
-        {
-            "builtin": "calculator",
-            "function": None,
-            "timeout_s": 5.0,
-            "memory_mb": 512,
-            "max_output_chars": 4000,
-            "disk_mb": None,
-            "network": False,
-            "env": [],
-        },
-        {
-            "builtin": None,
-            "function": "golden_tools:double",
-            "timeout_s": 5.0,
-            "memory_mb": 512,
-            "max_output_chars": 4000,
-            "disk_mb": None,
-            "network": False,
-            "env": [],
-        },
-    ],
-    "sandbox": "worker",  # environment.sandbox
-    "feedback": [{"rule": "correct", "message": "Not quite. Try again."}],  # environment.feedback
-}
-
-CONFIG = {
-    "version": 1,
-    "name": NAME,
-    "model": MODEL,
-    "dataset": DATASET,
-    "prompt": PROMPT,
-    "reward": REWARD,
-    "training": TRAINING,
-    "sampling": SAMPLING,
-    "pricing": PRICING,
-    "output": OUTPUT,
-    "environment": ENVIRONMENT,
 }
 
 
@@ -179,29 +52,46 @@ async def main(run: Run) -> None:
     """The RL loop: training.steps optimizer steps (numbered from 1; a resumed run starts after its last save).
     It reads TRAINING above (--set overrides are written into it before main runs)."""
     t = TRAINING
-    # Episodes (environment:): a rollout is up to ENVIRONMENT["max_turns"] assistant turns, each sampled from the
-    # step's policy (sailrl.runtime.episode: tinker_cookbook's AgentToolMessageEnv in EnvFromMessageEnv). A reply
-    # that calls a tool gets the tool's result as the next turn; an answer on which a feedback rule fails gets the
-    # feedback message as the next turn; the reward rules score ENVIRONMENT["score"] (final: the last answer).
-    # The tools the model may call (ENVIRONMENT["tools"]) were loaded when the run opened; the renderer declares
-    # them in front of every prompt.
+    # Episodes (environment:; sailrl.runtime.episode: tinker_cookbook's AgentToolMessageEnv in EnvFromMessageEnv).
+    # The tools the model may call (environment.tools) were loaded when the run opened; the renderer declares them
+    # in front of every prompt.
     run.records.console.print("episode tools: " + (", ".join(tool.name for tool in run.sampler.tools) or "none"))
     for step in run.steps():
         # 1. Snapshot: save the current LoRA weights as a sampler checkpoint (expires after checkpoint_ttl_s).
         sampler_path = await run.sampler.save_checkpoint(step)
         # 2. Resolve: turn that checkpoint into a policy (a local sampling client).
         policy = await run.sampler.policy_for(sampler_path, step)
-        # 3. Roll out: groups_per_step rows x group_size episodes, all concurrently, scored by the reward rules.
-        batch = await run.sampler.rollout(policy, step)
-        # 4. Advantages: drop degenerate groups (every rollout scored the same: no gradient); the rest get their
+        # The reward, in plain words (sailrl explain):
+        #   correct: +1 if the whole completion equals the reference answer (field 'answer') as a number (a unit
+        #     word after the number is ignored: '7 apples' counts as 7); otherwise 0.
+        #   total = correct (from 0 to 1).
+        #   'correct' (logged each step) is the fraction of completions that pass 'correct'.
+        #   Each rollout is an episode of at most 3 assistant turns, within the model's context window.
+        #   Tool calculator (built-in): exact arithmetic on + - * / // % ** and parentheses.
+        #   Tool double (golden_tools.py next to the spec): runs in a worker process, at most 5 s, 512 MiB and 4000
+        #     characters of output; a failure is a tool error the model reads.
+        #   When an answer calls a tool, its result is added and the model answers again.
+        #   When rule 'correct' fails on an answer without tool calls, the user says: 'Not quite. Try again.', and
+        #     the model tries again.
+        #   The episode ends at an answer that calls no tool and passes the feedback rules, 3 turns, a turn cut at
+        #     sampling.max_tokens or the episode's token budget.
+        #   The reward rules score the final assistant message; only the model's own tokens are trained (tool
+        #     results and feedback are masked).
+        # 3. Sample: groups_per_step rows x group_size episodes from the policy, all concurrently.
+        rollouts = await run.sampler.sample(policy, step)
+        # 4. Score: sampling and scoring interleave turn by turn: the reward rules score each answer as it comes
+        #    (a feedback rule that fails sends its message as the next turn, so the next turn waits for the score),
+        #    and their score of environment.score is the episode's reward.
+        batch = await run.rewards.score(step, rollouts)
+        # 5. Advantages: drop degenerate groups (every rollout scored the same: no gradient); the rest get their
         #    reward minus their group's mean.
-        groups, degenerate = rl.split_degenerate(batch.groups)
+        groups, _ = rl.split_degenerate(batch.groups)
         advantages = compute_advantages(groups)
         run.records.rollouts(step, batch, groups, advantages)
         # One Datum per episode: its turns as one sequence, the advantage on every token the model sampled; the
         # prompt, tool results and feedback turns are observation tokens with weight 0.
         data, _ = assemble_training_data(groups, advantages)
-        # 5. Train: forward_backward + optim_step on the training data (no data: nothing to learn this step).
+        # 6. Train: forward_backward + optim_step on the training data (no data: nothing to learn this step).
         if data:
             lr = t["learning_rate"]
             adam = tinker.AdamParams(learning_rate=lr, beta1=t["beta1"], beta2=t["beta2"], eps=t["eps"])
@@ -230,6 +120,128 @@ async def train_step(training_client, data: list[tinker.Datum], adam: tinker.Ada
     return [(await fb.result_async(), await optim.result_async()) for fb, optim in pending]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The spec, as compiled: what sailrl.runtime reads (model, data, prompt, reward rules, sampling, ...) and TRAINING
+# above. Every value comes from the spec; the comment names its key.
+# ---------------------------------------------------------------------------------------------------------------
+SPEC_PATH = "tests/goldens/environment.yaml"
+SPEC_SHA256 = "14705c458f6c543383860a63894859af1535543f68ce925d62228107c0d8c4d4"
+SPEC_DIR = Path(__file__).resolve().parent / "."  # relative paths in the spec resolve here
+CONFIG = {
+    "version": 1,
+    "name": "golden-environment",  # name
+    "model": {
+        "name": "sailrl/tiny",  # model.name
+        "renderer": "role_colon_tools",  # model.renderer
+        "lora_rank": 32,  # model.lora_rank
+        "train_attn": True,  # model.train_attn
+        "train_mlp": True,  # model.train_mlp
+        "train_unembed": True,  # model.train_unembed
+        "seed": 0,  # model.seed
+    },
+    "dataset": {
+        "source": "../../spec/examples/data/addition.jsonl",  # dataset.source
+        "config": None,  # dataset.config
+        "split": "train",  # dataset.split
+        "fields": ["question", "answer"],  # dataset.fields
+        "limit": None,  # dataset.limit
+        "range": None,  # dataset.range
+        "shuffle": True,  # dataset.shuffle
+        "shuffle_seed": None,  # dataset.shuffle_seed
+        "eval": None,  # dataset.eval
+    },
+    "prompt": {
+        "system": None,  # prompt.system
+        "user": "{{ question }}=",  # prompt.user
+        "reference_field": "answer",  # prompt.reference_field
+    },
+    "reward": {
+        "rules": [  # reward.rules
+            {
+                "name": "correct",
+                "kind": "answer",
+                "extract": {"from": "whole"},
+                "reference": {"extract": {"from": "whole"}},
+                "compare": "numeric",
+            },
+        ],
+        "clip": None,  # reward.clip
+        "text": "visible",  # reward.text
+        "correct_rule": None,  # reward.correct_rule
+        "regex_timeout_s": 0.1,  # reward.regex_timeout_s
+        "math_timeout_s": 2.0,  # reward.math_timeout_s
+        "step_budget_s": 60.0,  # reward.step_budget_s
+    },
+    "training": TRAINING | {
+        "steps": 4,  # training.steps
+        "group_size": 4,  # training.group_size
+        "groups_per_step": 2,  # training.groups_per_step
+        "advantage_scale": "none",  # training.advantage_scale
+        "kl_penalty_coef": 0.0,  # training.kl_penalty_coef
+        "kl_discount_factor": 0.0,  # training.kl_discount_factor
+        "lr_schedule": "constant",  # training.lr_schedule
+        "lr_warmup_steps": 0,  # training.lr_warmup_steps
+        "max_steps_off_policy": 0,  # training.max_steps_off_policy
+        "max_cost_usd": None,  # training.max_cost_usd
+        "eval_every": 0,  # training.eval_every
+        "on_all_degenerate": "skip",  # training.on_all_degenerate
+        "resume_from": None,  # training.resume_from
+        "init_from": None,  # training.init_from
+        "warmup": None,  # training.warmup
+        "checkpoint_ttl_s": 3600,  # training.checkpoint_ttl_s
+    },
+    "sampling": {
+        "sampler": "local",  # sampling.sampler
+        "max_tokens": 8,  # sampling.max_tokens
+        "temperature": 1.0,  # sampling.temperature
+        "top_p": 1.0,  # sampling.top_p
+        "stop": None,  # sampling.stop
+        "completion_window": "balanced",  # sampling.completion_window
+        "poll_deadline_s": 1200.0,  # sampling.poll_deadline_s
+        "on_policy_mismatch": "warn",  # sampling.on_policy_mismatch
+        "on_policy_kl_threshold": 0.01,  # sampling.on_policy_kl_threshold
+    },
+    "pricing": {
+        "tinker": {"train": None, "prefill": None, "sample": None},  # pricing.tinker
+        "sail": {"balanced": None, "flex": None},  # pricing.sail
+    },
+    "output": {
+        "run_dir": "runs/{name}",  # output.run_dir
+        "wandb_project": None,  # output.wandb_project
+        "log_rollouts": 16,  # output.log_rollouts
+    },
+    "environment": {
+        "max_turns": 3,  # environment.max_turns
+        "max_tool_calls": None,  # environment.max_tool_calls
+        "max_episode_tokens": None,  # environment.max_episode_tokens
+        "score": "final",  # environment.score
+        "tools": [  # environment.tools
+            {
+                "builtin": "calculator",
+                "function": None,
+                "timeout_s": 5.0,
+                "memory_mb": 512,
+                "max_output_chars": 4000,
+                "disk_mb": None,
+                "network": False,
+                "env": [],
+            },
+            {
+                "builtin": None,
+                "function": "golden_tools:double",
+                "timeout_s": 5.0,
+                "memory_mb": 512,
+                "max_output_chars": 4000,
+                "disk_mb": None,
+                "network": False,
+                "env": [],
+            },
+        ],
+        "sandbox": "worker",  # environment.sandbox
+        "feedback": [{"rule": "correct", "message": "Not quite. Try again."}],  # environment.feedback
+    },
+}
+
 if __name__ == "__main__":
     raise SystemExit(launch.main(main, CONFIG, spec_path=SPEC_PATH, spec_dir=SPEC_DIR, spec_sha256=SPEC_SHA256,
-                                 doc=__doc__))
+                                 doc=__doc__, reads=TRAINING))
