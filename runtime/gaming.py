@@ -30,9 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CLIMB", "GAMING_FILE", "GamingWatch", "degenerate_kind"]
+from sailrl.runtime.redact import redact
+from sailrl.runtime.rundir import GAMING_FILE, append_whole, stamped
 
-GAMING_FILE = "gaming.jsonl"
+__all__ = ["CLIMB", "GamingWatch", "degenerate_kind"]
+
 #: Steps averaged at the start and at the end of the comparison.
 WINDOW = 3
 #: Rise of a rule's pass rate (0..1) that counts as a climb.
@@ -47,7 +49,7 @@ REPEAT_RUN = 8
 IDENTICAL_CHARS = 8
 IDENTICAL_PROMPTS = 3
 QUOTE_CHARS = 80
-_RUN = re.compile(r"(.)\1{%d,}" % (REPEAT_RUN - 1), re.DOTALL)
+_RUN = re.compile(rf"(.)\1{{{REPEAT_RUN - 1},}}", re.DOTALL)
 
 
 def _number(v: Any) -> float | None:
@@ -141,7 +143,7 @@ class GamingWatch:
                 groups_of.setdefault(key, set()).add(gi)
         kinds: Counter[str] = Counter()
         bad: list[str] = []
-        for gi, text, truncated in replies:
+        for _group, text, truncated in replies:
             why = degenerate_kind(text, truncated)
             if why is None and len(groups_of.get(" ".join(text.split()), ())) >= IDENTICAL_PROMPTS:
                 why = "the same reply to different prompts"
@@ -164,7 +166,7 @@ class GamingWatch:
                 {"kind": "termination"}
         elif top == "one character repeated":
             words, extra = (f"also require the reply to have no character repeated {REPEAT_RUN} times in a row",
-                            {"kind": "match", "pattern": r"(.)\1{%d,}" % (REPEAT_RUN - 1), "negate": True})
+                            {"kind": "match", "pattern": rf"(.)\1{{{REPEAT_RUN - 1},}}", "negate": True})
         else:
             words = (f"give '{name}' less weight than '{self.correct_rule}', or say what a good reply is more "
                      "precisely (the same reply to different prompts passes it)") if self.correct_rule else \
@@ -221,8 +223,8 @@ class GamingWatch:
     def _write(self, record: dict[str, Any]) -> None:
         if self.path is None:
             return
+        line = redact(json.dumps(stamped(GAMING_FILE, record), ensure_ascii=False) + "\n")
         try:
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            append_whole(self.path, line.encode("utf-8"))  # whole or not at all; replies hold no secret
         except OSError:
             pass  # the warning is still printed; the studio then has no record of it

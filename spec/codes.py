@@ -275,3 +275,5 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
     ErrorCode("E213", "sailrl.studio.yaml_patch.PatchError", "The studio cannot apply an edit to the spec's YAML."),
     ErrorCode("E220", "sailrl.commands.show.ShowError", "sailrl show cannot print what was asked."),
 )}
+    ErrorCode("E214", "sailrl.studio.runner.RunError", "The studio refuses to start or stop a run (one is running, "
+              "the spec is not saved, a run it did not start)."),

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sailrl.runtime.gaming import GAMING_FILE
-from sailrl.runtime.rundir import METRICS_FILE, open_run_file
+from sailrl.runtime.rundir import GAMING_FILE, METRICS_FILE, SCHEMA_KEY, open_run_file
+from sailrl.spec.errors import UserError
 
 __all__ = ["FRESH_S", "LOG_FILE", "OVERRIDABLE", "RunError", "Runner", "outcome_words", "progress"]
 
@@ -41,8 +41,10 @@ OVERRIDABLE: dict[str, tuple[float, float]] = {
 }
 
 
-class RunError(Exception):
+class RunError(UserError):
     """A run request refused: ``str(exc)`` plain words, ``status`` the HTTP status."""
+
+    code = "E214"
 
     def __init__(self, message: str, status: int = 409) -> None:
         super().__init__(message)
@@ -88,7 +90,7 @@ def _read_lines(path: Path, limit: int) -> list[dict[str, Any]]:
         except ValueError:
             continue
         if isinstance(obj, dict):
-            out.append(obj)
+            out.append({k: v for k, v in obj.items() if k != SCHEMA_KEY})
     return out
 
 
