@@ -336,7 +336,7 @@ class RunDirectory:
         if raw is None:
             return None
         try:
-            return json.loads(raw.decode("utf-8"))
+            config = json.loads(raw.decode("utf-8"))
         except RecursionError:
             raise ValueError("its JSON is nested too deeply") from None
         return unstamped(self.path / CONFIG_FILE, config) if isinstance(config, dict) else config

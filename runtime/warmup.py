@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import tinker
+
 from sailrl.runtime import report
 from sailrl.runtime.console import RunConsole
 from sailrl.runtime.data.order import WARMUP_SEED_OFFSET, rows_for_step, shuffle_seed
