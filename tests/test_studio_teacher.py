@@ -284,3 +284,49 @@ def test_the_run_outlives_the_studio(project, tmp_path):
     os.kill(pid, 0)  # still alive after the studio's process exited
     _step(run_dir, 1)
     _step(run_dir, 2)
+
+
+# ---------------------------------------------------------------------------------------------- new scores
+
+
+def _without_format(project: Path) -> str:
+    """The quickstart with its format rule removed (example 2 still expects a score for it)."""
+    text = project.read_text()
+    start = text.index("    - name: format")
+    end = text.index("\ntraining:")
+    return text[:start].rstrip("\n") + text[end:]
+
+
+def test_new_scores_drop_expectations_of_a_removed_rule_so_save_works(client, project):
+    text = _without_format(project)
+    check = client.post("/api/check", json={"text": text}).json()
+    assert "S302" in {p["code"] for p in check["problems"]} and check["only_examples"] is True
+    new = client.post("/api/examples/new-scores", json={"text": text}).json()
+    assert new["changes"] == [
+        {"index": 0, "dropped": False, "guard": False, "words": ["total 1 -> 0.5"]},
+        {"index": 1, "dropped": False, "guard": False,
+         "words": ["the expectation for 'format' dropped (no rule has that name now)"]}]
+    assert new["examples"][1] == {"completion": " 8", "fields": {"question": "3+4", "answer": "7"},
+                                  "expect": {"correct": 0.0}}
+    patched = client.post("/api/patch", json={"text": text, "rules": check["rules"],
+                                              "examples": new["examples"]}).json()
+    assert patched["check"]["valid"] is True
+    base = client.get("/api/spec").json()["disk_sha"]
+    assert client.post("/api/save", json={"text": patched["text"], "base_sha": base}).status_code == 200
+    # an example that expected only the removed rule is dropped, said in words
+    only = text.replace("expect: {correct: 0.0, format: 0.5}", "expect: {format: 0.5}")
+    new = client.post("/api/examples/new-scores", json={"text": only}).json()
+    assert new["changes"][1] == {"index": 1, "dropped": True, "guard": False, "words": [
+        "the example dropped: it expected scores only for rules the spec no longer has ('format')"]}
+    assert len(new["examples"]) == 3 and all(ex["completion"] != " 8" for ex in new["examples"])
+
+
+def test_new_scores_say_what_changes_and_flag_a_guard_that_would_pass(client, project):
+    # format weighs 1.0 now: ' 8 (or maybe 7)' still totals 0, ' 7' totals 1.5; a looser format passes the gamed reply
+    text = project.read_text().replace("pattern: '^\\s*-?\\d+\\s*$'", "pattern: '\\d'")
+    new = client.post("/api/examples/new-scores", json={"text": text}).json()
+    by_index = {c["index"]: c for c in new["changes"]}
+    assert by_index[3] == {"index": 3, "dropped": False, "guard": True,
+                           "words": ["total 0 -> 0.5 (it was expected to fail: it would now pass)"]}
+    assert new["guards"] == sum(1 for c in new["changes"] if c["guard"]) >= 1
+    assert new["examples"][3]["expect_total"] == 0.5

@@ -10,7 +10,8 @@ the user sees; the server caches validation, reward functions, rows and prefligh
 - ``POST /api/try {text, completion, fields, truncated, num_tokens}``: every rule's verdict and the total (a judge
   rule whose judge is not called -- a remote one without ``sailrl studio --judge`` -- is "not checked", with
   ``passed`` and ``score`` null, and the total is then null, ``total_note`` says why).
-- ``POST /api/examples {text}``: the worked examples, scored. ``POST /api/rows``, ``/api/row``, ``/api/preflight``.
+- ``POST /api/examples {text}``: the worked examples, scored. ``POST /api/examples/new-scores {text}``: the
+  examples with the scores the rules give them now, and what changes per example (a guard flagged). ``POST /api/rows``, ``/api/row``, ``/api/preflight``.
 - ``POST /api/save {text, base_sha}``: write the spec (see :meth:`sailrl.studio.session.Studio.save`).
 - ``GET /api/source?path=``: a file of the spec's folder (a python rule's module), read-only.
 - ``POST /api/runs {text}``; ``GET /api/run/metrics?run=&after=&file=`` (``after``: a byte offset, the ``next``
@@ -171,6 +172,10 @@ def _examples(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
     return studio.examples(_text(body))
 
 
+def _new_scores(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
+    return studio.new_scores(_text(body))
+
+
 def _rows(studio: Studio, request: Request, body: dict[str, Any]) -> Any:
     return studio.row_list(_text(body), str(body.get("q") or ""), _int(body.get("offset"), "offset", 0),
                            _int(body.get("limit"), "limit", 20))
@@ -278,6 +283,7 @@ ROUTES = [
     Route("/api/patch", endpoint(_patch, redacted=False), methods=["POST"]),
     Route("/api/try", endpoint(_try), methods=["POST"]),
     Route("/api/examples", endpoint(_examples), methods=["POST"]),
+    Route("/api/examples/new-scores", endpoint(_new_scores), methods=["POST"]),
     Route("/api/rows", endpoint(_rows), methods=["POST"]),
     Route("/api/row", endpoint(_row), methods=["POST"]),
     Route("/api/preflight", endpoint(_preflight), methods=["POST"]),

@@ -517,6 +517,65 @@ class Studio:
                         "contributions": score.contributions})
         return {"examples": out}
 
+    def new_scores(self, text: str) -> dict[str, Any]:
+        """The page's "use the new scores": every example with the scores its rules give it now, and what that
+        changes, per example, in words (``old -> new``).
+
+        An expectation for a rule the spec no longer has is dropped (an example left expecting nothing is dropped
+        too), so a removed rule never blocks a save. A change that makes a reply the spec marks as failing pass (an
+        expected total or rule score of 0 or less that would now be above 0: a guard, such as a gamed reply that
+        must score 0) is flagged ``guard``: the page asks before it accepts one. Answer: ``{"examples"`` (the new
+        list), ``"changes"`` (``{"index", "dropped", "words", "guard"}`` per changed example), ``"guards"`` (how
+        many changes are guards)``}``.
+        """
+        checked = self.check(text)
+        scored = self.examples(text)["examples"]
+        names = set(checked.reward_fn.rule_names) if checked.reward_fn is not None else set()
+        out: list[Any] = []
+        changes: list[dict[str, Any]] = []
+        for e in scored:
+            ex = e["example"]
+            if e["passed"] is not False or not isinstance(ex, dict):
+                out.append(ex)
+                continue
+            ex = dict(ex)
+            words: list[str] = []
+            guard = False
+
+            def change(what: str, old: Any, new: float) -> None:
+                nonlocal guard
+                is_guard = isinstance(old, (int, float)) and old <= 0 < new
+                guard = guard or is_guard
+                words.append(f"{what} {old:g} -> {new:g}" + (" (it was expected to fail: it would now pass)"
+                                                               if is_guard else ""))
+
+            expect = dict(ex.get("expect") or {}) if isinstance(ex.get("expect"), dict) else {}
+            removed = [n for n in expect if n not in names]
+            for name in list(expect):
+                if name not in names:
+                    del expect[name]
+                    words.append(f"the expectation for '{name}' dropped (no rule has that name now)")
+                elif isinstance(expect[name], (int, float)) and abs(expect[name] - e["contributions"][name]) > 1e-9:
+                    change(f"'{name}'", expect[name], e["contributions"][name])
+                    expect[name] = e["contributions"][name]
+            if "expect" in ex:
+                if expect:
+                    ex["expect"] = expect
+                else:
+                    del ex["expect"]
+            total = ex.get("expect_total")
+            if isinstance(total, (int, float)) and "total" in e and abs(total - e["total"]) > 1e-9:
+                change("total", total, e["total"])
+                ex["expect_total"] = e["total"]
+            dropped = "expect" not in ex and "expect_total" not in ex
+            if dropped:
+                words = ["the example dropped: it expected scores only for rules the spec no longer has ("
+                         + ", ".join(f"'{n}'" for n in removed) + ")"]
+            else:
+                out.append(ex)
+            changes.append({"index": e["index"], "dropped": dropped, "words": words, "guard": guard})
+        return {"examples": out, "changes": changes, "guards": sum(1 for c in changes if c["guard"])}
+
     # ------------------------------------------------------------------------------------------ data
 
     def _spec_or_raise(self, text: str) -> Any:

@@ -583,18 +583,29 @@ const refreshExamples = latest(async () => {
   if (!r.examples.length) tbody.append(h("tr", {}, h("td", { colspan: 5, class: "help" }, "No examples yet: try a completion and click Add as example.")));
 });
 
-// Examples whose expected scores no longer hold take the scores the rules give them now.
-async function useNewScores() {
-  let changed = 0;
-  for (const e of S.exampleResults) {
-    if (e.passed !== false || !S.examples[e.index]) continue;
-    const ex = S.examples[e.index];
-    if (ex.expect_total !== undefined) ex.expect_total = e.total;
-    if (ex.expect) for (const k of Object.keys(ex.expect)) if (k in e.contributions) ex.expect[k] = e.contributions[k];
-    changed++;
+// Examples whose expected scores no longer hold take the scores the rules give them now (the server says what
+// changes, per example; an expectation for a removed rule is dropped). A change that makes a reply the spec marks
+// as failing pass (a guard) is shown and accepted only when she says so (force).
+async function useNewScores(force = false) {
+  let r;
+  try { r = await api("/api/examples/new-scores", { text: S.text }); } catch (err) { status(err.message, "error"); return -1; }
+  const list = $("#new-scores-list");
+  list.replaceChildren();
+  for (const c of r.changes) {
+    list.append(h("li", { class: c.guard ? "fail" : "" }, `example ${c.index + 1}: ${c.words.join("; ")}`));
   }
+  $("#new-scores").hidden = !r.changes.length;
+  if (r.guards && !force) {
+    $("#new-scores-ask").hidden = false;
+    status(`${r.guards} example${r.guards === 1 ? "" : "s"} the spec marks as failing would pass with the new scores: ` +
+      "accept or keep the old ones (listed under Examples)", "error");
+    return -1;
+  }
+  $("#new-scores-ask").hidden = true;
+  S.examples = r.examples;
   await patchOnce();
-  status(`${changed} example${changed === 1 ? "" : "s"} now expect${changed === 1 ? "s" : ""} the new scores`);
+  const changed = r.changes.length;
+  status(`${changed} example${changed === 1 ? "" : "s"} changed to the new scores (listed under Examples)`);
   return changed;
 }
 
@@ -938,9 +949,7 @@ async function loadSpec(note) {
 
 async function save() {
   if (S.check && !S.check.valid && S.check.only_examples) {
-    const r = await api("/api/examples", { text: S.text });
-    S.exampleResults = r.examples;
-    await useNewScores();
+    if (await useNewScores() < 0) return;  // a guard would pass: she accepts (or not) under Examples first
     const check = await api("/api/check", { text: S.text });
     applyCheck(check, { rebuild: false });
     if (!check.valid) { status("the spec still has problems: see the list under the YAML", "error"); return; }
@@ -1191,7 +1200,9 @@ function wire() {
   $("#new-kind").addEventListener("change", starterChanged);
   $("#label-good").addEventListener("click", () => addLabel($("#completion").value, S.fields, $("#truncated").checked, true));
   $("#label-bad").addEventListener("click", () => addLabel($("#completion").value, S.fields, $("#truncated").checked, false));
-  $("#use-new-scores").addEventListener("click", useNewScores);
+  $("#use-new-scores").addEventListener("click", () => useNewScores());
+  $("#new-scores-accept").addEventListener("click", () => useNewScores(true));
+  $("#new-scores-keep").addEventListener("click", () => { $("#new-scores").hidden = true; status("the examples keep their old scores"); });
   $("#run-check").addEventListener("click", planRun);
   $("#run-stop").addEventListener("click", stopRun);
   $("#sample-go").addEventListener("click", sampleModel);
