@@ -248,14 +248,32 @@ def _pool() -> WorkerPool:
         return _POOL
 
 
-class PythonTool:
-    """The built-in ``python`` tool, each call isolated in its own Linux namespaces (:mod:`sailrl.runtime.bubblewrap`),
-    as a cookbook :class:`~tinker_cookbook.tool_use.Tool`. ``timeout_s``, ``memory_mb``, ``max_output_chars``,
-    ``disk_mb``, ``network``: the spec's tool entry."""
+class _SnippetTool:
+    """What both local python tools share as a cookbook :class:`~tinker_cookbook.tool_use.Tool`: the declaration,
+    and ``run``, which calls the subclass's blocking ``call`` off the event loop."""
 
     name = "python"
     description = SPEC["description"]
     parameters_schema = SPEC["parameters"]
+
+    def to_spec(self) -> dict[str, Any]:
+        return dict(SPEC)
+
+    def call(self, arguments: dict[str, Any]) -> SnippetOutcome:
+        raise NotImplementedError
+
+    async def run(self, input: ToolInput) -> ToolResult:  # noqa: A002 - the cookbook's parameter name
+        out = await asyncio.to_thread(self.call, input.arguments)
+        result = simple_tool_result(out.content, call_id=input.call_id or "", name=self.name)
+        if out.error:
+            result.metadata["error"] = out.error
+        return result
+
+
+class PythonTool(_SnippetTool):
+    """The built-in ``python`` tool, each call isolated in its own Linux namespaces (:mod:`sailrl.runtime.bubblewrap`),
+    as a cookbook :class:`~tinker_cookbook.tool_use.Tool`. ``timeout_s``, ``memory_mb``, ``max_output_chars``,
+    ``disk_mb``, ``network``: the spec's tool entry."""
 
     def __init__(self, *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 4000,
                  disk_mb: int = DEFAULT_DISK_MB, network: bool = False) -> None:
@@ -264,9 +282,6 @@ class PythonTool:
         self.max_output_chars = int(max_output_chars)
         self.limits = Limits(timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                              max_output_chars=self.max_output_chars, disk_mb=int(disk_mb), network=bool(network))
-
-    def to_spec(self) -> dict[str, Any]:
-        return dict(SPEC)
 
     def call(self, arguments: dict[str, Any]) -> SnippetOutcome:
         """Run the snippet of ``arguments`` in a fresh sandbox. Never raises; bounded by ``timeout_s`` plus half
@@ -283,31 +298,17 @@ class PythonTool:
         return describe_outcome(found.error, found.output, found.message, timeout_s=self.timeout_s,
                                 memory_mb=self.memory_mb, max_output_chars=self.max_output_chars)
 
-    async def run(self, input: ToolInput) -> ToolResult:  # noqa: A002 - the cookbook's parameter name
-        out = await asyncio.to_thread(self.call, input.arguments)
-        result = simple_tool_result(out.content, call_id=input.call_id or "", name=self.name)
-        if out.error:
-            result.metadata["error"] = out.error
-        return result
 
-
-class UnisolatedPythonTool:
+class UnisolatedPythonTool(_SnippetTool):
     """The built-in ``python`` tool in a process forked from a worker (``environment.sandbox: unisolated_worker``:
     not isolated from the machine), as a cookbook :class:`~tinker_cookbook.tool_use.Tool`. ``timeout_s``,
     ``memory_mb``, ``max_output_chars``: the spec's tool entry."""
-
-    name = "python"
-    description = SPEC["description"]
-    parameters_schema = SPEC["parameters"]
 
     def __init__(self, *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 4000,
                  **_: Any) -> None:
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
         self.max_output_chars = int(max_output_chars)
-
-    def to_spec(self) -> dict[str, Any]:
-        return dict(SPEC)
 
     def call(self, arguments: dict[str, Any]) -> SnippetOutcome:
         """Run the snippet of ``arguments`` in a worker. Never raises; bounded by ``timeout_s`` plus a few
@@ -330,10 +331,3 @@ class UnisolatedPythonTool:
         return describe_outcome(reply.get("error"), str(reply.get("output", "")), str(reply.get("message", "")),
                                 timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                                 max_output_chars=self.max_output_chars)
-
-    async def run(self, input: ToolInput) -> ToolResult:  # noqa: A002 - the cookbook's parameter name
-        out = await asyncio.to_thread(self.call, input.arguments)
-        result = simple_tool_result(out.content, call_id=input.call_id or "", name=self.name)
-        if out.error:
-            result.metadata["error"] = out.error
-        return result
