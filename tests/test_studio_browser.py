@@ -187,6 +187,23 @@ def edit_a_rule_see_the_verdict_change_add_an_example_and_save(page, studio, sho
     assert validate_file(spec).spec.examples[-1].completion == "5!"
 
 
+def an_empty_contains_rule_is_refused_at_its_field(page):
+    pg = page
+    rules = pg.locator("#rules .rule").count()
+    pg.select_option("#new-kind", "starter:contains")
+    pg.fill("#new-ask", "")
+    pg.click("#add-rule")
+    assert pg.locator("#new-ask-problem").inner_text() == (
+        "type the text the reply must contain: an empty text is in every reply, so the rule would pass everything")
+    assert pg.locator("#rules .rule").count() == rules
+    pg.fill("#new-ask", "=")
+    pg.click("#add-rule")
+    assert pg.locator("#new-ask-problem").is_hidden()
+    wait_for(pg, "document.querySelector('#yaml').value.includes('name: contains')")
+    pg.locator("#rules .remove-rule").last.click()  # the walk goes on with the spec's own two rules
+    wait_for(pg, "!document.querySelector('#yaml').value.includes('name: contains')")
+
+
 def problems_show_at_their_field_with_the_clis_code(page, shots):
     pg = page
     yaml = pg.locator("#yaml")
@@ -373,6 +390,7 @@ def a_spec_that_does_not_parse_shows_its_errors_and_stays_editable(page, studio)
 def test_the_studio_in_a_browser(browser, studio, page, shots):
     """One walk through the page (one server, one browser: xdist keeps a test on one worker, and the steps build
     on each other: the example added and saved in the first is in the file the others read)."""
+    an_empty_contains_rule_is_refused_at_its_field(page)
     edit_a_rule_see_the_verdict_change_add_an_example_and_save(page, studio, shots)
     problems_show_at_their_field_with_the_clis_code(page, shots)
     follows_the_file_on_disk_and_never_overwrites_a_change(page, studio)

@@ -1050,6 +1050,7 @@ function starterChanged() {
   const ask = $("#new-ask");
   ask.hidden = !(st && st.ask);
   ask.placeholder = st && st.ask ? st.ask : "";
+  $("#new-ask-problem").hidden = true;
 }
 
 function addRule() {
@@ -1060,6 +1061,15 @@ function addRule() {
   if (st) {
     rule = JSON.parse(JSON.stringify(st.rule));
     const said = $("#new-ask").value;
+    const problem = $("#new-ask-problem");
+    if (st.id === "contains" && said === "") {  // an empty text is in every reply: the rule would pass everything
+      problem.hidden = false;
+      problem.textContent = "type the text the reply must contain: an empty text is in every reply, so the rule " +
+        "would pass everything";
+      $("#new-ask").focus();
+      return;
+    }
+    problem.hidden = true;
     if (st.id === "contains") rule.pattern = escapeRegex(said);
     if (st.id === "max_words") rule.pattern = rule.pattern.replace("N", String(Math.max(1, parseInt(said, 10) || 50)));
     if (st.id === "judge") rule.rubric = said || "The reply is correct and polite.";
