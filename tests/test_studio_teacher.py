@@ -330,3 +330,37 @@ def test_new_scores_say_what_changes_and_flag_a_guard_that_would_pass(client, pr
                            "words": ["total 0 -> 0.5 (it was expected to fail: it would now pass)"]}
     assert new["guards"] == sum(1 for c in new["changes"] if c["guard"]) >= 1
     assert new["examples"][3]["expect_total"] == 0.5
+
+
+def _rules_spec(project: Path, rules: str) -> str:
+    text = project.read_text()
+    start = text.index("  rules:\n") + len("  rules:\n")
+    end = text.index("\ntraining:")
+    return (text[:start] + rules + text[end:])[:(text[:start] + rules + text[end:]).index("examples:")]
+
+
+def test_no_proposal_copies_a_rule_the_spec_has(client, project):
+    text = _rules_spec(project, "    - name: correct\n      kind: answer\n      extract: {from: whole}\n"
+                                "      compare: numeric\n      weight: 1.0\n"
+                                "    - name: shows_working\n      kind: all_of\n      checks:\n"
+                                "        - {kind: match, pattern: '='}\n        - {kind: termination}\n")
+    got = client.post("/api/labels", json={"text": text, "labels": LABELS}).json()
+    assert got["rules"]["shows_working"] == [True, True, True, True]
+    bodies = [{k: v for k, v in p["rule"].items() if k not in ("name", "weight")} for p in got["proposals"]]
+    assert {"kind": "all_of", "checks": [{"kind": "match", "pattern": "="}, {"kind": "termination"}]} not in bodies
+
+
+def test_a_check_is_proposed_together_with_the_answer_rule(client, project):
+    text = _rules_spec(project, "    - name: correct\n      kind: answer\n      extract: {from: last_number}\n"
+                                "      compare: numeric\n      weight: 1.0\n")
+    labels = [{"completion": "3+4=7", "fields": {"question": "3+4", "answer": "7"}, "good": True},
+              {"completion": "2+2=4", "fields": {"question": "2+2", "answer": "4"}, "good": True},
+              {"completion": "3+4=8", "fields": {"question": "3+4", "answer": "7"}, "good": False},
+              {"completion": " 7", "fields": {"question": "3+4", "answer": "7"}, "good": False}]
+    got = client.post("/api/labels", json={"text": text, "labels": labels}).json()
+    first = got["proposals"][0]
+    assert first["together_with"] == "correct" and first["replaces"] is None
+    assert first["how"] == "a new rule, together with 'correct': a reply is good when both pass"
+    # '+' (in every good reply, missing from ' 7'), and ended on its own ('3+4=7aaa...' cut off is a gamed reply)
+    assert first["rule"] == {"name": "rule_1", "kind": "all_of", "weight": 1.0,
+                             "checks": [{"kind": "match", "pattern": "\\+"}, {"kind": "termination"}]}

@@ -3,7 +3,8 @@
 She marks replies good or bad (typed, or a run's rollouts). :func:`agreement` says, per rule, which labels it gets
 right (a good reply it passes, a bad one it fails). :func:`propose` searches rule kinds and their options, simplest
 first, for rules that get every label right -- changes of a rule that gets some wrong (its options varied, or the
-same check also requiring the reply to end on its own) and new rules -- and keeps only those that pass none of the
+same check also requiring the reply to end on its own) and new rules, never one the spec has already; when no single
+rule fits, a new check that fits together with an answer rule of the spec (both must pass) -- and keeps only those that pass none of the
 gaming probes: ``sailrl validate``'s W110 probes for answer rules
 (:func:`sailrl.compiler.reward_checks.probe_answer_rule`) and, for every rule, degenerate replies (empty, one
 character repeated and cut at max_tokens, a good reply with a repeated tail cut at max_tokens).
@@ -168,9 +169,12 @@ def propose(rules: list[Any], labels: list[Label], reference_field: str, spec_di
     if not labels or not any(x.good for x in labels) or not any(not x.good for x in labels):
         return []
     out: list[dict[str, Any]] = []
+    have = [_body(r) for r in rules if isinstance(r, dict)]
     seen: set[str] = set()
     for _, how, body, index in _candidates(rules, labels):
         if index is not None and not wrong.get(index):
+            continue
+        if body in have:  # the spec has this rule already (a copy would count it twice)
             continue
         key = repr((body, index))
         if key in seen:
@@ -188,15 +192,65 @@ def propose(rules: list[Any], labels: list[Label], reference_field: str, spec_di
             rule = {"name": old.get("name"), **{k: old[k] for k in ("weight", "pass_score", "fail_score") if k in old},
                     **body}
         else:
-            taken = {r.get("name") for r in rules if isinstance(r, dict)}
-            n = 1
-            while f"rule_{n}" in taken:
-                n += 1
-            rule = {"name": f"rule_{n}", **body, "weight": 1.0}
+            rule = {"name": _new_name(rules), **body, "weight": 1.0}
         rule = {k: v for k, v in rule.items() if v is not None}
         sentence = rule_sentence(rule, reference_field, spec_dir)
         out.append({"sentence": sentence, "rule": rule, "replaces": index, "how": how,
                     "probes": len(_probes(labels)) + (1 if body.get("kind") == "answer" else 0)})
         if len(out) >= MAX_PROPOSALS:
             break
+    if not out:
+        out = _with_answer_rule(rules, labels, reference_field, spec_dir, have)
+    return out
+
+
+def _body(rule: dict[str, Any]) -> dict[str, Any]:
+    """A rule without its name and scores: what it checks (two rules with the same body are the same rule)."""
+    return {k: v for k, v in rule.items() if k not in ("name", "weight", "pass_score", "fail_score") and v is not None}
+
+
+def _new_name(rules: list[Any]) -> str:
+    taken = {r.get("name") for r in rules if isinstance(r, dict)}
+    n = 1
+    while f"rule_{n}" in taken:
+        n += 1
+    return f"rule_{n}"
+
+
+def _with_answer_rule(rules: list[Any], labels: list[Label], reference_field: str, spec_dir: Path | None,
+                      have: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """When no single rule gets every label right: a new check that, together with an answer rule the spec has,
+    does (a reply is good when both pass: "the last number equals the answer AND the reply contains '='"). The pair
+    passes no gaming probe together."""
+    out: list[dict[str, Any]] = []
+    for rule in rules:
+        if not isinstance(rule, dict) or rule.get("kind") != "answer" or not rule.get("name"):
+            continue
+        answer = _compile({**_body(rule), "name": _NAME}, reference_field, spec_dir)
+        if answer is None:
+            continue
+        right = [_passes(answer, _NAME, x) for x in labels]
+        if None in right:
+            continue
+        tried: set[str] = set()
+        for _, _, body, index in _candidates(rules, labels):
+            if index is not None or body.get("kind") == "answer" or body in have or repr(body) in tried:
+                continue
+            tried.add(repr(body))
+            fn = _compile({"name": _NAME, **body}, reference_field, spec_dir)
+            if fn is None or fn.judges:
+                continue
+            if any((ok and _passes(fn, _NAME, x)) != x.good for ok, x in zip(right, labels, strict=True)):
+                continue
+            fields = next((x.fields for x in labels if x.good), {})
+            if any(answer.score(t, fields, truncated=c).passed[_NAME] and fn.score(t, fields, truncated=c).passed[_NAME]
+                   for _, t, c in _probes(labels)):
+                continue
+            new = {"name": _new_name(rules), **body, "weight": 1.0}
+            sentence = rule_sentence(new, reference_field, spec_dir)
+            out.append({"sentence": sentence, "rule": new, "replaces": None, "together_with": rule["name"],
+                        "how": f"a new rule, together with '{rule['name']}': a reply is good when both pass",
+                        "probes": len(_probes(labels))})
+            if len(out) >= MAX_PROPOSALS:
+                return out
     return out
