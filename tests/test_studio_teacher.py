@@ -364,3 +364,36 @@ def test_a_check_is_proposed_together_with_the_answer_rule(client, project):
     # '+' (in every good reply, missing from ' 7'), and ended on its own ('3+4=7aaa...' cut off is a gamed reply)
     assert first["rule"] == {"name": "rule_1", "kind": "all_of", "weight": 1.0,
                              "checks": [{"kind": "match", "pattern": "\\+"}, {"kind": "termination"}]}
+
+
+def test_a_stopped_run_is_over_at_once_and_a_new_one_shows_none_of_the_old(project):
+    c = _client(project, command=_fake(3))
+    text = project.read_text()
+    run_dir = project.parent / "runs" / "quickstart"
+    c.post("/api/run/start", json={"text": text, "mode": "new", "overrides": {"training.steps": 3}})
+    _wait_for(run_dir / "fake.json", "the run's start")
+    _step(run_dir, 1)
+    (run_dir / "gaming.jsonl").write_text(json.dumps({"step": 1, "rule": "format", "message": "old"}) + "\n")
+    c.post("/api/run/stop", json={"run": "runs/quickstart"})
+    deadline = time.monotonic() + 30
+    while c.get("/api/run/status?run=runs/quickstart").json()["alive"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # metrics.jsonl was written a moment ago, by the run that has now exited: it is stopped, not running
+    status = c.get("/api/run/status?run=runs/quickstart").json()
+    assert status["running"] is False and status["exit_code"] == 130
+    assert status["progress"]["seconds_left"] is None and status["progress"]["done"] == 1
+    plan = c.post("/api/run/plan", json={"text": text}).json()
+    assert plan["running"] is False and plan["resumable"] is True
+    # start over at once: the new run's status shows none of the old run's step, outcome or warnings
+    (run_dir / "fake.json").unlink()
+    started = c.post("/api/run/start", json={"text": text, "mode": "new", "overrides": {"training.steps": 2}})
+    assert started.status_code == 200
+    _wait_for(run_dir / "fake.json", "the new run's start")
+    status = c.get("/api/run/status?run=runs/quickstart").json()
+    assert status["progress"]["done"] == 0 and status["progress"]["total"] == 2
+    assert status["outcome"] is None and status["gaming"] == []
+    c.post("/api/run/stop", json={"run": "runs/quickstart"})
+    while c.get("/api/run/status?run=runs/quickstart").json()["alive"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

@@ -77,11 +77,12 @@ def check_overrides(raw: Any) -> dict[str, float]:
     return out
 
 
-def _read_lines(path: Path, limit: int) -> list[dict[str, Any]]:
+def _read_lines(path: Path, limit: int, offset: int = 0) -> list[dict[str, Any]]:
     f = open_run_file(path)
     if f is None:
         return []
     with f:
+        f.seek(offset)
         raw = f.read(limit)
     out = []
     for line in raw.split(b"\n"):
@@ -137,6 +138,42 @@ class Runner:
         self.command = command or default_command
         self._lock = threading.Lock()
         self._procs: dict[Path, subprocess.Popen[bytes]] = {}
+        # a new run (not a resume): what its folder held before it started, so its status never shows the previous
+        # run's steps, outcome or warnings: file name -> (inode, size) at the start, and the steps asked for
+        self._before: dict[Path, dict[str, tuple[int, int] | None]] = {}
+        self._steps: dict[Path, int | None] = {}
+
+    @staticmethod
+    def _stamp(path: Path) -> tuple[int, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size)
+
+    def since(self, run_dir: Path, name: str) -> int | None:
+        """The byte offset in ``run_dir/name`` where the new run this studio started there begins: what it appended
+        after the previous run's lines (0 when it wrote the file anew, when the run is a resume, or when the studio
+        started none there); None while the file is still the previous run's, unchanged."""
+        with self._lock:
+            before = self._before.get(run_dir)
+        if before is None:
+            return 0
+        was, now = before.get(name), self._stamp(run_dir / name)
+        if was is None or now is None or now[0] != was[0] or now[1] < was[1]:
+            return 0  # none before, or replaced or cut: all of it is the new run's
+        return was[1] if now[1] > was[1] else None
+
+    def steps_asked(self, run_dir: Path) -> int | None:
+        with self._lock:
+            return self._steps.get(run_dir)
+
+    def ended_here(self, run_dir: Path) -> bool:
+        """Whether the last run this studio started in ``run_dir`` has exited (its records are final: the folder's
+        recent writes were that run's, not one going on elsewhere)."""
+        with self._lock:
+            proc = self._procs.get(run_dir)
+            return proc is not None and proc.poll() is not None
 
     def alive(self, run_dir: Path) -> subprocess.Popen[bytes] | None:
         """The process this studio started in ``run_dir`` while it runs (None otherwise; a finished one is reaped)."""
@@ -170,7 +207,8 @@ class Runner:
             running = [d for d, p in self._procs.items() if p.poll() is None]
             if running:
                 raise RunError(f"a run of this spec is going on ({running[0]}): stop it first, or wait for it")
-            if self.fresh(run_dir):
+            ours = run_dir in self._procs  # its recent writes were the run this studio started (ended, see above)
+            if not ours and self.fresh(run_dir):
                 raise RunError(f"{run_dir} is being written by a run started elsewhere (its metrics.jsonl grew in "
                                f"the last {FRESH_S:.0f} s): one run at a time per spec")
             if mode == "resume" and not (run_dir / METRICS_FILE).is_file():
@@ -187,6 +225,9 @@ class Runner:
             finally:
                 log.close()
             self._procs[run_dir] = proc
+            self._before[run_dir] = {n: self._stamp(run_dir / n) for n in (METRICS_FILE, GAMING_FILE)} \
+                if mode == "new" else None
+            self._steps[run_dir] = int(overrides["training.steps"]) if "training.steps" in overrides else None
         return {"pid": proc.pid, "argv": argv, "log": str(run_dir / LOG_FILE)}
 
     def stop(self, run_dir: Path) -> dict[str, Any]:
@@ -212,7 +253,7 @@ class Runner:
             return f.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
 
     @staticmethod
-    def gaming(run_dir: Path, last_step: int | None) -> list[dict[str, Any]]:
-        """The run's gaming warnings (``gaming.jsonl``) of the steps it still has."""
-        out = _read_lines(run_dir / GAMING_FILE, MAX_GAMING_BYTES)
+    def gaming(run_dir: Path, last_step: int | None, offset: int = 0) -> list[dict[str, Any]]:
+        """The run's gaming warnings (``gaming.jsonl`` from byte ``offset`` on) of the steps it still has."""
+        out = _read_lines(run_dir / GAMING_FILE, MAX_GAMING_BYTES, offset)
         return [g for g in out if last_step is None or (isinstance(g.get("step"), int) and g["step"] <= last_step)]

@@ -44,7 +44,7 @@ from sailrl.runtime.judge_clients import connect_judges, not_checked
 from sailrl.runtime.prompts import PromptBuilder, PromptError
 from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, RewardFunction
 from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
-from sailrl.runtime.rundir import METRICS_FILE, SCHEMA_KEY, open_run_file
+from sailrl.runtime.rundir import GAMING_FILE, METRICS_FILE, SCHEMA_KEY, open_run_file
 from sailrl.spec.codes import CODES
 from sailrl.spec.errors import SpecError, SpecErrors, UserError
 from sailrl.spec.loader import read_spec_file
@@ -838,7 +838,8 @@ class Studio:
         alive = self.runner.alive(path)
         return {"run": run_id, "path": str(path), "needs_save": digest != hashlib.sha256(text.encode()).hexdigest(),
                 "verdict": report.get("verdict"), "problems": report.get("problems") or [], "cost": cost,
-                "resumable": (path / METRICS_FILE).is_file(), "running": alive is not None or self.runner.fresh(path),
+                "resumable": (path / METRICS_FILE).is_file(),
+                "running": alive is not None or (not self.runner.ended_here(path) and self.runner.fresh(path)),
                 "overrides": overrides}
 
     def run_start(self, text: str, mode: str, raw_overrides: Any) -> dict[str, Any]:
@@ -867,7 +868,8 @@ class Studio:
         """A run's progress, time left, outcome in words, gaming warnings and its log's tail."""
         path = self._run_path(run)
         f = _run_file(path, METRICS_FILE)
-        metrics = read_metrics(f)["lines"] if f is not None else []
+        since = self.runner.since(path, METRICS_FILE)  # a new run started here: none of the previous run's steps
+        metrics = read_metrics(f, since)["lines"] if f is not None and since is not None else []
         config_file = _run_file(path, "config.json")
         total, correct_rule = None, None
         if config_file is not None and config_file.stat().st_size < 4 * 1024 * 1024:
@@ -880,14 +882,19 @@ class Studio:
                     (r.get("name") for r in reward.get("rules") or [] if r.get("kind") == "answer"), None)
             except (ValueError, TypeError, AttributeError):
                 pass
+        if self.runner.started_here(path) and self.runner.steps_asked(path) is not None:
+            total = self.runner.steps_asked(path)  # the steps she chose (config.json may still be the last run's)
         alive = self.runner.alive(path) is not None
-        running = alive or self.runner.fresh(path)
+        # a run this studio started and that has exited is over, however recently it wrote metrics.jsonl
+        running = alive or (not self.runner.ended_here(path) and self.runner.fresh(path))
         last = max((m["step"] for m in metrics if isinstance(m.get("step"), int)), default=None)
         prog = progress(metrics, total, running)
         ended = None if running or not self.runner.started_here(path) else self.runner.exit_code(path)
+        gaming_since = self.runner.since(path, GAMING_FILE)
+        gaming = self.runner.gaming(path, last, gaming_since) if gaming_since is not None else []
         return {"run": run, "running": running, "started_here": self.runner.started_here(path), "alive": alive,
                 "exit_code": ended, "progress": prog, "outcome": outcome_words(metrics, correct_rule),
-                "gaming": self.runner.gaming(path, last), "log": self.runner.log_tail(path)}
+                "gaming": gaming, "log": self.runner.log_tail(path)}
 
     # ------------------------------------------------------------------------------------------ take it away
 

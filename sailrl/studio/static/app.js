@@ -1133,7 +1133,13 @@ async function pollStatus() {
   if (!S.run) return;
   let st;
   try { st = await api(`/api/run/status?run=${encodeURIComponent(S.run)}`); } catch { return; }
+  const was = S.runStatus;
   S.runStatus = st;
+  if (was && was.run === st.run && was.running && !st.running) {  // it has ended: Resume / Start over again
+    status(st.exit_code === 130 ? "stopped: the run saved its state (Resume continues it)" :
+      st.exit_code ? `the run ended with exit code ${st.exit_code}` : "the run finished");
+    if ($("#run-plan").childElementCount) planRun();
+  }
   const pr = st.progress;
   const bar = $("#run-progress");
   bar.max = pr.total || 1; bar.value = pr.done;
@@ -1214,6 +1220,10 @@ function wire() {
   $("#new-scores-accept").addEventListener("click", () => useNewScores(true));
   $("#new-scores-keep").addEventListener("click", () => { $("#new-scores").hidden = true; status("the examples keep their old scores"); });
   $("#run-check").addEventListener("click", planRun);
+  // the steps she chose survive a reload (per spec file)
+  const stepsKey = `sailrl-studio-steps:${location.pathname}`;
+  try { const kept = localStorage.getItem(stepsKey); if (kept) $("#run-steps").value = kept; } catch { /* storage off */ }
+  $("#run-steps").addEventListener("input", (e) => { try { localStorage.setItem(stepsKey, e.target.value); } catch { /* storage off */ } });
   $("#run-stop").addEventListener("click", stopRun);
   $("#sample-go").addEventListener("click", sampleModel);
   $("#export-go").addEventListener("click", exportModel);
