@@ -185,7 +185,9 @@ def test_start_follow_stop_resume_from_the_page(project):
     plan = c.post("/api/run/plan", json={"text": text, "overrides": {"training.steps": 3}}).json()
     assert plan["run"] == "runs/quickstart" and plan["needs_save"] is False and plan["resumable"] is False
     assert plan["verdict"] and any("tokens" in line for line in plan["cost"])
-    assert plan["cost"][-1] == "with training.steps=3 (the estimate above is for the spec's own values)"
+    assert plan["cost"][-1] == "with training.steps=3 (the estimate above is for these values)"
+    assert any("3 RL steps" in line for line in plan["cost"]) and not any("100 RL steps" in ln for ln in plan["cost"])
+    assert all(isinstance(line, str) and "null" not in line for line in plan["cost"])
     started = c.post("/api/run/start", json={"text": text, "mode": "new", "overrides": {"training.steps": 3}}).json()
     assert started["run"] == "runs/quickstart" and started["argv"][-1] == "new"
     _wait_for(run_dir / "fake.json", "the run's start")

@@ -831,10 +831,16 @@ class Studio:
         run_id, path = self._own_run_dir(checked)
         _, digest, _ = self.disk()
         report = self.preflight(text)
-        cost = estimate_run(checked.spec, None).render()
+        spec = checked.spec
+        for key, value in overrides.items():  # the estimate is for the values she chose (the spec's own otherwise)
+            section, field = key.split(".")
+            part = getattr(spec, section)
+            kept = int(value) if isinstance(getattr(part, field), int) else value
+            spec = spec.model_copy(update={section: part.model_copy(update={field: kept})})
+        cost = [line for line in estimate_run(spec, None).render() if line is not None]
         if overrides:
             cost.append("with " + ", ".join(f"{k}={v:g}" for k, v in overrides.items()) + " (the estimate above is "
-                        "for the spec's own values)")
+                        "for these values)")
         alive = self.runner.alive(path)
         return {"run": run_id, "path": str(path), "needs_save": digest != hashlib.sha256(text.encode()).hexdigest(),
                 "verdict": report.get("verdict"), "problems": report.get("problems") or [], "cost": cost,

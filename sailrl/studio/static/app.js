@@ -1097,9 +1097,9 @@ async function planRun() {
   try {
     const p = await api("/api/run/plan", { text: S.text, overrides: overrides() });
     box.replaceChildren(
-      h("p", { class: "verdict" }, `preflight: ${p.verdict}`),
+      p.verdict ? h("p", { class: "verdict" }, `preflight: ${p.verdict}`) : null,  // never a literal "null"
       h("ul", { class: "problems" }, (p.problems || []).map((x) => h("li", { class: x.severity }, x.message))),
-      h("pre", { class: "text cost" }, p.cost.join("\n")),
+      h("pre", { class: "text cost" }, (p.cost || []).filter((x) => x != null).join("\n")),
       p.needs_save ? h("p", { class: "fail" }, "Save the spec first: a run trains the spec file as saved.") : null,
       h("div", { class: "run-buttons" },
         h("button", { type: "button", id: "run-start", disabled: p.needs_save || p.running, onclick: () => startRun("new") },
