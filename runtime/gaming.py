@@ -14,6 +14,10 @@ step's metrics line and train rollouts (:meth:`sailrl.runtime.records.Records.en
   :data:`REPEAT_RUN` or more, or one character making up most of the reply), or the same text of
   :data:`IDENTICAL_CHARS` or more characters replied to :data:`IDENTICAL_PROMPTS` or more different prompts.
 
+A goal the model never reaches is said too, once per rule: a rule that passed on no reply for :data:`NEVER_STEPS`
+steps in a row (its pass rate 0 in each of the last :data:`NEVER_STEPS` metrics lines) gets one plain warning, that
+the model may not be able to write what the rule asks for, and what to try.
+
 Each warning is also appended as one JSON line to the run directory's ``gaming.jsonl`` (what ``sailrl studio``
 shows): the step, the rule, what was seen, three passing replies, and a proposed fix in words (and, where the fix
 is a rule, the rule: the same check also requiring the reply to end on its own, or to have no long run of one
@@ -33,7 +37,7 @@ from typing import Any
 from sailrl.runtime.redact import redact
 from sailrl.runtime.rundir import GAMING_FILE, append_whole, stamped
 
-__all__ = ["CLIMB", "GamingWatch", "degenerate_kind"]
+__all__ = ["CLIMB", "NEVER_STEPS", "GamingWatch", "degenerate_kind", "pass_rate"]
 
 #: Steps averaged at the start and at the end of the comparison.
 WINDOW = 3
@@ -46,6 +50,8 @@ DEGENERATE_SHARE = 0.5
 #: Fewest passing replies the degenerate check looks at.
 MIN_PASSING = 8
 REPEAT_RUN = 8
+#: Steps in a row on which a rule passed on no reply before it is warned of.
+NEVER_STEPS = 10
 IDENTICAL_CHARS = 8
 IDENTICAL_PROMPTS = 3
 QUOTE_CHARS = 80
@@ -58,6 +64,15 @@ def _number(v: Any) -> float | None:
 
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def pass_rate(value: Any, on_pass: float, on_fail: float) -> float | None:
+    """A rule's mean contribution ``value`` mapped onto 0..1 by its contributions on pass and on fail (None when it
+    is not a finite number, or when passing and failing score the same)."""
+    number = _number(value)
+    if number is None or on_pass == on_fail:
+        return None
+    return min(1.0, max(0.0, (number - on_fail) / (on_pass - on_fail)))
 
 
 def degenerate_kind(text: str, truncated: bool) -> str | None:
@@ -87,16 +102,24 @@ class GamingWatch:
         self.correct_rule = correct_rule
         self.path = Path(run_dir) / GAMING_FILE if run_dir is not None else None
         self.warned: set[str] = set()
+        self.never_warned: set[str] = set()
 
     # ------------------------------------------------------------------ the two signs
+    def _scores(self, name: str) -> tuple[float, float]:
+        rule = self.rules[name]
+        return rule.scores() if hasattr(rule, "scores") else (1.0, 0.0)
+
     def _pass_rate(self, line: dict[str, Any], name: str) -> float | None:
-        value = _number(line.get(f"reward/{name}"))
-        if value is None:
-            return None
-        on_pass, on_fail = self.rules[name].scores() if hasattr(self.rules[name], "scores") else (1.0, 0.0)
-        if on_pass == on_fail:
-            return None
-        return min(1.0, max(0.0, (value - on_fail) / (on_pass - on_fail)))
+        return pass_rate(line.get(f"reward/{name}"), *self._scores(name))
+
+    def _never_passed(self, history: Sequence[dict[str, Any]], name: str) -> bool:
+        """Whether rule ``name`` passed on no reply in each of the last :data:`NEVER_STEPS` steps (a rule that
+        scores less on pass than on fail is a penalty, which passing on nothing is what it wants)."""
+        on_pass, on_fail = self._scores(name)
+        if on_pass <= on_fail or len(history) < NEVER_STEPS:
+            return False
+        rates = [self._pass_rate(x, name) for x in history[-NEVER_STEPS:]]
+        return all(r is not None and r <= 1e-9 for r in rates)
 
     def _climb(self, history: Sequence[dict[str, Any]], name: str) -> dict[str, Any] | None:
         if self.correct_rule is None or name == self.correct_rule or len(history) < 2 * WINDOW:
@@ -187,8 +210,12 @@ class GamingWatch:
     # ------------------------------------------------------------------ one step
     def observe(self, step: int, history: Sequence[dict[str, Any]], groups: Sequence[Any]) -> list[str]:
         """The warnings for ``step`` (whose metrics line is ``history[-1]``; ``groups``: its train groups), each also
-        written to ``gaming.jsonl``. At most one warning per rule per run."""
+        written to ``gaming.jsonl``. At most one gaming warning and one never-passed warning per rule per run."""
         out = []
+        for name in self.rules:
+            if name not in self.never_warned and self._never_passed(history, name):
+                self.never_warned.add(name)
+                out.append(self._never(step, name))
         for name in self.rules:
             if name in self.warned or name == self.correct_rule:
                 continue
@@ -219,6 +246,19 @@ class GamingWatch:
             self._write(record)
             out.append(message)
         return out
+
+    def _never(self, step: int, name: str) -> str:
+        """The warning for rule ``name``, which passed on no reply in the last :data:`NEVER_STEPS` steps; its record
+        carries the page's wording too (``studio_message``: the studio's Try box instead of a command)."""
+        head = (f"no reply passed '{name}' in the last {NEVER_STEPS} steps: the model never writes what it asks for; "
+                "this model may not be able to")
+        tail = "or give it examples (training.warmup)"
+        message = f"step {step}: {head} (score a reply you write with `sailrl rewards SPEC --completion TEXT`), {tail}"
+        studio = f"{head} (try a reply by hand with Try), {tail}"
+        self._write({"step": step, "rule": name, "signs": ["never_passed"], "climb": None, "degenerate": None,
+                     "examples": [], "fix": {"words": "try a reply by hand with Try, or give it examples (training.warmup)", "rule": None}, "message": message,
+                     "studio_message": studio})
+        return message
 
     def _write(self, record: dict[str, Any]) -> None:
         if self.path is None:

@@ -66,3 +66,34 @@ def test_climb_without_correctness(tmp_path) -> None:
     assert "its pass rate climbed from 3% to 60% while correct went from 39% to 40%" in warnings[0]
     climbing_with_correct = [dict(x, correct=0.4 + 0.1 * i) for i, x in enumerate(history)]
     assert GamingWatch(RULES, "correct", None).observe(6, climbing_with_correct, []) == []
+
+
+def test_a_rule_that_never_passes_for_ten_steps_is_said_once(tmp_path) -> None:
+    rules = RewardSpec.model_validate({"rules": [
+        {"name": "correct", "kind": "answer", "extract": {"from": "whole"}, "compare": "numeric"},
+        {"name": "shows_working", "kind": "match", "pattern": "=", "pass_score": 0.5, "fail_score": -0.5},
+        {"name": "too_long", "kind": "length", "unit": "chars", "min": 40, "pass_score": -1.0},  # a penalty: never passing is good
+    ]}).rules
+    watch = GamingWatch(rules, "correct", tmp_path)
+    history = []
+    said = []
+    for step in range(1, 13):
+        history.append({"step": step, "correct": 0.4, "reward/correct": 0.4, "reward/shows_working": -0.5,
+                         "reward/too_long": 0.0})
+        said += [(step, w) for w in watch.observe(step, history, [])]
+    assert said == [(10, "step 10: no reply passed 'shows_working' in the last 10 steps: the model never writes what "
+                         "it asks for; this model may not be able to (score a reply you write with `sailrl rewards "
+                         "SPEC --completion TEXT`), or give it examples (training.warmup)")]
+    record = json.loads((tmp_path / GAMING_FILE).read_text())
+    assert record["step"] == 10 and record["rule"] == "shows_working" and record["signs"] == ["never_passed"]
+    assert record["studio_message"] == (
+        "no reply passed 'shows_working' in the last 10 steps: the model never writes what it asks for; this model "
+        "may not be able to (try a reply by hand with Try), or give it examples (training.warmup)")
+
+
+def test_a_rule_that_passed_once_in_ten_steps_is_not_said(tmp_path) -> None:
+    watch = GamingWatch(RULES, "correct", None)
+    history = [{"step": s, "correct": 0.0, "reward/correct": 0.0, "reward/working": 0.1 if s == 5 else 0.0}
+               for s in range(1, 15)]
+    said = [w for s in range(1, 15) for w in watch.observe(s, history[:s], [])]
+    assert len(said) == 1 and said[0].startswith("step 10: no reply passed 'correct' in the last 10 steps")

@@ -17,8 +17,10 @@ with warnings.catch_warnings():  # starlette 1.x suggests httpx2 for its test cl
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from sailrl.runtime.gaming import GamingWatch
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.spec.loader import load_spec
+from sailrl.spec.rewards import RewardSpec
 from sailrl.studio.app import build_app
 from sailrl.studio.security import cookie_name
 from sailrl.studio.session import Studio
@@ -399,3 +401,28 @@ def test_a_stopped_run_is_over_at_once_and_a_new_one_shows_none_of_the_old(proje
     while c.get("/api/run/status?run=runs/quickstart").json()["alive"]:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_status_says_every_rules_pass_rate_and_a_goal_never_reached(project):
+    """The outcome gives each rule's pass rate at the start and the end; a rule that passed on no reply for 10 steps
+    is said once, in the page's words (the Try box), from the run's gaming.jsonl."""
+    rules = [{"name": "correct", "kind": "answer", "weight": 1.0},
+             {"name": "shows_working", "kind": "match", "pattern": "=", "weight": 0.5}]
+    run_dir = project.parent / "runs" / "quickstart"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"spec": {"training": {"steps": 12}, "reward": {"rules": rules}}}))
+    watch = GamingWatch(RewardSpec.model_validate({"rules": rules}).rules, "correct", run_dir)
+    history = []
+    for step in range(1, 13):
+        history.append({"step": step, "correct": 0.4 if step <= 5 else 0.52, "reward/correct": 0.4,
+                        "reward/shows_working": 0.0, "time/step": 1.0})
+        watch.observe(step, history, [])
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in history))
+    os.utime(run_dir / "metrics.jsonl", (0, 0))
+    status = _client(project).get("/api/run/status?run=runs/quickstart").json()
+    assert status["outcome"] == ("the model now gets 52% of the prompts right by rule 'correct' (mean of the last 5 "
+                                 "steps), up from 40% (the first 5); 'shows_working' passed on 0% of replies, from 0%")
+    assert [(g["step"], g["rule"], g["signs"], g["message"]) for g in status["gaming"]] == [
+        (10, "shows_working", ["never_passed"],
+         "no reply passed 'shows_working' in the last 10 steps: the model never writes what it asks for; this model "
+         "may not be able to (try a reply by hand with Try), or give it examples (training.warmup)")]

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sailrl.runtime.gaming import pass_rate
 from sailrl.runtime.rundir import GAMING_FILE, METRICS_FILE, SCHEMA_KEY, open_run_file
 from sailrl.spec.errors import UserError
 
@@ -99,9 +100,40 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def outcome_words(metrics: list[dict[str, Any]], correct_rule: str | None) -> str | None:
+def rule_scores(rule: dict[str, Any]) -> tuple[float, float]:
+    """(contribution on pass, contribution on fail) of a rule as ``config.json`` saves it (its ``scores()``)."""
+    def num(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    on_pass, on_fail, weight = num(rule.get("pass_score")), num(rule.get("fail_score")), num(rule.get("weight"))
+    if on_pass is not None or on_fail is not None:
+        return (on_pass or 0.0, on_fail or 0.0)
+    return (1.0 if weight is None else weight, 0.0)
+
+
+def _rule_rates(metrics: list[dict[str, Any]], rules: list[dict[str, Any]], skip: str | None) -> list[str]:
+    """"'format' passed on 0% of replies, from 0%" for each rule but ``skip`` whose ``reward/<rule>`` was logged: its
+    pass rate over the last steps and the first (as many as the outcome's sentence averages)."""
+    out = []
+    for rule in rules:
+        name = rule.get("name") if isinstance(rule, dict) else None
+        if not isinstance(name, str) or name == skip:
+            continue
+        scores = rule_scores(rule)
+        rates = [r for r in (pass_rate(m.get(f"reward/{name}"), *scores) for m in metrics) if r is not None]
+        if len(rates) < 2:
+            continue
+        n = min(5, len(rates) // 2)
+        out.append(f"'{name}' passed on {_mean(rates[-n:]):.0%} of replies, from {_mean(rates[:n]):.0%}")
+    return out
+
+
+def outcome_words(metrics: list[dict[str, Any]], correct_rule: str | None,
+                  rules: list[dict[str, Any]] | None = None) -> str | None:
     """"The model now gets 71% right by rule 'correct' (the last 5 steps), up from 38% (the first 5)", from
-    ``correct`` (``eval/correct`` when the run has held-out rows), or the reward when there is no correct rule."""
+    ``correct`` (``eval/correct`` when the run has held-out rows), or the reward when there is no correct rule; then
+    every other rule of ``rules`` (as ``config.json`` saves them): "'format' passed on 0% of replies, from 0%", so a
+    goal the model never reaches shows."""
+    head = None
     for key, what in (("eval/correct", "of the held-out prompts"), ("correct", "of the prompts")):
         values = [float(m[key]) for m in metrics if isinstance(m.get(key), (int, float))]
         if len(values) >= 2:
@@ -109,13 +141,16 @@ def outcome_words(metrics: list[dict[str, Any]], correct_rule: str | None) -> st
             first, last = _mean(values[:n]), _mean(values[-n:])
             trend = "up from" if last > first else "down from" if last < first else "the same as"
             by = f" by rule '{correct_rule}'" if correct_rule else ""
-            return (f"the model now gets {last:.0%} {what} right{by} (mean of the last {n} steps), {trend} "
+            head = (f"the model now gets {last:.0%} {what} right{by} (mean of the last {n} steps), {trend} "
                     f"{first:.0%} (the first {n})")
-    values = [float(m["reward/total"]) for m in metrics if isinstance(m.get("reward/total"), (int, float))]
-    if len(values) >= 2:
+            break
+    if head is None:
+        values = [float(m["reward/total"]) for m in metrics if isinstance(m.get("reward/total"), (int, float))]
+        if len(values) < 2:
+            return None
         n = min(5, len(values) // 2)
-        return f"the mean reward went from {_mean(values[:n]):+.3f} to {_mean(values[-n:]):+.3f}"
-    return None
+        head = f"the mean reward went from {_mean(values[:n]):+.3f} to {_mean(values[-n:]):+.3f}"
+    return "; ".join([head, *_rule_rates(metrics, rules or [], correct_rule)])
 
 
 def progress(metrics: list[dict[str, Any]], total: int | None, running: bool) -> dict[str, Any]:
@@ -256,4 +291,7 @@ class Runner:
     def gaming(run_dir: Path, last_step: int | None, offset: int = 0) -> list[dict[str, Any]]:
         """The run's gaming warnings (``gaming.jsonl`` from byte ``offset`` on) of the steps it still has."""
         out = _read_lines(run_dir / GAMING_FILE, MAX_GAMING_BYTES, offset)
+        for g in out:  # the page's own wording where the warning has one (its Try box, not a command)
+            if isinstance(g.get("studio_message"), str):
+                g["message"] = g.pop("studio_message")
         return [g for g in out if last_step is None or (isinstance(g.get("step"), int) and g["step"] <= last_step)]

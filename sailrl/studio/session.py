@@ -877,15 +877,16 @@ class Studio:
         since = self.runner.since(path, METRICS_FILE)  # a new run started here: none of the previous run's steps
         metrics = read_metrics(f, since)["lines"] if f is not None and since is not None else []
         config_file = _run_file(path, "config.json")
-        total, correct_rule = None, None
+        total, correct_rule, rules = None, None, []
         if config_file is not None and config_file.stat().st_size < 4 * 1024 * 1024:
             try:
                 config = json.loads(config_file.read_text("utf-8"))
                 spec = config.get("spec") or {}
                 total = int((spec.get("training") or {}).get("steps") or 0) or None
                 reward = spec.get("reward") or {}
+                rules = [r for r in reward.get("rules") or [] if isinstance(r, dict)]
                 correct_rule = reward.get("correct_rule") or next(
-                    (r.get("name") for r in reward.get("rules") or [] if r.get("kind") == "answer"), None)
+                    (r.get("name") for r in rules if r.get("kind") == "answer"), None)
             except (ValueError, TypeError, AttributeError):
                 pass
         if self.runner.started_here(path) and self.runner.steps_asked(path) is not None:
@@ -899,7 +900,7 @@ class Studio:
         gaming_since = self.runner.since(path, GAMING_FILE)
         gaming = self.runner.gaming(path, last, gaming_since) if gaming_since is not None else []
         return {"run": run, "running": running, "started_here": self.runner.started_here(path), "alive": alive,
-                "exit_code": ended, "progress": prog, "outcome": outcome_words(metrics, correct_rule),
+                "exit_code": ended, "progress": prog, "outcome": outcome_words(metrics, correct_rule, rules),
                 "gaming": gaming, "log": self.runner.log_tail(path)}
 
     # ------------------------------------------------------------------------------------------ take it away

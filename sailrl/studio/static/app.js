@@ -1154,6 +1154,11 @@ async function pollStatus() {
   box.replaceChildren();
   for (const g of st.gaming) {
     const idx = S.rules.findIndex((r) => r.name === g.rule);
+    if ((g.signs || []).includes("never_passed")) {  // a goal not reached: the warning says what to try
+      box.append(h("div", { class: "gaming never", dataset: { rule: g.rule } },
+        h("strong", {}, `Rule '${g.rule}' passed on no reply (step ${g.step})`), h("p", {}, g.message)));
+      continue;
+    }
     box.append(h("div", { class: "gaming", dataset: { rule: g.rule } },
       h("strong", {}, `Rule '${g.rule}' looks gamed (step ${g.step})`),
       h("p", {}, g.message),
