@@ -129,7 +129,7 @@ def main() -> None:
     args = parser.parse_args()
 
     svc = LocalServiceClient(base_dir=tempfile.mkdtemp(prefix="bench-overlap-"), seed=0, num_threads=args.threads)
-    tc = svc.create_lora_training_client("sailrl/tiny", rank=16, seed=1).result()
+    tc = svc.create_lora_training_client("sailrl/tiny", rank=16, seed=1)
     work = Step(svc, tc, args.groups, args.samples, args.tokens)
     modes = {"sequential": work.sequential, "overlapped": work.overlapped}
     for _ in range(args.warmup):

@@ -229,8 +229,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     svc = LocalServiceClient(args.model, base_dir=tempfile.mkdtemp(prefix="bench-local-"), seed=0,
                              num_threads=args.threads)
-    tc = svc.create_lora_training_client(args.model, rank=16, seed=1).result()
-    sampler = tc.save_weights_and_get_sampling_client().result()
+    tc = svc.create_lora_training_client(args.model, rank=16, seed=1)
+    sampler = tc.save_weights_and_get_sampling_client()
     renderer = get_renderer("role_colon", sampler.get_tokenizer())
     baseline = load_generation_at(args.baseline_rev) if args.baseline_rev else None
     print(f"model {args.model}, torch threads {args.threads}, warm-up {args.warmup}, repetitions {args.repeats}, "

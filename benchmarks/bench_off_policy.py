@@ -74,7 +74,7 @@ def _child(setting: str, k: int, steps: int, run_dir: str, service_time: float) 
 
     # trains in its own process, as Tinker trains on its own machines: the loop's Python does not slow it
     service = LocalServiceClient("sailrl/tiny", base_dir=os.path.join(run_dir, "ckpt"), processes=True)
-    tok = service.create_sampling_client(base_model="sailrl/tiny").result().get_tokenizer()
+    tok = service.create_sampling_client(base_model="sailrl/tiny").get_tokenizer()
     seen: Counter = Counter()
 
     def sampler(prompt_tokens, payload):
@@ -135,11 +135,11 @@ def _contention(reps: int) -> None:
 
     def client(process: bool, base_dir: str):
         svc = LocalServiceClient("sailrl/tiny-arith", processes=process, base_dir=base_dir)
-        return svc, svc.create_lora_training_client(base_model="sailrl/tiny-arith", rank=16, seed=0).result()
+        return svc, svc.create_lora_training_client(base_model="sailrl/tiny-arith", rank=16, seed=0)
 
     def sample_loop(stop: threading.Event, process: bool, base_dir: str) -> None:
         svc, tc = client(process, base_dir)
-        sampler = tc.create_sampling_client(tc.save_weights_for_sampler("bench").result().path).result()
+        sampler = tc.create_sampling_client(tc.save_weights_for_sampler("bench").result().path)
         tok = tc.get_tokenizer()
         prompts = [types.ModelInput.from_ints(tok.encode(f"User: {i % 10}+{i // 10}=\n\nAssistant:",
                                                          add_special_tokens=False)) for i in range(16)]

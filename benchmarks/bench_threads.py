@@ -40,7 +40,7 @@ from sailrl.spec.models import default_renderer  # noqa: E402
 
 def build_arm(model: str, threads: int, renderer_name: str | None, n: int):
     svc = LocalServiceClient(model, base_dir=tempfile.mkdtemp(prefix="bench-threads-"), seed=0, num_threads=threads)
-    tc = svc.create_lora_training_client(model, rank=16, seed=0).result()
+    tc = svc.create_lora_training_client(model, rank=16, seed=0)
     renderer = get_renderer(renderer_name or default_renderer(model), tc.get_tokenizer())
     from tinker_cookbook.supervised.common import datum_from_model_input_weights
 
@@ -50,7 +50,7 @@ def build_arm(model: str, threads: int, renderer_name: str | None, n: int):
     for i, c in enumerate(convos):
         mi, w = renderer.build_supervised_example([*c, {"role": "assistant", "content": str(i % 10 + i // 10 % 10)}])
         data.append(datum_from_model_input_weights(mi, w))
-    sampler = tc.save_weights_and_get_sampling_client().result()
+    sampler = tc.save_weights_and_get_sampling_client()
     return svc, tc, sampler, renderer, prompts, data
 
 

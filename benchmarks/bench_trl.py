@@ -146,7 +146,7 @@ PROFILE = Profile()
 class SailrlArm:
     def __init__(self, svc: LocalServiceClient, model_name: str, prompts: list[tuple[list[int], int]], tok: Any,
                  args: argparse.Namespace):
-        self.tc = svc.create_lora_training_client(model_name, rank=RANK, seed=1, train_unembed=False).result()
+        self.tc = svc.create_lora_training_client(model_name, rank=RANK, seed=1, train_unembed=False)
         self.prompts, self.tok, self.args = prompts, tok, args
         self.calls = 0
         self.tokens: list[int] = []

@@ -76,7 +76,7 @@ def _greedy_embedded(home: Path, base: Path, run_dir: Path, prompt: tinker.Model
     path = [r for r in records if r.get("final")][-1]["sampler_path"]
     svc = LocalServiceClient(str(base), base_dir=home / "checkpoints", seed=0)
     try:
-        client = svc.create_sampling_client(model_path=path).result()
+        client = svc.create_sampling_client(model_path=path)
         out = client.sample(prompt=prompt, num_samples=1, sampling_params=tinker.SamplingParams(
             max_tokens=max_tokens, temperature=0.0)).result()
     finally:
@@ -618,7 +618,7 @@ def test_merging_an_lm_head_adapter_of_a_tied_model_keeps_the_input_embedding(tr
     folder = str(tmp_path / "qwen2")
     svc = LocalServiceClient(folder, base_dir=tmp_path / "home" / "checkpoints", seed=0)
     try:
-        tc = svc.create_lora_training_client(folder, rank=4).result()
+        tc = svc.create_lora_training_client(folder, rank=4)
         renderer = get_renderer("role_colon", tc.get_tokenizer())
         convo = [{"role": "user", "content": "3+4="}, {"role": "assistant", "content": "7"}]
         datum = datum_from_model_input_weights(*renderer.build_supervised_example(convo))
@@ -627,7 +627,7 @@ def test_merging_an_lm_head_adapter_of_a_tied_model_keeps_the_input_embedding(tr
             tc.optim_step(types.AdamParams(learning_rate=3e-2)).result()
         path = tc.save_weights_for_sampler("tied").result().path
         prompt = renderer.build_generation_prompt([{"role": "user", "content": "3+4="}])
-        embedded = svc.create_sampling_client(model_path=path).result().sample(
+        embedded = svc.create_sampling_client(model_path=path).sample(
             prompt=prompt, num_samples=1, sampling_params=types.SamplingParams(max_tokens=6, temperature=0.0)
         ).result().sequences[0].tokens
     finally:
@@ -668,7 +668,7 @@ def test_sample_of_a_tinker_run_uses_a_tinker_sampling_client(trained, home, tmp
 
         def create_sampling_client(self, model_path: str):
             asked.append(model_path)
-            return self.local.create_sampling_client(model_path=local_path).result()
+            return self.local.create_sampling_client(model_path=local_path)
 
     monkeypatch.setattr(tinker, "ServiceClient", FakeService)
     tinker_run = _tinker_run(trained, tmp_path, str(base))

@@ -78,8 +78,28 @@ REQUIRED = {
         "set_checkpoint_ttl_from_tinker_path",
         "set_checkpoint_ttl_from_tinker_path_async",
         "delete_checkpoint_from_tinker_path",
+        "delete_checkpoint_from_tinker_path_async",
         "list_checkpoints",
+        "get_training_run",
+        "get_training_run_async",
+        "get_training_run_by_tinker_path",
+        "get_training_run_by_tinker_path_async",
+        "list_training_runs",
+        "list_training_runs_async",
+        "list_user_checkpoints",
+        "list_user_checkpoints_async",
     ],
+}
+
+# what tinker-cookbook 0.5.8's recipes call beyond REQUIRED (recipes/rl_loop.py, recipes/sl_loop.py, rl/train.py,
+# supervised/train.py, checkpoint_utils, preference/train_dpo.py, distillation/sdft.py)
+COOKBOOK = {
+    LocalServiceClient: ["create_sampling_client", "create_rest_client"],
+    LocalTrainingClient: ["get_info_async",
+                          "save_weights_and_get_sampling_client", "optim_step", "forward_backward"],
+    LocalSamplingClient: ["sample", "sample_async", "compute_logprobs_async"],
+    LocalRestClient: ["get_training_run_by_tinker_path", "get_training_run_by_tinker_path_async",
+                      "delete_checkpoint_from_tinker_path_async"],
 }
 
 # ours, deliberately absent from tinker 0.38 (sail 0.17 asks for them; see runtime/local/rest.py)
@@ -92,7 +112,9 @@ NOT_IN_SDK = {
 
 
 def _public_methods(cls) -> list[str]:
-    return sorted(n for n, v in vars(cls).items() if not n.startswith("_") and callable(v))
+    """The public methods ``cls`` defines itself or takes from a sailrl base (a mixin), not the SDK's."""
+    own = [c for c in cls.__mro__ if c.__module__.startswith("sailrl.")]
+    return sorted({n for c in own for n, v in vars(c).items() if not n.startswith("_") and callable(v)})
 
 
 def _params(fn) -> list[inspect.Parameter]:
@@ -101,7 +123,7 @@ def _params(fn) -> list[inspect.Parameter]:
 
 @pytest.mark.parametrize(("local", "sdk"), PAIRS, ids=lambda c: c.__name__)
 def test_required_methods_exist_in_both(local, sdk):
-    for name in REQUIRED[local]:
+    for name in REQUIRED[local] + COOKBOOK[local]:
         assert hasattr(sdk, name), f"tinker.{sdk.__name__}.{name} is gone: the SDK changed"
         assert callable(getattr(local, name, None)), f"{local.__name__}.{name} is missing"
 
@@ -130,6 +152,51 @@ def test_signatures_match_the_sdk(local, sdk):
         )
         checked += 1
     assert checked >= len(REQUIRED[local])
+
+
+@pytest.mark.parametrize(("local", "sdk"), PAIRS, ids=lambda c: c.__name__)
+def test_each_local_client_is_an_instance_of_its_sdk_class(local, sdk):
+    assert issubclass(local, sdk)
+
+
+@pytest.mark.parametrize(("local", "sdk"), PAIRS, ids=lambda c: c.__name__)
+def test_every_public_sdk_method_is_implemented_or_refused_by_name(local, sdk):
+    """A method the SDK has and the local client does not implement raises NotImplementedError naming it (an
+    inherited SDK method would fail inside the SDK on a missing server connection instead)."""
+    def unwrapped(value):
+        if isinstance(value, property):
+            return value.fget
+        return value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+
+    refused = []
+    for name in (n for n in dir(sdk) if not n.startswith("_")):
+        ours = unwrapped(inspect.getattr_static(local, name))
+        assert ours is not unwrapped(inspect.getattr_static(sdk, name)), f"{local.__name__}.{name} is the SDK's own"
+        if hasattr(ours, "refuses"):
+            assert ours.refuses == f"{sdk.__name__}.{name}"
+            refused.append(name)
+    implemented = set(REQUIRED[local] + COOKBOOK[local])
+    assert not implemented & set(refused), implemented & set(refused)
+
+
+def test_an_unimplemented_sdk_method_says_which_and_why():
+    client = object.__new__(LocalTrainingClient)
+    with pytest.raises(NotImplementedError, match=r"does not implement TrainingClient\.save_weights_external"):
+        client.save_weights_external("x")
+    with pytest.raises(AttributeError, match=r"does not implement ServiceClient\.holder"):
+        object.__new__(LocalServiceClient).holder
+
+
+def test_the_service_client_takes_every_argument_of_the_sdk_constructor():
+    """tinker_cookbook's recipes build ``tinker.ServiceClient(base_url=..., user_metadata=..., display_name=...)``;
+    with LocalServiceClient in its place each of the SDK's constructor arguments is accepted by name."""
+    ours = inspect.signature(LocalServiceClient.__init__).parameters
+    for p in _params(tinker.ServiceClient.__init__):
+        assert p.name in ours, f"LocalServiceClient() lacks the SDK's argument {p.name!r}"
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            assert ours[p.name].kind is inspect.Parameter.VAR_KEYWORD
+        else:
+            assert ours[p.name].default is not inspect.Parameter.empty
 
 
 def test_the_tinker_release_the_local_service_names_is_inside_pyprojects_pin():

@@ -20,7 +20,7 @@ SEQS = [[72, 101, 108, 108, 111, 35, 50, 43], [35, 51, 45, 52, 61, 63]]
 def tc(tmp_path_factory):
     # float64, so batched (padded) and one-by-one computations agree to ~1e-12, not float32's ~1e-6
     svc = LocalServiceClient(base_dir=tmp_path_factory.mktemp("ckpt"), seed=0, dtype=torch.float64)
-    client = svc.create_lora_training_client("sailrl/tiny", rank=4, seed=7).result()
+    client = svc.create_lora_training_client("sailrl/tiny", rank=4, seed=7)
     with torch.no_grad():  # make the adapters non-trivial so every LoRA matrix gets a gradient
         gen = torch.Generator().manual_seed(0)
         for name, p in client.peft_model.named_parameters():
@@ -183,7 +183,7 @@ def test_gradients_accumulate_until_optim_step(tc):
 
 def test_optim_step_is_adamw_with_the_given_params(tmp_path):
     svc = LocalServiceClient(base_dir=tmp_path, seed=0)
-    client = svc.create_lora_training_client("sailrl/tiny", rank=2, seed=1).result()
+    client = svc.create_lora_training_client("sailrl/tiny", rank=2, seed=1)
     model = client.peft_model
     datum = types.Datum(
         model_input=types.ModelInput.from_ints(SEQS[1][:-1]), loss_fn_inputs={"target_tokens": SEQS[1][1:]}
@@ -269,7 +269,7 @@ def test_datums_sharing_a_prompt_share_its_forward_with_the_same_logprobs_and_gr
         save_model_dir(arch, tmp_path / arch)
         name = str(tmp_path / arch)
     svc = LocalServiceClient(name, base_dir=tmp_path / "ck", seed=0, dtype=torch.float64)
-    client = svc.create_lora_training_client(name, rank=4, seed=3).result()
+    client = svc.create_lora_training_client(name, rank=4, seed=3)
     with torch.no_grad():
         gen = torch.Generator().manual_seed(1)
         for pname, p in client.peft_model.named_parameters():
@@ -381,7 +381,7 @@ def test_a_long_prompt_beside_long_completions_stays_within_absolute_positions(t
 
     save_model_dir("gpt2", tmp_path / "gpt2")
     svc = LocalServiceClient(str(tmp_path / "gpt2"), base_dir=tmp_path / "ck", seed=0)
-    client = svc.create_lora_training_client(str(tmp_path / "gpt2"), rank=4, seed=3).result()
+    client = svc.create_lora_training_client(str(tmp_path / "gpt2"), rank=4, seed=3)
     gen = torch.Generator().manual_seed(5)
 
     def datum(prompt: list[int], n: int) -> types.Datum:

@@ -43,7 +43,7 @@ def _ids(tok, text):
 def _train_and_sample(folder: str, tmp_path: Path, steps: int, lr: float):
     """SFT the folder's model on one chat answer through the local Tinker interface; return the pieces."""
     svc = LocalServiceClient(folder, base_dir=tmp_path / "ck", seed=0)
-    tc = svc.create_lora_training_client(folder, rank=8).result()
+    tc = svc.create_lora_training_client(folder, rank=8)
     tok = tc.get_tokenizer()
     renderer = get_renderer(default_renderer(folder), tok)
     convo = [{"role": "user", "content": "what is two plus two"}, {"role": "assistant", "content": "4"}]
@@ -55,7 +55,7 @@ def _train_and_sample(folder: str, tmp_path: Path, steps: int, lr: float):
         tc.forward_backward([datum], "cross_entropy").result()
         tc.optim_step(types.AdamParams(learning_rate=lr)).result()
     path = tc.save_weights_for_sampler("sft").result().path
-    sampler = svc.create_sampling_client(model_path=path).result()
+    sampler = svc.create_sampling_client(model_path=path)
     return svc, tc, tok, renderer, datum, sampler
 
 
@@ -158,7 +158,7 @@ def test_a_gguf_file_loads_with_its_tokenizer_and_the_same_weights(tmp_path):
     assert classify(str(path)).kind == "gguf" and default_renderer("tiny.gguf", tmp_path) == "chat_template"
     assert context_window("tiny.gguf", tmp_path) == (512, f"{path} llama.context_length")
     svc = LocalServiceClient(str(path), base_dir=tmp_path / "ck", seed=0)
-    tc = svc.create_lora_training_client(str(path), rank=4).result()
+    tc = svc.create_lora_training_client(str(path), rank=4)
     gtok = tc.get_tokenizer()
     text = "<|im_start|>user\ntom has 3 apples<|im_end|>\n"
     assert _ids(gtok, text) == _ids(tok, text)
@@ -288,11 +288,11 @@ def test_a_hub_model_in_the_cache_loads_offline_and_checkpoints_rebuild_it(hub, 
     resolved = check_model_source("someorg/tiny-llama", "chat_template")
     assert (resolved.kind, resolved.revision) == ("hub", sha)
     svc = LocalServiceClient("someorg/tiny-llama", base_dir=tmp_path / "ck")
-    tc = svc.create_lora_training_client("someorg/tiny-llama", rank=4).result()
+    tc = svc.create_lora_training_client("someorg/tiny-llama", rank=4)
     state = tc.save_state("s0").result().path
     directory = svc._backend.store.existing(state)
     assert json.loads((Path(directory) / "base_model.json").read_text())["revision"] == sha
-    restored = svc.create_training_client_from_state_with_optimizer(state).result()
+    restored = svc.create_training_client_from_state_with_optimizer(state)
     ids = torch.tensor([_ids(tok, "hello world")])
     with torch.no_grad():
         torch.testing.assert_close(restored.peft_model(ids).logits, model(ids).logits)
@@ -406,7 +406,7 @@ def test_smollm2_loads_and_answers_in_its_chat_format(tmp_path):
     resolved = check_model_source(str(SMOLLM2_GGUF))
     assert parameter_count(resolved) == 134_515_008
     svc = LocalServiceClient(str(SMOLLM2_GGUF), base_dir=tmp_path)
-    sampler = svc.create_sampling_client(base_model=str(SMOLLM2_GGUF)).result()
+    sampler = svc.create_sampling_client(base_model=str(SMOLLM2_GGUF))
     tok = sampler.get_tokenizer()
     renderer = get_renderer("chat_template", tok)
     assert renderer.get_stop_sequences() == [tok.convert_tokens_to_ids("<|im_end|>")]  # EOS is <|im_end|> too

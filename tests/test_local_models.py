@@ -93,14 +93,14 @@ def test_tiny_arith_ships_weights_that_half_know_the_sums():
 
 def test_a_tiny_arith_checkpoint_rebuilds_its_base_and_refuses_other_weights(tmp_path):
     svc = LocalServiceClient("sailrl/tiny-arith", base_dir=tmp_path)
-    tc = svc.create_lora_training_client("sailrl/tiny-arith", rank=4, seed=0).result()
+    tc = svc.create_lora_training_client("sailrl/tiny-arith", rank=4, seed=0)
     path = tc.save_state("s0").result().path
     directory = svc._backend.store.existing(path)
     base = json.loads(open(os.path.join(directory, "base_model.json")).read())
     assert base["model_name"] == "sailrl/tiny-arith" and base["revision"] == weights_sha256(
         PRETRAINED_WEIGHTS["sailrl/tiny-arith"])
     fresh = LocalServiceClient("sailrl/tiny-arith", base_dir=tmp_path)
-    restored = fresh.create_training_client_from_state_with_optimizer(path).result()
+    restored = fresh.create_training_client_from_state_with_optimizer(path)
     ids = torch.tensor([[3, 50, 60, 70]])
     with torch.no_grad():
         torch.testing.assert_close(restored.peft_model(ids).logits, tc.peft_model(ids).logits)
@@ -109,7 +109,7 @@ def test_a_tiny_arith_checkpoint_rebuilds_its_base_and_refuses_other_weights(tmp
         json.dump(base, f)
     other = LocalServiceClient("sailrl/tiny-arith", base_dir=tmp_path)
     with pytest.raises(BaseModelError, match="trained on other weights of sailrl/tiny-arith"):
-        other.create_training_client_from_state_with_optimizer(path).result()
+        other.create_training_client_from_state_with_optimizer(path)
 
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ def _samples(process: bool, base_dir: Path) -> list:
     """Seeded and unseeded samples of a checkpoint, and the base model's prompt logprobs."""
     svc = LocalServiceClient(MODEL, processes=process, base_dir=base_dir, seed=7)
     try:
-        tc = svc.create_lora_training_client(base_model=MODEL, rank=4, seed=3).result()
+        tc = svc.create_lora_training_client(base_model=MODEL, rank=4, seed=3)
         tok = tc.get_tokenizer()
         data = [types.Datum(model_input=_prompt(tok, "User: 2+2=\n\nAssistant: "),
                             loss_fn_inputs={"target_tokens": types.TensorData(
@@ -41,13 +41,13 @@ def _samples(process: bool, base_dir: Path) -> list:
                                 dtype="int64")})]
         tc.forward_backward(data, "cross_entropy").result()
         tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()  # a checkpoint that is not the base
-        sampler = tc.create_sampling_client(tc.save_weights_for_sampler("s1").result().path).result()
+        sampler = tc.create_sampling_client(tc.save_weights_for_sampler("s1").result().path)
         out = []
         for seed in (None, 11):
             params = types.SamplingParams(max_tokens=8, temperature=1.0, seed=seed)
             futures = [sampler.sample(_prompt(tok, f"User: {i}+3=\n\nAssistant:"), 4, params) for i in range(5)]
             out.append([[(s.tokens, s.logprobs, s.stop_reason) for s in f.result().sequences] for f in futures])
-        base = svc.create_sampling_client(base_model=MODEL).result()
+        base = svc.create_sampling_client(base_model=MODEL)
         out.append(base.compute_logprobs(_prompt(tok, "User: 1+2=\n\nAssistant: 3")).result())
         out.append(sampler.compute_logprobs(_prompt(tok, "User: 1+2=\n\nAssistant: 3")).result())
         return out
@@ -73,15 +73,15 @@ def test_a_child_process_that_fails_fails_its_call_in_one_plain_line_and_the_res
     fails the next update likewise, and what is checked before the child is still checked."""
     svc = LocalServiceClient(MODEL, processes=True, base_dir=tmp_path)
     try:
-        tc = svc.create_lora_training_client(base_model=MODEL, rank=4, seed=0).result()
+        tc = svc.create_lora_training_client(base_model=MODEL, rank=4, seed=0)
         tok = tc.get_tokenizer()
         bad = tc.save_weights_for_sampler("bad").result().path
         good = tc.save_weights_for_sampler("good").result().path
         directory = svc._backend.store.existing(bad)
         os.remove(os.path.join(directory, "adapter_model.safetensors"))
         with pytest.raises(FileNotFoundError, match="adapter_model.safetensors"):
-            tc.create_sampling_client(bad).result()
-        sampler = tc.create_sampling_client(good).result()
+            tc.create_sampling_client(bad)
+        sampler = tc.create_sampling_client(good)
         response = sampler.sample(_prompt(tok, "User: 1+1=\n\nAssistant:"), 2,
                                   types.SamplingParams(max_tokens=4, seed=1)).result()
         assert len(response.sequences) == 2 and all(1 <= len(s.tokens) <= 4 for s in response.sequences)

@@ -17,7 +17,7 @@ PROMPT = "User: 2+3=?\n\nAssistant:"
 @pytest.fixture(scope="module")
 def sampler(tmp_path_factory):
     svc = LocalServiceClient(base_dir=tmp_path_factory.mktemp("ckpt"), seed=0)
-    return svc.create_sampling_client(base_model="sailrl/tiny").result()
+    return svc.create_sampling_client(base_model="sailrl/tiny")
 
 
 @pytest.fixture(scope="module")
@@ -413,7 +413,7 @@ def _train(tc, steps=3, lr=3e-2):
 @pytest.fixture
 def trainer(tmp_path):
     svc = LocalServiceClient(base_dir=tmp_path / "ckpt", seed=0)
-    tc = svc.create_lora_training_client("sailrl/tiny", rank=8, seed=2).result()
+    tc = svc.create_lora_training_client("sailrl/tiny", rank=8, seed=2)
     _train(tc, steps=2)  # a non-trivial adapter
     yield svc, tc
     svc.close("success")
@@ -426,7 +426,7 @@ def test_checkpoint_sampler_runs_while_training_is_busy_and_gives_the_same_token
     path = tc.save_weights_for_sampler("snap").result().path
     mi = types.ModelInput.from_ints(prompt)
     params = types.SamplingParams(max_tokens=16, seed=77, stop=[])
-    quiet = svc.create_sampling_client(model_path=path).result().sample(mi, 4, params).result()
+    quiet = svc.create_sampling_client(model_path=path).sample(mi, 4, params).result()
 
     # Block the training worker, queue training behind the block, then sample from the checkpoint: the sample
     # completes while training cannot have run, so it cannot be waiting for it.
@@ -436,15 +436,15 @@ def test_checkpoint_sampler_runs_while_training_is_busy_and_gives_the_same_token
     _train(tc, steps=3)
     fresh = LocalServiceClient(base_dir=svc.base_dir, seed=0)  # a second process-like client, same store
     try:
-        busy_sampler = svc.create_sampling_client(model_path=path).result(timeout=10)
+        busy_sampler = svc.create_sampling_client(model_path=path)
         during = busy_sampler.sample(mi, 4, params).result(timeout=10)
         assert not blocker.future().done()  # training was still blocked when sampling finished
-        other = fresh.create_sampling_client(model_path=path).result(timeout=30).sample(mi, 4, params).result()
+        other = fresh.create_sampling_client(model_path=path).sample(mi, 4, params).result()
     finally:
         release.set()
         fresh.close("success")
     blocker.result(timeout=30)
-    after = svc.create_sampling_client(model_path=path).result().sample(mi, 4, params).result()
+    after = svc.create_sampling_client(model_path=path).sample(mi, 4, params).result()
     for response in (during, other, after):
         assert [s.tokens for s in response.sequences] == [s.tokens for s in quiet.sequences]
         assert [s.logprobs for s in response.sequences] == [s.logprobs for s in quiet.sequences]
@@ -453,7 +453,7 @@ def test_checkpoint_sampler_runs_while_training_is_busy_and_gives_the_same_token
 def test_sampling_concurrent_with_training_matches_sampling_alone(trainer, prompt):
     svc, tc = trainer
     path = tc.save_weights_for_sampler("concurrent").result().path
-    sampler = svc.create_sampling_client(model_path=path).result()
+    sampler = svc.create_sampling_client(model_path=path)
     mi = types.ModelInput.from_ints(prompt)
 
     async def step(train: bool):
@@ -500,20 +500,20 @@ def test_save_for_sampler_keeps_the_weights_of_its_call(trainer, prompt):
     tokens = prompt + [70, 71, 72, 73]
     mi = types.ModelInput.from_ints(tokens)
     before = svc.create_sampling_client(
-        model_path=tc.save_weights_for_sampler("ref").result().path).result().compute_logprobs(mi).result()
+        model_path=tc.save_weights_for_sampler("ref").result().path).compute_logprobs(mi).result()
     saved = tc.save_weights_for_sampler("then-train")  # not awaited: training is queued right behind it
     _train(tc, steps=3, lr=5e-2)
     path = saved.result().path
-    from_path = svc.create_sampling_client(model_path=path).result().compute_logprobs(mi).result()
-    trained = tc.save_weights_and_get_sampling_client().result().compute_logprobs(mi).result()
+    from_path = svc.create_sampling_client(model_path=path).compute_logprobs(mi).result()
+    trained = tc.save_weights_and_get_sampling_client().compute_logprobs(mi).result()
     assert from_path == before
     assert max(abs(a - b) for a, b in zip(trained[1:], before[1:], strict=True)) > 1e-3
 
 
 def test_samplers_own_their_weights(trainer):
     svc, tc = trainer
-    snap = tc.save_weights_and_get_sampling_client().result()
-    from_path = svc.create_sampling_client(model_path=tc.save_weights_for_sampler("own").result().path).result()
+    snap = tc.save_weights_and_get_sampling_client()
+    from_path = svc.create_sampling_client(model_path=tc.save_weights_for_sampler("own").result().path)
     train_ptrs = {p.data_ptr() for p in tc.peft_model.parameters()}
     for sampler in (snap, from_path):
         params = list(sampler._batcher.engine.model.parameters())
@@ -570,7 +570,7 @@ def test_announced_requests_are_one_batch_however_slowly_they_arrive(sampler, pr
 
 def test_an_announced_batch_that_never_fills_is_served_after_the_timeout(tmp_path, prompt):
     svc = LocalServiceClient(base_dir=tmp_path, seed=0)
-    client = svc.create_sampling_client(base_model="sailrl/tiny").result()
+    client = svc.create_sampling_client(base_model="sailrl/tiny")
     client._batcher._expect_timeout = 0.2
     client.expect_requests(4)
     params = types.SamplingParams(max_tokens=2, stop=[], seed=1)

@@ -163,7 +163,7 @@ def local_checkpoint(tmp_path: Path) -> tuple[Any, str]:
     from sailrl.runtime.local import LocalServiceClient
 
     service = LocalServiceClient("sailrl/tiny", base_dir=tmp_path / "ckpt", seed=0)
-    trainer = service.create_lora_training_client(base_model="sailrl/tiny", rank=4, seed=3).result()
+    trainer = service.create_lora_training_client(base_model="sailrl/tiny", rank=4, seed=3)
     path = trainer.save_weights_for_sampler(name="step-000000").result().path
     return service, path
 
@@ -187,7 +187,7 @@ def test_policy_sampler_returns_the_signed_checkpoints_own_tokens_and_logprobs(
                                    adapter_config=ADAPTER, poll=POLL, vocab_size=259)
     out = asyncio.run(policy(tinker.ModelInput.from_ints(PROMPT), None))
     assert 1 <= len(out.tokens) <= 6 and all(0 <= t < 259 for t in out.tokens)
-    learner = service.create_sampling_client(model_path=path).result()
+    learner = service.create_sampling_client(model_path=path)
     assert out.maybe_logprobs == pytest.approx(_learner_logprobs(learner, PROMPT, out.tokens), abs=1e-4)
     assert client_for({"metadata": {"lora": url}}) is client_for({"metadata": {"lora": url}})  # one per checkpoint
     with pytest.raises(ValueError, match="is not a checkpoint archive under"):
@@ -201,12 +201,12 @@ def test_fixed_policy_sampler_serves_another_policy_whatever_the_request_names(
     service, path = local_checkpoint
     url = asyncio.run(signed_checkpoint_url(service, path, None))
     other = LocalServiceClient("sailrl/tiny", base_dir=tmp_path / "other", seed=1)  # other random base weights
-    other_client = other.create_sampling_client(base_model="sailrl/tiny").result()
+    other_client = other.create_sampling_client(base_model="sailrl/tiny")
     fake_sail_server.sampler = fixed_policy_sampler(other_client)
     policy = AdaptiveSailCompleter(model="sailrl/tiny", max_tokens=6, tinker_lora_signed_url=url,
                                    adapter_config=ADAPTER, poll=POLL, vocab_size=259)
     out = asyncio.run(policy(tinker.ModelInput.from_ints(PROMPT), None))
-    learner = service.create_sampling_client(model_path=path).result()
+    learner = service.create_sampling_client(model_path=path)
     assert out.maybe_logprobs == pytest.approx(_learner_logprobs(other_client, PROMPT, out.tokens), abs=1e-4)
     mismatch = [abs(a - b) for a, b in zip(out.maybe_logprobs, _learner_logprobs(learner, PROMPT, out.tokens),
                                            strict=True)]

@@ -21,6 +21,7 @@ still decode in this process.
 
 from __future__ import annotations
 
+import datetime
 import os
 import threading
 from collections import OrderedDict
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 
-from sailrl.runtime.local.checkpoints import CheckpointStore
+from sailrl.runtime.local.checkpoints import CheckpointStore, require_kind
 from sailrl.runtime.local.futures import ThreadBudget, Worker
 from sailrl.runtime.local.lora import merge_adapter
 from sailrl.runtime.local.merged import load_merged, max_context_of, prepare_for_sampling
@@ -115,6 +116,8 @@ class LocalBackend:
         self._samplers_lock = threading.Lock()
         self._sampler_cache_size = sampler_cache_size
         self._clients_made = 0
+        #: when each training run of this service last made a request (``LocalRestClient.get_training_run``)
+        self.last_requests: dict[str, datetime.datetime] = {}
 
     def close(self) -> None:
         """Stop the worker threads once their queued work is done."""
@@ -163,8 +166,11 @@ class LocalBackend:
 
         The adapter is read from the files the save wrote and merged into a fresh copy of the base,
         so later training never changes what this sampler decodes with. Raises
-        ``CheckpointPathError`` for a bad or missing path. Runs on ``sample_worker``.
+        ``CheckpointPathError`` for a bad or missing path, or a ``weights/`` one (a sampler reads sampler weights,
+        as on Tinker; a directory is taken as it is). Runs on ``sample_worker``.
         """
+        if not os.path.isdir(model_path):
+            require_kind(model_path, "sampler_weights", "A sampling client")
         with self._samplers_lock:
             if model_path in self._samplers:
                 self._samplers.move_to_end(model_path)

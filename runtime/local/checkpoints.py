@@ -10,6 +10,12 @@ to the directory ``<base_dir>/<run>/<kind>/<name>/`` holding:
 - ``base_model.json``: the base model's name, seed and config (``sailrl/tiny`` is rebuilt from it);
 - ``checkpoint.json``: kind, creation time, TTL / expiry, user metadata;
 - ``optimizer.pt`` + ``training_state.json`` (``weights/`` only): AdamW state and step count.
+
+Each training client is a training run: ``<base_dir>/<run>/training_run.json`` records its base model, LoRA rank,
+user metadata and creation time (``write_run``), which the rest client's ``get_training_run`` and
+``list_training_runs`` read. The two kinds are not interchangeable, as on Tinker: a sampler takes only
+``sampler_weights/`` paths and ``load_state`` / ``create_training_client_from_state`` only ``weights/`` ones
+(``require_kind``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ SCHEME = "local://"
 Kind = Literal["sampler_weights", "weights"]
 KINDS: tuple[str, ...] = ("sampler_weights", "weights")
 META_FILE = "checkpoint.json"
+RUN_FILE = "training_run.json"
 OPTIMIZER_FILE = "optimizer.pt"
 TRAINING_STATE_FILE = "training_state.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -71,6 +78,25 @@ class LocalPath:
                 "local://<run>/sampler_weights/<name> or local://<run>/weights/<name>."
             )
         return cls(parts[0], parts[1], parts[2])
+
+
+_KIND_WORDS = {
+    "weights": "a training-state checkpoint (weights/, written by save_state)",
+    "sampler_weights": "a sampler checkpoint (sampler_weights/, written by save_weights_for_sampler)",
+}
+
+
+def require_kind(path: str, kind: str, what: str) -> None:
+    """Raise ``CheckpointPathError`` unless ``path`` (a ``local://`` path; anything else is left to the caller) is
+    of ``kind``: a sampler reads only ``sampler_weights/`` checkpoints and training starts only from ``weights/``
+    ones. ``what`` names the call, for the message."""
+    if not path.startswith(SCHEME):
+        return
+    lp = LocalPath.parse(path)
+    if lp.kind != kind:
+        raise CheckpointPathError(
+            f"{what} needs {_KIND_WORDS[kind]}, but {path} is {_KIND_WORDS[lp.kind]}; pass "
+            f"local://{lp.run_id}/{kind}/<name> instead.")
 
 
 def check_name(name: str) -> None:
@@ -163,6 +189,34 @@ class CheckpointStore:
         shutil.rmtree(directory)
         if os.path.exists(directory + ".tar"):
             os.remove(directory + ".tar")
+
+    def run_file(self, run_id: str) -> str:
+        if not _NAME.match(run_id):
+            raise CheckpointPathError(f"{run_id!r} is not a training run id of the embedded backend.")
+        return os.path.join(self.base_dir, run_id, RUN_FILE)
+
+    def write_run(self, run_id: str, record: dict[str, Any]) -> None:
+        """Record a new training run (``record``: JSON-able fields of ``tinker.types.TrainingRun``)."""
+        os.makedirs(os.path.join(self.base_dir, run_id), exist_ok=True)
+        with open(self.run_file(run_id), "w") as f:
+            json.dump(record, f, indent=2)
+
+    def read_run(self, run_id: str) -> dict[str, Any] | None:
+        """The run's record, or ``None`` when it has none (a run saved before runs were recorded)."""
+        path = self.run_file(run_id)
+        if not os.path.isfile(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+    def run_ids(self) -> list[str]:
+        """Every run under ``base_dir`` that has a record or a checkpoint."""
+        if not os.path.isdir(self.base_dir):
+            return []
+        return sorted(
+            name for name in os.listdir(self.base_dir)
+            if _NAME.match(name) and (os.path.isfile(os.path.join(self.base_dir, name, RUN_FILE))
+                                      or any(os.path.isdir(os.path.join(self.base_dir, name, k)) for k in KINDS)))
 
     def list_run(self, run_id: str) -> list[types.Checkpoint]:
         """The run's checkpoints, oldest first."""

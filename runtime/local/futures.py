@@ -19,10 +19,10 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import torch
-from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
+from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
 T = TypeVar("T")
 
@@ -132,31 +132,3 @@ def completed(value: T) -> AwaitableConcurrentFuture[T]:
     fut: Future = Future()
     fut.set_result(value)
     return AwaitableConcurrentFuture(fut)
-
-
-class ClientFuture(APIFuture[T], Generic[T]):
-    """A future of a client that can also be used as the client, like the SDK's
-    ``BackcompatTrainingClientFuture`` / ``BackcompatSamplingClientFuture``: ``await`` it or call
-    ``.result()`` to get the client; attribute access is forwarded to the finished client."""
-
-    def __init__(self, future: AwaitableConcurrentFuture[T]):
-        self._future = future
-
-    def result(self, timeout: float | None = None) -> T:
-        return self._future.result(timeout)
-
-    async def result_async(self, timeout: float | None = None) -> T:
-        return await self._future.result_async(timeout)
-
-    def future(self) -> Future:
-        return self._future.future()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._future.result(), name)
-
-    def __repr__(self) -> str:
-        fut = self._future.future()
-        state = "pending" if not fut.done() else ("failed" if fut.exception() else repr(fut.result()))
-        return f"<ClientFuture: {state}>"

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+import tinker
 import torch
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
@@ -32,6 +33,7 @@ from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurre
 from sailrl.runtime.local.futures import Worker
 from sailrl.runtime.local.generation import SampleRequest, generate
 from sailrl.runtime.local.sampler_process import SamplerProcess, Source
+from sailrl.runtime.local.sdk import refuse_the_rest
 
 _REQUEST_IDS = itertools.count()
 
@@ -162,8 +164,10 @@ def _unsupported(name: str, value: Any) -> ValueError:
     return ValueError(f"The embedded backend does not support {name}={value!r} in sample(); leave it unset.")
 
 
-class LocalSamplingClient:
-    """In-process ``tinker.SamplingClient``: ``sample``, ``compute_logprobs``, ``get_tokenizer``.
+@refuse_the_rest(tinker.SamplingClient)
+class LocalSamplingClient(tinker.SamplingClient):
+    """In-process ``tinker.SamplingClient`` (an instance of it): ``sample``, ``compute_logprobs``,
+    ``get_tokenizer``. It cannot be pickled (its model lives in this process or the backend's sampling process).
 
     Build it through ``LocalServiceClient.create_sampling_client`` or a training client's
     ``save_weights_and_get_sampling_client`` / ``create_sampling_client``.
@@ -288,6 +292,17 @@ class LocalSamplingClient:
     def get_base_model(self) -> str:
         """The base model name, e.g. ``"sailrl/tiny"``."""
         return self._base_model
+
+    def get_telemetry(self) -> None:
+        """No telemetry: nothing leaves this machine."""
+        return None
+
+    def on_queue_state_change(self, queue_state: Any, queue_state_reason: str | None) -> None:
+        """No service queue here: nothing to report."""
+
+    def __reduce__(self) -> Any:
+        raise TypeError("A sampling client of the embedded backend cannot be pickled: its model lives in this "
+                        "process (or the backend's sampling process); run rollouts in this process.")
 
     async def get_base_model_async(self) -> str:
         return self._base_model

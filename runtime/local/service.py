@@ -5,33 +5,43 @@ seed; ``sailrl/tiny-arith``, shipped weights; byte tokenizer), a local Hugging F
 a hub model (cached, or downloaded once; see ``sources``). Device, dtype and torch threads follow
 ``device.py`` (``SAILRL_DEVICE``, ``SAILRL_DTYPE``, ``SAILRL_THREADS``). Method names, parameters and
 return kinds follow tinker 0.35, inside the range pyproject.toml pins (``tests/test_local_drift.py`` checks them
-against the installed SDK): the creation methods return a future of the client that can also be used as the
-client; their ``*_async`` variants are coroutines returning the client itself. Checkpoints live under ``base_dir`` (see ``checkpoints``).
+against the installed SDK): the creation methods return the client itself (they wait for it), their ``*_async``
+variants are coroutines returning it, and every client is an instance of its SDK class (``sdk``). The constructor
+takes the SDK's arguments too (``user_metadata``, ``project_id``, ``display_name``, ``base_url``, ``api_key``,
+``default_headers_overrides``), so a script that builds ``tinker.ServiceClient(base_url=..., user_metadata=...)``
+runs with this class in its place. Checkpoints and training-run records live under ``base_dir`` (see
+``checkpoints``).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
+import tinker
 import torch
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
 
 from sailrl.runtime.local.backend import LocalBackend
 from sailrl.runtime.local.device import local_device, local_dtype, thread_count
-from sailrl.runtime.local.futures import ClientFuture, completed
+from sailrl.runtime.local.checkpoints import require_kind
+from sailrl.runtime.local.futures import completed
 from sailrl.runtime.local.merged import max_context_of
 from sailrl.runtime.local.rest import LocalRestClient
 from sailrl.runtime.local.sampling import LocalSamplingClient
+from sailrl.runtime.local.sdk import refuse_the_rest
 from sailrl.runtime.local.tiny import BaseModelSpec, resolve_base_model
 from sailrl.runtime.local.trainer import new_trainer, trainer_from_state
 from sailrl.runtime.local.training import LocalTrainingClient
 from sailrl.spec.models import TINY_MODEL_NAME
 
 
-class LocalServiceClient:
+@refuse_the_rest(tinker.ServiceClient)
+class LocalServiceClient(tinker.ServiceClient):
     """Create local training / sampling / rest clients.
 
     Args:
@@ -53,6 +63,11 @@ class LocalServiceClient:
       interpreter's GIL; the run turns it on for bounded off-policy runs on the CPU
       (``device.use_local_processes``). They start at once (about 2 s of imports, overlapping what follows) and
       stop with ``close()``; a training client's ``peft_model`` is then not inspectable.
+    - ``user_metadata``, ``project_id``, ``display_name``, ``base_url``, ``api_key``, ``default_headers_overrides``:
+      ``tinker.ServiceClient``'s arguments, accepted so a script written for it runs here; there is no server, so
+      they are kept (``user_metadata``, ``display_name``) or ignored (the rest). Other keyword arguments are
+      ignored with a ``FutureWarning``, as the SDK does. The SDK's first two are positional there; here
+      ``model_name`` comes first and they are keyword-only.
     """
 
     def __init__(
@@ -67,7 +82,23 @@ class LocalServiceClient:
         coalesce_window_s: float = 0.003,
         model_dir: str | os.PathLike | None = None,
         processes: bool = False,
+        user_metadata: dict[str, str] | None = None,
+        project_id: str | None = None,
+        display_name: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        default_headers_overrides: Mapping[str, str] | None = None,
+        **kwargs: Any,
     ):
+        if kwargs:
+            warnings.warn(
+                f"ServiceClient ignores unsupported arguments: {', '.join(sorted(kwargs))}. "
+                "Passing them will be an error in a future version of the Tinker SDK.",
+                FutureWarning,
+                stacklevel=2,
+            )
+        self.user_metadata = dict(user_metadata) if user_metadata else None
+        self.display_name = display_name
         if num_threads is None:
             num_threads = thread_count(model_name)
         if num_threads is not None:
@@ -92,6 +123,7 @@ class LocalServiceClient:
         train_mlp: bool,
         train_attn: bool,
         train_unembed: bool,
+        user_metadata: dict[str, str] | None,
     ) -> LocalTrainingClient:
         spec = resolve_base_model(base_model, self._backend.seed, self.model_dir)
         lora_seed = self._backend.next_lora_seed() if seed is None else seed
@@ -99,10 +131,19 @@ class LocalServiceClient:
             rank=rank, seed=lora_seed, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed
         )
         if self._backend.trainer_process is not None:
-            return LocalTrainingClient(self._backend, self._backend.trainer_process.new_trainer(spec, lora), spec, lora)
-        with self._backend.model_lock:  # the LoRA init seeds torch's global RNG; the sampling worker may load a base
-            trainer = new_trainer(self._backend.bases, spec, lora, self._backend.store, self._backend.device)
-        return LocalTrainingClient(self._backend, trainer, spec, lora)
+            trainer: Any = self._backend.trainer_process.new_trainer(spec, lora)
+        else:
+            with self._backend.model_lock:  # the LoRA init seeds torch's global RNG; the sampler may load a base
+                trainer = new_trainer(self._backend.bases, spec, lora, self._backend.store, self._backend.device)
+        return LocalTrainingClient(self._backend, trainer, spec, lora, user_metadata=user_metadata)
+
+    @staticmethod
+    def _check_lora_request(train_mlp: bool, train_attn: bool, train_unembed: bool,
+                            optimizer: types.OptimizerConfig | None) -> None:
+        if not (train_mlp or train_attn or train_unembed):
+            raise ValueError("At least one of train_mlp, train_attn or train_unembed must be True.")
+        if optimizer is not None and getattr(optimizer, "type", "adamw") != "adamw":
+            raise ValueError("The embedded backend supports only the Adam optimizer.")
 
     def create_lora_training_client(
         self,
@@ -114,22 +155,19 @@ class LocalServiceClient:
         train_unembed: bool = True,
         user_metadata: dict[str, str] | None = None,
         optimizer: types.OptimizerConfig | None = None,
-    ) -> ClientFuture[LocalTrainingClient]:
-        """A future of a ``LocalTrainingClient`` with a fresh LoRA adapter (alpha 32, see ``lora``).
+    ) -> LocalTrainingClient:
+        """A ``LocalTrainingClient`` with a fresh LoRA adapter (alpha 32, see ``lora``), a new training run
+        (``user_metadata`` recorded on it, see ``LocalRestClient.get_training_run``).
 
         ``seed=None`` derives the LoRA init seed from the service seed. Raises ``ValueError`` if no
-        layer family is chosen or ``optimizer`` is not Adam; the future fails with
-        ``sources.BaseModelError`` (a ``ModelError``) for a model the backend cannot load.
+        layer family is chosen or ``optimizer`` is not Adam, ``sources.BaseModelError`` (a ``ModelError``) for a
+        model the backend cannot load.
         """
-        if not (train_mlp or train_attn or train_unembed):
-            raise ValueError("At least one of train_mlp, train_attn or train_unembed must be True.")
-        if optimizer is not None and getattr(optimizer, "type", "adamw") != "adamw":
-            raise ValueError("The embedded backend supports only the Adam optimizer.")
-        return ClientFuture(
-            self._backend.worker.submit(
-                lambda: self._new_lora_client(base_model, rank, seed, train_mlp, train_attn, train_unembed)
-            )
-        )
+        self._check_lora_request(train_mlp, train_attn, train_unembed, optimizer)
+        return self._backend.worker.submit(
+            lambda: self._new_lora_client(base_model, rank, seed, train_mlp, train_attn, train_unembed,
+                                          user_metadata)
+        ).result()
 
     async def create_lora_training_client_async(
         self,
@@ -142,11 +180,15 @@ class LocalServiceClient:
         user_metadata: dict[str, str] | None = None,
         optimizer: types.OptimizerConfig | None = None,
     ) -> LocalTrainingClient:
-        return await self.create_lora_training_client(
-            base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata, optimizer
+        self._check_lora_request(train_mlp, train_attn, train_unembed, optimizer)
+        return await self._backend.worker.submit(
+            lambda: self._new_lora_client(base_model, rank, seed, train_mlp, train_attn, train_unembed,
+                                          user_metadata)
         )
 
-    def _client_from_state(self, path: str, with_optimizer: bool) -> LocalTrainingClient:
+    def _client_from_state(self, path: str, with_optimizer: bool,
+                           user_metadata: dict[str, str] | None) -> LocalTrainingClient:
+        require_kind(path, "weights", "create_training_client_from_state")
         directory = self._backend.store.existing(path)
         spec = BaseModelSpec.read(directory)
         if self._backend.trainer_process is not None:
@@ -154,7 +196,9 @@ class LocalServiceClient:
         else:
             trainer = trainer_from_state(self._backend.bases, path, self._backend.store, self._backend.device,
                                          with_optimizer)
-        return LocalTrainingClient(self._backend, trainer, spec, trainer.lora)
+        # a client made from a state has made its one load_state request (as on Tinker: create, then load)
+        return LocalTrainingClient(self._backend, trainer, spec, trainer.lora, user_metadata=user_metadata,
+                                   loaded_from=path)
 
     def create_training_client_from_state(
         self,
@@ -163,9 +207,11 @@ class LocalServiceClient:
         user_metadata: dict[str, str] | None = None,
         weights_access_token: str | None = None,
         optimizer: types.OptimizerConfig | None = None,
-    ) -> ClientFuture[LocalTrainingClient]:
-        """A new training client (new run id) with the adapter weights at ``path``; fresh optimizer."""
-        return ClientFuture(self._backend.worker.submit(lambda: self._client_from_state(path, False)))
+    ) -> LocalTrainingClient:
+        """A new training client (a new training run) with the adapter weights of the ``weights/`` checkpoint at
+        ``path``; fresh optimizer. Raises ``checkpoints.CheckpointPathError`` for a bad, missing or
+        ``sampler_weights/`` path."""
+        return self._backend.worker.submit(lambda: self._client_from_state(path, False, user_metadata)).result()
 
     async def create_training_client_from_state_async(
         self,
@@ -175,9 +221,7 @@ class LocalServiceClient:
         weights_access_token: str | None = None,
         optimizer: types.OptimizerConfig | None = None,
     ) -> LocalTrainingClient:
-        return await self.create_training_client_from_state(
-            path, base_model, user_metadata, weights_access_token
-        )
+        return await self._backend.worker.submit(lambda: self._client_from_state(path, False, user_metadata))
 
     def create_training_client_from_state_with_optimizer(
         self,
@@ -185,10 +229,10 @@ class LocalServiceClient:
         base_model: str | None = None,
         user_metadata: dict[str, str] | None = None,
         weights_access_token: str | None = None,
-    ) -> ClientFuture[LocalTrainingClient]:
+    ) -> LocalTrainingClient:
         """A new training client with the adapter AND AdamW state of ``local://<run>/weights/<name>``;
         training continues exactly as the saved run would have."""
-        return ClientFuture(self._backend.worker.submit(lambda: self._client_from_state(path, True)))
+        return self._backend.worker.submit(lambda: self._client_from_state(path, True, user_metadata)).result()
 
     async def create_training_client_from_state_with_optimizer_async(
         self,
@@ -197,9 +241,7 @@ class LocalServiceClient:
         user_metadata: dict[str, str] | None = None,
         weights_access_token: str | None = None,
     ) -> LocalTrainingClient:
-        return await self.create_training_client_from_state_with_optimizer(
-            path, base_model, user_metadata, weights_access_token
-        )
+        return await self._backend.worker.submit(lambda: self._client_from_state(path, True, user_metadata))
 
     # ------------------------------------------------------------------ sampling clients
     def _sampler(self, model_path: str | None, base_model: str | None) -> LocalSamplingClient:
@@ -215,15 +257,16 @@ class LocalServiceClient:
         base_model: str | None = None,
         retry_config: Any = None,
         record_stability_info: bool = False,
-    ) -> ClientFuture[LocalSamplingClient]:
-        """A future of a sampler over saved weights (``model_path``, ``local://...``) or a base model.
+    ) -> LocalSamplingClient:
+        """A sampler over saved sampler weights (``model_path``, ``local://<run>/sampler_weights/<name>``, or a
+        checkpoint directory) or a base model.
 
-        Raises ``ValueError`` if neither is given; the future fails with
-        ``checkpoints.CheckpointPathError`` for a bad path.
+        Raises ``ValueError`` if neither is given, ``checkpoints.CheckpointPathError`` for a bad or missing path
+        or a ``weights/`` (training-state) one.
         """
         if model_path is None and base_model is None:
             raise ValueError("Either model_path or base_model must be provided.")
-        return ClientFuture(self._backend.sample_worker.submit(lambda: self._sampler(model_path, base_model)))
+        return self._backend.sample_worker.submit(lambda: self._sampler(model_path, base_model)).result()
 
     async def create_sampling_client_async(
         self,
@@ -232,12 +275,15 @@ class LocalServiceClient:
         retry_config: Any = None,
         record_stability_info: bool = False,
     ) -> LocalSamplingClient:
-        return await self.create_sampling_client(model_path=model_path, base_model=base_model)
+        if model_path is None and base_model is None:
+            raise ValueError("Either model_path or base_model must be provided.")
+        return await self._backend.sample_worker.submit(lambda: self._sampler(model_path, base_model))
 
     # ------------------------------------------------------------------ misc
     def create_rest_client(self) -> LocalRestClient:
-        """A ``LocalRestClient`` over this service's checkpoints (its calls run on the backend's I/O worker)."""
-        return LocalRestClient(self._backend.io_worker, self._backend.store)
+        """A ``LocalRestClient`` over this service's checkpoints and training runs (its calls run on the backend's
+        I/O worker)."""
+        return LocalRestClient(self._backend.io_worker, self._backend.store, self._backend.last_requests)
 
     def _capabilities(self) -> types.GetServerCapabilitiesResponse:
         spec = resolve_base_model(self.model_name, self._backend.seed, self.model_dir)
@@ -261,6 +307,10 @@ class LocalServiceClient:
         """Stop the worker threads once queued work is done (``status`` / ``detail`` are ignored)."""
         self._backend.close()
         return completed(None)
+
+    def get_telemetry(self) -> None:
+        """No telemetry: nothing leaves this machine."""
+        return None
 
     def __enter__(self) -> LocalServiceClient:  # noqa: PYI034
         return self

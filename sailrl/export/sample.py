@@ -81,11 +81,11 @@ def _sampling_client(spec: Spec, ckpt: Checkpoint, spec_dir: Any, have: str) -> 
         from sailrl.runtime.local import LocalServiceClient
         from sailrl.runtime.local.sources import BaseModelError  # lazy: see above
 
-        local_checkpoint_directory(ckpt, have)
+        directory = local_checkpoint_directory(ckpt, have)
         service = LocalServiceClient(spec.model.name, base_dir=local_checkpoint_dir(), seed=spec.model.seed,
                                      model_dir=spec_dir)
-        try:
-            return service, service.create_sampling_client(model_path=ckpt.path).result()
+        try:  # by its folder: a step's checkpoint is training state (weights/), which a local:// sampler refuses
+            return service, service.create_sampling_client(model_path=directory)
         except BaseModelError as exc:
             service.close("error")
             raise ExportError(f"cannot load the base model the run trained on: {exc}") from None

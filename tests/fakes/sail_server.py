@@ -165,7 +165,7 @@ def local_checkpoint_clients(service_client: Any) -> Callable[[dict[str, Any]], 
         tinker_path = "local://" + path.relative_to(base).as_posix().removesuffix(".tar")
         with lock:
             if tinker_path not in clients:
-                clients[tinker_path] = service_client.create_sampling_client(model_path=tinker_path).result()
+                clients[tinker_path] = service_client.create_sampling_client(model_path=tinker_path)
             return clients[tinker_path]
 
     return client_for
