@@ -17,14 +17,16 @@ with warnings.catch_warnings():  # starlette 1.x suggests httpx2 for its test cl
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from sailrl.compiler.validate import validate_text
 from sailrl.runtime.gaming import GamingWatch
 from sailrl.runtime.rewards import RewardFunction
+from sailrl.spec.errors import SpecErrors
 from sailrl.spec.loader import load_spec
 from sailrl.spec.rewards import RewardSpec
 from sailrl.studio.app import build_app
 from sailrl.studio.security import cookie_name
 from sailrl.studio.session import Studio
-from sailrl.studio.words import pattern_words
+from sailrl.studio.words import page_hint, pattern_words
 from tests.fakes.studio_project import make_project
 
 PORT = 8765
@@ -426,3 +428,29 @@ def test_status_says_every_rules_pass_rate_and_a_goal_never_reached(project):
         (10, "shows_working", ["never_passed"],
          "no reply passed 'shows_working' in the last 10 steps: the model never writes what it asks for; this model "
          "may not be able to (try a reply by hand with Try), or give it examples (training.warmup)")]
+
+
+# ---------------------------------------------------------------------------------------------- hints
+
+
+def test_hints_point_at_the_page_not_the_terminal(client, project):
+    """A problem's hint and the cost table say what to do on the page; the CLI keeps its command."""
+    text = project.read_text().replace("weight: 0.5\n    - name: format", "weight: 1.0\n    - name: format")
+    hints = [p["hint"] for p in client.post("/api/check", json={"text": text}).json()["problems"]
+             if p["code"] == "S301"]
+    assert hints and set(hints) == {"Either the rules do not say what you mean (see each rule's sentence), or the "
+                                    "expectation is off. Try other replies in Try below."}
+    bad = text.replace("weight: 1.0\n    - name: format", "weight: 0.5\n    - name: format").replace(
+        "pattern: '^\\s*-?\\d+\\s*$'", "pattern: '^\\s*-?\\d+z\\s*$'")
+    s305 = [p["hint"] for p in client.post("/api/check", json={"text": bad}).json()["problems"]]
+    assert any(h and h.endswith("Try a reply in Try below: it shows per rule why it passed or failed.") for h in s305)
+    assert not any("`sailrl" in (h or "") for h in hints + s305)
+    with pytest.raises(SpecErrors) as raised:
+        validate_text(text, str(project), path=project)
+    cli = [e.hint for e in raised.value.errors if e.code == "S301"]
+    assert cli == ["Either the rules do not say what you mean (see `sailrl explain`), or the expectation is off. "
+                   "Score other texts with `sailrl rewards SPEC --completion TEXT --field answer=...`."]
+    cost = client.post("/api/run/plan", json={"text": project.read_text()}).json()["cost"]
+    assert any(line.endswith("(prompt lengths not measured): the check before a run measures them.") for line in cost)
+    assert not any("`sailrl" in line for line in cost)
+    assert page_hint("see `sailrl explain` and `sailrl show RUN`") == "see `sailrl explain` and `sailrl show RUN`"

@@ -53,7 +53,7 @@ from sailrl.spec.schema import PromptSpec, Spec
 from sailrl.studio.security import PathRefused, confined
 from sailrl.studio.proposals import agreement, labels_from, propose
 from sailrl.studio.runner import RunError, Runner, check_overrides, outcome_words, progress
-from sailrl.studio.words import STARTERS, pattern_fields, rule_sentences
+from sailrl.studio.words import STARTERS, page_hint, pattern_fields, rule_sentences
 
 RUN_ALIAS = "@run"  # the --run folder, wherever it lies
 MAX_ROWS_SHOWN = 200
@@ -106,7 +106,7 @@ def problem_json(e: SpecError) -> dict[str, Any]:
     """A problem as the page shows it: the CLI's headline, message, hint and code, and where it is."""
     code = CODES.get(e.code)
     return {"file": e.file, "line": e.line, "column": e.column, "key_path": e.key_path, "message": e.message,
-            "hint": e.hint, "code": e.code, "code_name": getattr(code, "name", None), "severity": e.severity,
+            "hint": page_hint(e.hint), "code": e.code, "code_name": getattr(code, "name", None), "severity": e.severity,
             "headline": e.headline()}
 
 
@@ -702,6 +702,10 @@ class Studio:
             except PreflightError as exc:
                 return {"problems": [{"severity": "error", "message": str(exc), "fix": None}], "verdict": str(exc)}
             out = json.loads(json.dumps(report, default=str))
+            for problem in out.get("problems") or []:  # the page's words for the CLI's hints
+                if isinstance(problem, dict):
+                    problem.update({k: page_hint(problem.get(k)) for k in ("message", "fix") if k in problem})
+            out["verdict"] = page_hint(out.get("verdict"))
             source = (out.get("data") or {}).get("source")
             if isinstance(source, str) and source.startswith(str(self.spec_dir) + os.sep):
                 out["data"]["source"] = source[len(str(self.spec_dir)) + 1:]  # as the spec names it
@@ -837,7 +841,7 @@ class Studio:
             part = getattr(spec, section)
             kept = int(value) if isinstance(getattr(part, field), int) else value
             spec = spec.model_copy(update={section: part.model_copy(update={field: kept})})
-        cost = [line for line in estimate_run(spec, None).render() if line is not None]
+        cost = [page_hint(line) for line in estimate_run(spec, None).render() if line is not None]
         if overrides:
             cost.append("with " + ", ".join(f"{k}={v:g}" for k, v in overrides.items()) + " (the estimate above is "
                         "for these values)")

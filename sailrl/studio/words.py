@@ -8,6 +8,8 @@
 - :func:`pattern_fields`: the key path of every pattern in the rules with its words (the page shows them beside
   the field).
 - :data:`STARTERS`: the rules a new rule is picked from, each a sentence and the rule it makes.
+- :func:`page_hint`: a hint written for the terminal ("Score other texts with `sailrl rewards SPEC ...`") in the
+  page's words ("try other replies in Try below"); the CLI keeps its own text.
 """
 
 from __future__ import annotations
@@ -22,9 +24,36 @@ from pydantic import ValidationError
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.spec.rewards import RewardSpec
 
-__all__ = ["STARTERS", "pattern_fields", "pattern_words", "rule_sentence", "rule_sentences"]
+__all__ = ["STARTERS", "page_hint", "pattern_fields", "pattern_words", "rule_sentence", "rule_sentences"]
 
 MAX_WORDS_PATTERN = 500  # longer patterns are not put in words (the parse tree is shown as is)
+
+
+#: What a terminal hint says, and what the page says instead (the page has Try, the check before a run, and the
+#: problems list that scores every example on each edit).
+_PAGE_HINTS: list[tuple[re.Pattern[str], str]] = [(re.compile(a), b) for a, b in (
+    (r"Score other texts with `sailrl rewards SPEC --completion TEXT[^`]*`\.?", "Try other replies in Try below."),
+    (r"Try it: `sailrl rewards SPEC --completion TEXT` shows per rule why it passed or failed\.?",
+     "Try a reply in Try below: it shows per rule why it passed or failed."),
+    (r"check the rule on a few completions with `sailrl rewards`", "check the rule on a few replies in Try below"),
+    (r"\(check it with `sailrl rewards`\)", "(check it on a few replies in Try below)"),
+    (r"\(see `sailrl explain`\)", "(see each rule's sentence)"),
+    (r"`sailrl preflight SPEC` measures them", "the check before a run measures them"),
+    (r"\(`sailrl preflight` shows prompt lengths\)", "(the check before a run shows prompt lengths)"),
+    (r"`sailrl preflight SPEC --sample N` estimates the whole run",
+     "In a terminal, `sailrl preflight SPEC --sample N` estimates the whole run"),
+    (r"this is a warning, and `sailrl validate` still passes", "this is a warning: the spec still saves and runs"),
+    (r"\(`sailrl validate` shows where\)", "(the problems list shows where)"),
+)]
+
+
+def page_hint(text: Any) -> Any:
+    """``text`` with each terminal command hint of :data:`_PAGE_HINTS` in the page's words (anything else as is)."""
+    if not isinstance(text, str) or "`sailrl " not in text:
+        return text
+    for pattern, words in _PAGE_HINTS:
+        text = pattern.sub(words, text)
+    return text
 
 
 def rule_sentence(rule: Any, reference_field: str, spec_dir: Path | None = None) -> str | None:
