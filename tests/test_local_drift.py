@@ -95,7 +95,7 @@ REQUIRED = {
 # supervised/train.py, checkpoint_utils, preference/train_dpo.py, distillation/sdft.py)
 COOKBOOK = {
     LocalServiceClient: ["create_sampling_client", "create_rest_client"],
-    LocalTrainingClient: ["get_info_async",
+    LocalTrainingClient: ["forward_backward_custom", "forward_backward_custom_async", "get_info_async",
                           "save_weights_and_get_sampling_client", "optim_step", "forward_backward"],
     LocalSamplingClient: ["sample", "sample_async", "compute_logprobs_async"],
     LocalRestClient: ["get_training_run_by_tinker_path", "get_training_run_by_tinker_path_async",

@@ -11,6 +11,11 @@ learner's log-probabilities of ``loss_fn_inputs["target_tokens"]``; ``logprobs``
 - ``cispo``: ``-(clamp(ratio, clip_low, clip_high).detach() * target_logprobs * A).sum()``
 - ``dro``:   ``-(target_logprobs * A - 0.5 * beta * (target_logprobs - logprobs) ** 2).sum()``
 
+``cross_entropy`` also takes ``target_tokens`` and ``weights`` of shape ``(N, K)`` (top-K distillation, as in
+tinker_cookbook's ``distillation/sdft.py``): ``target_logprobs`` is then ``(N, K)``, the logprob of each of the K
+tokens at each position, and the loss ``-(target_logprobs * weights).sum()`` over both axes -- the sum of K
+single-target cross-entropies, each with its column of weights. The other losses take ``(N,)`` inputs only.
+
 ``loss_fn_config`` keys: ``clip_low_threshold`` / ``clip_high_threshold`` for ppo and cispo
 (defaults 0.8 / 1.2, i.e. epsilon 0.2 as the doc says Tinker fixes), ``beta`` for dro (default
 0.05, the doc's example value). The loss of a batch is the sum over its datums.
@@ -81,6 +86,20 @@ def check_loss_request(
         raise LossInputError(
             f"loss_fn_config keys {', '.join(unknown)} are not used by {loss_fn!r} (accepted: {accepted})."
         )
+
+
+def check_input_shapes(loss_fn: str, shapes: Mapping[str, tuple[int, ...]], index: int) -> None:
+    """Raise ``LossInputError`` for a two-dimensional loss input where ``loss_fn`` takes none (only cross_entropy's
+    ``target_tokens`` and ``weights`` may be ``(N, K)``), or ``weights`` not shaped as ``target_tokens``."""
+    two_d = sorted(key for key, shape in shapes.items() if len(shape) == 2)
+    if two_d and (loss_fn != "cross_entropy" or set(two_d) - {"target_tokens", "weights"}):
+        raise LossInputError(
+            f"Datum {index}: loss_fn_inputs {', '.join(two_d)} are two-dimensional; only cross_entropy's "
+            f"target_tokens and weights may be (N, K), the others take one value per token.")
+    if "weights" in shapes and shapes["weights"] != shapes["target_tokens"]:
+        raise LossInputError(
+            f"Datum {index}: weights have shape {shapes['weights']} and target_tokens {shapes['target_tokens']}; "
+            "cross_entropy needs them alike ((N,) or (N, K)).")
 
 
 def _config_float(config: Mapping[str, float | str] | None, key: str, default: float) -> float:

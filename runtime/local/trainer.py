@@ -8,7 +8,8 @@ process (``trainer_process``), which runs the same methods on the same objects; 
 Datum convention (as tinker-cookbook builds them): ``model_input`` = tokens[:-1], ``loss_fn_inputs["target_tokens"]``
 = tokens[1:], every loss input of length ``model_input.length``; :func:`prepare_data` turns datums into
 ``(tokens, inputs)`` pairs and raises ``ValueError`` (``losses.LossInputError``) for bad ones. Losses:
-``losses.datum_loss``, summed over datums; ``metrics["loss:sum"]`` is that sum. The optimizer is
+``losses.datum_loss``, summed over datums; ``metrics["loss:sum"]`` is that sum. ``cross_entropy`` also takes
+``target_tokens`` (and ``weights``) of shape ``(N, K)``: K target tokens per position, their logprobs ``(N, K)``. The optimizer is
 ``torch.optim.AdamW`` with exactly the ``AdamParams`` given (Tinker documents its Adam as identical).
 """
 
@@ -31,7 +32,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 from sailrl.runtime.local.checkpoints import OPTIMIZER_FILE, TRAINING_STATE_FILE, CheckpointStore, LocalPath
 from sailrl.runtime.local.decoder import decoder_of
 from sailrl.runtime.local.lora import adapter_state, attach_lora, quiet_peft
-from sailrl.runtime.local.losses import check_loss_request, datum_loss
+from sailrl.runtime.local.losses import check_input_shapes, check_loss_request, datum_loss
 from sailrl.runtime.local.tiny import BaseModelSpec
 
 #: How safetensors names the errno of a failed write in its message.
@@ -54,10 +55,11 @@ def _datum_arrays(datum: types.Datum, index: int) -> tuple[list[int], dict[str, 
     inputs: dict[str, np.ndarray] = {}
     for key, value in datum.loss_fn_inputs.items():
         array = value.to_numpy()
-        if array.ndim != 1 or array.shape[0] != len(tokens):
+        if array.ndim not in (1, 2) or array.shape[0] != len(tokens):
             raise ValueError(
                 f"Datum {index}: loss_fn_inputs[{key!r}] has shape {tuple(array.shape)}, but "
-                f"model_input has {len(tokens)} tokens; each loss input needs one value per token."
+                f"model_input has {len(tokens)} tokens; each loss input needs one value per token "
+                "(or, for cross_entropy's target_tokens and weights, K values per token: shape (N, K))."
             )
         inputs[key] = array.astype(np.int64 if key == "target_tokens" else np.float32, copy=False)
     return tokens, inputs
@@ -69,6 +71,7 @@ def prepare_data(data: list[types.Datum], loss_fn: str, loss_fn_config: Mapping[
     for i, datum in enumerate(data):
         tokens, inputs = _datum_arrays(datum, i)
         check_loss_request(loss_fn, set(inputs), loss_fn_config, i)
+        check_input_shapes(loss_fn, {key: array.shape for key, array in inputs.items()}, i)
         if not tokens:
             raise ValueError(f"Datum {i}: model_input is empty.")
         prepared.append((tokens, inputs))
@@ -126,6 +129,16 @@ class LoraTrainer:
         pass_cost = pass_tokens(self.model.config)
         for chunk in micro_batches([len(t) for t, _ in prepared], tokens_per_chunk(self.model.config)):
             part = prepared[chunk.start:chunk.stop]
+            if any(inputs["target_tokens"].ndim == 2 for _, inputs in part):  # cross_entropy over K targets
+                with torch.set_grad_enabled(backward):
+                    pieces = self._logprobs_k(part)
+                    total = sum(datum_loss(loss_fn, lp, _datum_inputs(inputs, self.device), loss_fn_config)
+                                for lp, (_, inputs) in zip(pieces, part, strict=True))
+                    if backward:
+                        total.backward()
+                outputs += [{"logprobs": types.TensorData.from_torch(lp.detach().cpu())} for lp in pieces]
+                loss_sum += float(total.detach())
+                continue
             plan = shared_prefixes([t for t, _ in part], pass_cost)
             lengths = [len(t) for t, _ in part]
             inputs = _joined_inputs(part, self.device)
@@ -153,6 +166,24 @@ class LoraTrainer:
         device = self.device
         logits = self.run_model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         return _target_logprobs(logits, targets.to(device))[mask.to(device).bool()]  # row by row: datum order
+
+    def _logprobs_k(self, prepared: Prepared) -> list[torch.Tensor]:
+        """Each datum's logprobs of its target tokens from one right-padded forward: ``(N,)`` for ``(N,)`` targets,
+        ``(N, K)`` for ``(N, K)`` ones (the logprob of each of the K tokens at each position)."""
+        width = max(len(t) for t, _ in prepared)
+        ks = [inputs["target_tokens"].reshape(len(tokens), -1).shape[1] for tokens, inputs in prepared]
+        ids = torch.zeros((len(prepared), width), dtype=torch.long)
+        mask = torch.zeros((len(prepared), width), dtype=torch.long)
+        targets = torch.zeros((len(prepared), width, max(ks)), dtype=torch.long)
+        for i, (tokens, inputs) in enumerate(prepared):
+            ids[i, : len(tokens)] = torch.tensor(tokens)
+            mask[i, : len(tokens)] = 1
+            targets[i, : len(tokens), : ks[i]] = torch.from_numpy(inputs["target_tokens"].reshape(len(tokens), -1))
+        device = self.device
+        logits = self.run_model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        logprobs = _target_logprobs(logits, targets.to(device))  # (B, T, K)
+        return [logprobs[i, : len(tokens), : ks[i]] if inputs["target_tokens"].ndim == 2
+                else logprobs[i, : len(tokens), 0] for i, (tokens, inputs) in enumerate(prepared)]
 
     def _logprobs_shared(self, prepared: Prepared, group_of: list[int], prefix_len: list[int],
                          pass_cost: int) -> torch.Tensor:
@@ -300,6 +331,11 @@ def _joined_inputs(part: Prepared, device: str) -> dict[str, torch.Tensor]:
     ])).to(device) for key in keys}
 
 
+def _datum_inputs(inputs: dict[str, np.ndarray], device: str) -> dict[str, torch.Tensor]:
+    """One datum's loss inputs as tensors on ``device``."""
+    return {key: torch.from_numpy(array).to(device) for key, array in inputs.items()}
+
+
 def _target_logprobs(logits: torch.Tensor, *index: torch.Tensor) -> torch.Tensor:
     """Log-probabilities of target tokens under ``logits`` (upcast to float32 from half precision):
     ``_target_logprobs(logits, targets)`` with ``targets`` shaped as ``logits`` without its last axis, or
@@ -308,6 +344,8 @@ def _target_logprobs(logits: torch.Tensor, *index: torch.Tensor) -> torch.Tensor
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     logprobs = torch.log_softmax(logits, dim=-1)  # once over the logits: indexing first would copy a row per token
+    if len(index) == 1 and index[0].dim() == logits.dim():  # K targets per position: (B, T, K)
+        return logprobs.gather(-1, index[0])
     if len(index) == 1:
         return logprobs.gather(-1, index[0][..., None]).squeeze(-1)
     rows, positions, targets = index
