@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import warnings
@@ -454,3 +455,12 @@ def test_hints_point_at_the_page_not_the_terminal(client, project):
     assert any(line.endswith("(prompt lengths not measured): the check before a run measures them.") for line in cost)
     assert not any("`sailrl" in line for line in cost)
     assert page_hint("see `sailrl explain` and `sailrl show RUN`") == "see `sailrl explain` and `sailrl show RUN`"
+
+
+def test_export_choices_say_which_one_she_wants(client):
+    """Each way to take the model away says, in one plain line, what it is."""
+    page = client.get("/").text
+    select = re.search(r'<select id="export-format">(.*?)</select>', page, re.S).group(1)
+    assert re.findall(r'<option value="(\w+)">([^<]*)</option>', select) == [
+        ("peft", "an adapter (LoRA: vLLM, SGLang, peft): small; it needs the base model to run"),
+        ("merged", "a whole model (merged): one folder you can load anywhere without sailrl; larger")]
