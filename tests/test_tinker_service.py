@@ -3,20 +3,30 @@ the key the SDK gets, sampling replies without ``sample_sequence_ids``. The serv
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import tinker
+from tinker._base_client import AsyncAPIClient
 from tinker.lib import base_url as sdk_base_url
+from tinker.lib.api_future_impl import _APIFuture
 from tinker.lib.public_interfaces import sampling_client as sdk_sampling
 
 from sailrl.runtime import tinker_service
 from sailrl.runtime.backends import BackendError, check_keys
 from sailrl.runtime.tinker_service import (
     PLACEHOLDER_KEY,
+    OutageClock,
+    TinkerRefused,
+    TinkerUnreachable,
     api_key_for,
     attach_sequence_ids,
     other_server,
+    refusal,
     service_client,
+    unreachable_s,
 )
+from sailrl.spec.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +35,8 @@ def _no_tinker_env(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     # service_client() installs its sampling hook in the SDK module: put the SDK's back after each test
     monkeypatch.setattr(sdk_sampling, "_attach_sequence_ids", sdk_sampling._attach_sequence_ids)
+    monkeypatch.setattr(AsyncAPIClient, "request", AsyncAPIClient.request)
+    monkeypatch.setattr(_APIFuture, "_handle_transport_error", _APIFuture._handle_transport_error)
 
 
 def _response(n: int) -> tinker.SampleResponse:
@@ -88,3 +100,87 @@ def test_a_client_for_another_server_tolerates_missing_ids_and_one_for_thinking_
     client = service_client()
     assert sdk_sampling._attach_sequence_ids is attach_sequence_ids
     assert isinstance(client, tinker.ServiceClient)
+
+
+#: What SkyRL's server answers a forward_backward with loss_fn "dro" (HTTP 422), shortened.
+DRO_REFUSED = {"detail": [{"type": "literal_error", "loc": ["forward_backward_input", "loss_fn"], "input": "dro",
+                           "msg": "Input should be 'cross_entropy', 'importance_sampling' or 'ppo'",
+                           "ctx": {"expected": "'cross_entropy', 'importance_sampling' or 'ppo'"}}]}
+
+
+def test_refusals_are_one_line(monkeypatch):
+    monkeypatch.setenv("TINKER_BASE_URL", "http://127.0.0.1:8000")
+    assert refusal(422, DRO_REFUSED) == (
+        "the Tinker service at http://127.0.0.1:8000 does not offer loss_fn 'dro' (HTTP 422); it offers "
+        "'cross_entropy', 'importance_sampling' or 'ppo': set training.loss_fn to one of those and run again "
+        "(--resume continues a started run)")
+    assert refusal(400, {"detail": "Model model_1 not loaded (likely stale request from previous server)"}) == (
+        "the Tinker service at http://127.0.0.1:8000 refused a request (HTTP 400): Model model_1 not loaded "
+        "(likely stale request from previous server): it was restarted or dropped this run's model; continue with "
+        "--resume")
+    assert refusal(404, "no\nsuch   thing") == ("the Tinker service at http://127.0.0.1:8000 refused a request "
+                                                "(HTTP 404): no such thing")
+    assert refusal(500, {"detail": "boom"}) is None and refusal(None, "x") is None
+    assert refusal(400, {"detail": []}) is None
+
+
+class _Refused(Exception):
+    def __init__(self, status_code, body):
+        super().__init__(f"Error code: {status_code}")
+        self.status_code, self.body = status_code, body
+
+
+def test_the_outage_clock_stops_a_request_once_nothing_has_answered_for_its_limit(monkeypatch):
+    monkeypatch.setenv("TINKER_BASE_URL", "http://127.0.0.1:8000")
+    now = [0.0]
+    clock = OutageClock(5.0, clock=lambda: now[0])
+    outcomes = []
+
+    async def request(client, *args, **kwargs):
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    bounded = clock.wrap(request, (ConnectionRefusedError,), (_Refused,))
+    call = lambda: asyncio.run(bounded(None))  # noqa: E731
+    outcomes[:] = [ConnectionRefusedError("refused"), ConnectionRefusedError("refused"), "ok",
+                   ConnectionRefusedError("refused"), ConnectionRefusedError("refused")]
+    with pytest.raises(ConnectionRefusedError):  # the first failure: the SDK retries it
+        call()
+    now[0] = 4.9
+    with pytest.raises(ConnectionRefusedError):
+        call()
+    assert call() == "ok"  # an answer: the clock starts again at the next failure
+    now[0] = 9.0
+    with pytest.raises(ConnectionRefusedError):
+        call()
+    now[0] = 14.0
+    with pytest.raises(TinkerUnreachable, match=r"^the Tinker service at http://127.0.0.1:8000 has not answered "
+                                                r"for 5 s \(ConnectionRefusedError: refused\); is it running\?"):
+        call()
+    assert isinstance(TinkerUnreachable("x"), ConnectionError)  # a service fault, which the SDK does not retry
+    outcomes[:] = [_Refused(422, DRO_REFUSED), _Refused(404, {"detail": "nope"})]
+    with pytest.raises(TinkerRefused, match="does not offer loss_fn 'dro'"):
+        call()
+    with pytest.raises(_Refused):  # another refusal stays the SDK's to retry or report
+        call()
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3"])
+def test_the_outage_limit_must_be_positive_seconds(monkeypatch, value):
+    monkeypatch.setenv("SAILRL_TINKER_UNREACHABLE_S", value)
+    with pytest.raises(ConfigError, match="SAILRL_TINKER_UNREACHABLE_S must be a positive number of seconds"):
+        unreachable_s()
+
+
+def test_service_client_bounds_every_request_once(monkeypatch):
+    monkeypatch.setenv("TINKER_API_KEY", "tml-mine")
+    sdk_request = AsyncAPIClient.request
+    service_client()
+    bounded = AsyncAPIClient.request
+    assert bounded is not sdk_request and bounded.__sailrl_outage_clock__.limit_s == 300.0
+    monkeypatch.setenv("SAILRL_TINKER_UNREACHABLE_S", "7")
+    service_client()
+    assert AsyncAPIClient.request is bounded and bounded.__sailrl_outage_clock__.limit_s == 7.0
+    assert _APIFuture._handle_transport_error.__sailrl_refusals__
