@@ -179,8 +179,11 @@ ERRORS_HEADER = """\
 ## Error classes
 
 Every exception sailrl raises derives from `SailrlError` and carries its class's stable code (`exc.code`); a
-user error (`UserError` and below) is printed as one `error:` line and exits 1, a run stopped by its budget exits
-3. A spec's problems come together as one `SpecErrors` (`E010`), each problem with its own code above.
+user error (`UserError` and below) or a service fault (`ServiceError` and below; a Tinker, Sail or HTTP error in a
+run's step becomes a `RunError`) is printed as one `error:` line and exits 1, a run stopped by its budget exits 3,
+one stopped where its spec says to (`RunStopped`) exits 4; any other exception is a bug in sailrl and exits 70 with
+its traceback. A spec's problems come together as one `SpecErrors` (`E010`), each problem with its own code above.
+Both tables are in code order.
 """
 
 

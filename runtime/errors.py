@@ -1,8 +1,13 @@
 """The errors a run raises, and :func:`phase`, which times a step's phase and names the step and phase of a fault.
 
 Every class derives from :class:`~sailrl.spec.errors.SailrlError` through its category (``ServiceError``: a
-service or backend fault; ``UserError``: something the user fixes). ``sailrl.launch`` turns them into exit
-statuses: :class:`BudgetReached` 3, the others 1.
+service or backend fault; ``UserError``: something the user fixes; :class:`RunStopped`: a stop the spec asked for).
+``sailrl.launch`` turns them into exit statuses: :class:`BudgetReached` 3, :class:`RunStopped` 4, the others 1.
+
+:func:`service_fault` tells a fault of a service, of its HTTP transport or of the embedded backend (the Tinker and
+Sail SDKs' errors, httpx / aiohttp / requests errors, a refused or dropped connection, a time-out, an out-of-memory
+error) from everything else, which is a bug in sailrl: :func:`phase` wraps only the former, so the latter keeps its
+own type and traceback and the command line exits 70 with it.
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from collections.abc import Iterator
 
 from sailrl.spec.errors import SailrlError, ServiceError, StorageError, UserError
 
-__all__ = ["AllDegenerateError", "BudgetReached", "OnPolicyMismatch", "RunDirectoryError", "RunError",
-           "RunWriteError", "phase", "write_error", "writing"]
+__all__ = ["AllDegenerateError", "BudgetReached", "OnPolicyMismatch", "RunDirectoryError", "RunError", "RunStopped",
+           "RunWriteError", "is_bug", "phase", "service_fault", "write_error", "writing"]
 
 
 class RunError(ServiceError):
@@ -27,13 +32,20 @@ class RunError(ServiceError):
     code = "E100"
 
 
-class AllDegenerateError(RunError):
+class RunStopped(SailrlError):
+    """The run stopped where its spec says to stop on what a step found (``training.on_all_degenerate: stop``,
+    ``sampling.on_policy_mismatch: stop``): neither a service fault nor a bug. State is saved; exit status 4."""
+
+    code = "E107"
+
+
+class AllDegenerateError(RunStopped):
     """Every group of a step scored the same and the spec says ``on_all_degenerate: stop``."""
 
     code = "E101"
 
 
-class OnPolicyMismatch(ServiceError):
+class OnPolicyMismatch(RunStopped):
     """The sampler's logprobs disagree with the learner's (``sampling.on_policy_mismatch: stop``)."""
 
     code = "E102"
@@ -110,17 +122,50 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
         raise err from exc
 
 
+#: The exception classes of a service's, its transport's or the embedded backend's faults, as (module, name): an
+#: exception is one when a class of its hierarchy is listed. By name, so that this module imports none of those
+#: libraries (a run on the embedded backend never loads the Sail SDK).
+_FAULT_CLASSES = frozenset({
+    ("tinker", "TinkerError"),  # the Tinker SDK: API status, connection, time-out, a request that failed
+    ("tinker._exceptions", "TinkerError"),
+    ("sail.errors", "SailError"),  # the Sail SDK
+    ("httpx", "HTTPError"), ("httpx", "StreamError"),  # HTTP, as the SDKs and sailrl's Sail client speak it
+    ("aiohttp.client_exceptions", "ClientError"),
+    ("requests.exceptions", "RequestException"),
+    ("builtins", "ConnectionError"), ("builtins", "TimeoutError"),  # refused, reset, timed out
+    ("socket", "gaierror"), ("ssl", "SSLError"),  # a host name that does not resolve, a TLS failure
+    ("torch", "OutOfMemoryError"), ("builtins", "MemoryError"),  # the embedded backend out of memory
+})
+
+
+def service_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is a fault of a service, its HTTP transport or the embedded backend (a sailrl
+    ``ServiceError`` included) rather than a bug in sailrl."""
+    if isinstance(exc, ServiceError):
+        return True
+    return any((cls.__module__, cls.__qualname__) in _FAULT_CLASSES for cls in type(exc).__mro__)
+
+
+def is_bug(exc: BaseException) -> bool:
+    """Whether ``exc`` is a bug in sailrl: neither an error sailrl raises on purpose nor a service fault."""
+    return not isinstance(exc, SailrlError) and not service_fault(exc)
+
+
 @contextlib.contextmanager
 def phase(step: int, name: str, timings: dict[str, float]) -> Iterator[None]:
-    """Time a phase into ``timings['time/<name>']`` (seconds); re-raise a fault naming the step and phase."""
+    """Time a phase into ``timings['time/<name>']`` (seconds). A service fault (:func:`service_fault`) is
+    re-raised as a :class:`RunError` naming the step and phase, a disk failure as a :class:`RunWriteError`;
+    anything else (sailrl's own errors, a bug) passes unchanged."""
     t0 = time.perf_counter()
     try:
         yield
     except (KeyboardInterrupt, asyncio.CancelledError, SailrlError):
         raise
-    except Exception as exc:  # a Tinker / Sail / backend fault: say where it happened
+    except Exception as exc:
         if (disk := write_error(exc)) is not None:  # a backend's checkpoint write: the disk, not the service
             raise disk from exc
+        if not service_fault(exc):
+            raise  # a bug in sailrl: its own type and traceback (exit 70), never dressed as a service fault
         raise RunError(f"step {step}, phase '{name}': {type(exc).__name__}: {exc}") from exc
     finally:
         timings[f"time/{name}"] = round(timings.get(f"time/{name}", 0.0) + time.perf_counter() - t0, 4)

@@ -18,6 +18,7 @@ from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
 from tinker_cookbook.rl.rollouts import do_group_rollout
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, StepResult, TrajectoryGroup
 
+from sailrl.runtime.errors import is_bug
 from sailrl.runtime.scoring import StepScorer
 
 #: The group of the batch a rollout task samples for: set by :func:`rollout_groups` in each group's task, which
@@ -322,7 +323,8 @@ async def rollout_groups(policy: TokenCompleter, builders: list[RuleGroupBuilder
     A group whose rollout raises (a Sail response that still failed after its retries, a sampler error) is
     dropped and recorded in ``failed``; the other groups go on. A request Sail refused outright (HTTP 4xx: a
     bad key, an unknown model) or a stopped sampling process of the embedded backend would fail every group of
-    every step, so it is raised, not dropped.
+    every step, so it is raised, not dropped; so is an error that is neither sailrl's own nor a service fault
+    (:func:`~sailrl.runtime.errors.is_bug`): a bug, which keeps its traceback.
     Every group's samples share one prompt (asserted): group-centred advantages are only meaningful within one prompt.
     """
     lockstep = getattr(policy, "_lockstep", None)
@@ -345,6 +347,8 @@ async def rollout_groups(policy: TokenCompleter, builders: list[RuleGroupBuilder
         if isinstance(result, BaseException):
             if isinstance(result, (KeyboardInterrupt, asyncio.CancelledError)) or _is_fatal(result):
                 raise result
+            if is_bug(result):
+                raise result  # a bug in sailrl, not a failed sample: its own traceback, not a dropped group
             failed.append((int(builder.row.get("_index", -1)), f"{type(result).__name__}: {result}"))
             continue
         prompts = {tuple(t.transitions[0].ob.to_ints()) for t in result.trajectories_G if t.transitions}

@@ -4,10 +4,11 @@ Each subcommand lives in its own module under ``sailrl.commands`` and is importe
 so ``sailrl validate`` and ``sailrl compile`` never pay for torch or transformers.
 
 Exit codes: 0 ok (also when the reader of a pipe closes it early, as in ``sailrl explain spec.yaml | head``), 1
-invalid spec / stale output / failed check / failed run, 2 usage error (a bad ``--set`` included), 3 ``sailrl run``
-stopped at ``training.max_cost_usd`` (state saved, resumable), 130 interrupted with Ctrl-C (state saved), 70
-internal error (a bug in sailrl: the traceback is printed; it never exits 1, which means "your input has a
-problem").
+invalid spec / stale output / failed check / failed run (a service fault included), 2 usage error (a bad ``--set``
+included), 3 ``sailrl run`` stopped at ``training.max_cost_usd`` (state saved, resumable), 4 ``sailrl run`` stopped
+where its spec says to stop (``training.on_all_degenerate`` or ``sampling.on_policy_mismatch``: ``stop``; state
+saved), 130 interrupted with Ctrl-C (state saved), 70 internal error (a bug in sailrl: the traceback is printed;
+it never exits 1, which means "your input has a problem" or "a service failed").
 """
 
 from __future__ import annotations

@@ -6,9 +6,14 @@ the run (:func:`sailrl.runtime.run.open_run`) and awaits the script's ``main(run
 
 - Ctrl-C: lets a submitted update land, saves state, prints the resume command, exit status 130.
 - ``training.max_cost_usd`` reached: state saved, resume command printed, exit status 3.
+- a stop the spec asked for (``training.on_all_degenerate: stop``, ``sampling.on_policy_mismatch: stop``): one
+  ``stopped:`` line, state saved, resume command printed, exit status 4.
 - a user error (bad override, missing key, unusable data or model, a run directory in the way) or a run fault
-  (a service failing, named by step and phase; on-policy mismatch with ``stop``): one ``error:`` line, exit
-  status 1 (state saved first when some steps completed).
+  (Tinker, Sail, their HTTP transport or the embedded backend failing, named by step and phase;
+  :func:`sailrl.runtime.errors.service_fault`): one ``error:`` line, exit status 1 (state saved first when some
+  steps completed).
+- anything else is a bug in sailrl: state saved when it can be, then its traceback and exit status 70 (printed
+  by ``sailrl.cli`` for ``sailrl run``, by :func:`main` for a script).
 
 Output: each step's line and the run's summary on stdout, everything else (progress, warnings, how to resume,
 errors) on stderr (:class:`sailrl.runtime.console.RunConsole`).
@@ -25,6 +30,7 @@ import copy
 import hashlib
 import shlex
 import sys
+import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -39,7 +45,8 @@ from sailrl.spec.schema import Spec
 
 __all__ = ["EXIT_BUDGET", "apply_overrides", "build_spec", "execute", "main", "parse_args"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_STOPPED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE: a bug in sailrl (sailrl.cli.INTERNAL_ERROR)
 
 
 def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
@@ -198,7 +205,7 @@ def write_into_config(config: dict[str, Any], spec: Spec, reads: dict[str, Any] 
 async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, options: Any) -> int:
     """Open the run, await ``script_main(run)`` and turn its end into an exit status (see the module docstring)."""
     # lazy: `sailrl preflight` imports this module for build_spec; the run's modules load torch
-    from sailrl.runtime.errors import BudgetReached, RunWriteError, write_error
+    from sailrl.runtime.errors import BudgetReached, RunStopped, RunWriteError, service_fault, write_error
     from sailrl.runtime.run import open_run  # lazy: see above
 
     run = None
@@ -220,6 +227,11 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, opt
         if run is not None:
             await run.checkpoints.save_after_stop("budget")
         return EXIT_BUDGET
+    except RunStopped as exc:  # the spec's own stop: not a fault of a service, nor of sailrl
+        print(f"stopped: {exc}", file=sys.stderr)
+        if run is not None:
+            await run.checkpoints.save_after_stop("stopped")
+        return EXIT_STOPPED
     except SailrlError as exc:
         if run is not None and not isinstance(exc, UserError):
             await run.checkpoints.save_after_failure(exc)
@@ -237,7 +249,10 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, opt
             return EXIT_FAILED
         if run is not None:
             await run.checkpoints.save_after_failure(exc)
-        raise
+        if service_fault(exc):  # a service failing outside a step's phases: one line, as inside them
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        raise  # a bug in sailrl: its traceback, exit 70
     finally:
         _cancel_other_tasks()
         if run is not None:
@@ -317,7 +332,18 @@ def main(script_main: Callable[[Any], Awaitable[None]], config: dict[str, Any], 
     options = RunOptions(spec_path=spec_path, spec_dir=Path(spec_dir), spec_sha256=spec_sha256, resume=args.resume,
                          overwrite=args.overwrite, overrides=list(args.overrides),
                          script_text=script.read_text(encoding="utf-8") if script and script.is_file() else None)
-    return _run_async(execute(script_main, spec, options))
+    try:
+        return _run_async(execute(script_main, spec, options))
+    except Exception as exc:  # noqa: BLE001 -- as sailrl.cli does: a bug exits 70 with its traceback, never 1
+        return internal_error(Path(sys.argv[0]).name if argv is None else "train.py", exc)
+
+
+def internal_error(prog: str, exc: BaseException) -> int:
+    """Report ``exc``, a bug in sailrl, with its traceback and one line saying so; the exit status (70)."""
+    traceback.print_exception(exc)
+    print(f"{prog}: internal error (a bug in sailrl, not a problem in your files): {type(exc).__name__}: {exc}. "
+          "Please report it with the traceback above.", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def spec_changed(spec_path: str, spec_dir: Path, spec_sha256: str, script: Path | None) -> str | None:

@@ -116,6 +116,11 @@ _TABLE: tuple[Code, ...] = (
          "service serves (too large for the embedded backend)."),
     Code("S233", "judge-scale", "error", "A judge rule's scale is not binary, 0-1, 1-10 or labels each with a value "
          "from 0 to 1."),
+    # -- budget and prices (sailrl.compiler.cost_checks) ----------------------------------------------------
+    Code("S241", "budget-needs-prices", "error", "training.max_cost_usd is set but a price the run pays is unknown "
+         "(pricing:)."),
+    Code("S242", "budget-below-one-step", "error", "training.max_cost_usd is below the estimated cost of one RL "
+         "step, so the run would stop before its first step."),
     # -- episodes (environment:; sailrl.compiler.episode_checks) ---------------------------------------------
     Code("S250", "duplicate-tool-name", "error", "Two tools of environment.tools have the same name (the name the "
          "model calls it by)."),
@@ -131,11 +136,6 @@ _TABLE: tuple[Code, ...] = (
          "installed, or namespaces disabled)."),
     Code("S256", "tool-option-python-only", "error", "A tool sets network or disk_mb, which only the built-in python "
          "tool's sandbox has."),
-    # -- budget and prices (sailrl.compiler.cost_checks) ----------------------------------------------------
-    Code("S241", "budget-needs-prices", "error", "training.max_cost_usd is set but a price the run pays is unknown "
-         "(pricing:)."),
-    Code("S242", "budget-below-one-step", "error", "training.max_cost_usd is below the estimated cost of one RL "
-         "step, so the run would stop before its first step."),
     # -- worked reward examples ------------------------------------------------------------------------------
     Code("S301", "example-mismatch", "error", "A worked example does not score as it expects."),
     Code("S302", "example-unknown-rule", "error", "A worked example expects a score for a rule that does not exist."),
@@ -154,6 +154,17 @@ _TABLE: tuple[Code, ...] = (
          "model's context window."),
     Code("W104", "examples-skipped", "warning", "Worked examples were not scored because rules they depend on "
          "have problems."),
+    Code("W110", "answer-rule-gameable", "warning", "An answer rule scores an adversarial completion as correct "
+         "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
+    Code("W111", "judge-injection", "warning", "An injection probe passes a judge rule (a completion that tells the "
+         "judge to answer 10, a fake <score> tag, the rubric quoted back): every probe's score."),
+    Code("W112", "judge-examples-unchecked", "warning", "Worked examples that expect a judge rule's score were not "
+         "checked: the judge was not called (use sailrl validate --judge)."),
+    Code("W113", "tiny-judge-rubric", "warning", "A judge rule uses sailrl/tiny-judge with a rubric, scale or "
+         "renderer it was not taught: it judges only 'The question was {{ question }}. A good reply is only the "
+         "number {{ answer }}, nothing else.' on the binary scale, so its answers to anything else mean nothing."),
+    Code("W120", "learning-rate-far-from-recommended", "warning", "training.learning_rate is more than 10x above "
+         "(or 100x below) the LoRA learning rate tinker_cookbook's hyperparam_utils.get_lr recommends for the model."),
     Code("W130", "feedback-reveals-reference", "warning", "A feedback message shows `why` of an answer rule, whose "
          "reason names the reference answer: the model is told the answer it is scored on."),
     Code("W131", "sandbox-unused", "warning", "environment.sandbox: sail is set but no tool runs code there (only the "
@@ -164,17 +175,6 @@ _TABLE: tuple[Code, ...] = (
          "without isolation: it can read this machine's files and keys and reach its network."),
     Code("W134", "tool-network", "warning", "The python tool has network: true, so the model's code can reach the "
          "network from the machine that runs it."),
-    Code("W110", "answer-rule-gameable", "warning", "An answer rule scores an adversarial completion as correct "
-         "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
-    Code("W120", "learning-rate-far-from-recommended", "warning", "training.learning_rate is more than 10x above "
-         "(or 100x below) the LoRA learning rate tinker_cookbook's hyperparam_utils.get_lr recommends for the model."),
-    Code("W111", "judge-injection", "warning", "An injection probe passes a judge rule (a completion that tells the "
-         "judge to answer 10, a fake <score> tag, the rubric quoted back): every probe's score."),
-    Code("W113", "tiny-judge-rubric", "warning", "A judge rule uses sailrl/tiny-judge with a rubric, scale or "
-         "renderer it was not taught: it judges only 'The question was {{ question }}. A good reply is only the "
-         "number {{ answer }}, nothing else.' on the binary scale, so its answers to anything else mean nothing."),
-    Code("W112", "judge-examples-unchecked", "warning", "Worked examples that expect a judge rule's score were not "
-         "checked: the judge was not called (use sailrl validate --judge)."),
 )
 
 #: Every code, by its code string ("S101" -> Code).
@@ -218,7 +218,8 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
     ErrorCode("E011", "sailrl.spec.patterns.PatternError", "A regular expression cannot be compiled or is over a "
               "limit."),
     ErrorCode("E012", "sailrl.spec.models.UnknownModelError", "A model name the catalogue does not know."),
-    ErrorCode("E100", "sailrl.runtime.errors.RunError", "A service or backend fault, named by step and phase."),
+    ErrorCode("E100", "sailrl.runtime.errors.RunError", "A service or backend fault (Tinker, Sail, their HTTP "
+              "transport, the embedded backend), named by step and phase."),
     ErrorCode("E101", "sailrl.runtime.errors.AllDegenerateError", "Every group of a step scored the same and "
               "training.on_all_degenerate is stop."),
     ErrorCode("E102", "sailrl.runtime.errors.OnPolicyMismatch", "The sampler's logprobs disagree with the "
@@ -231,6 +232,8 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
               "read-only or failing file system (the run stops at a step boundary; --resume continues it)."),
     ErrorCode("E106", "sailrl.runtime.rundir.RunFileError", "A run directory's file is not a regular file (a FIFO, "
               "a device, a link to one) or is over its size limit."),
+    ErrorCode("E107", "sailrl.runtime.errors.RunStopped", "The run stopped where its spec says to stop "
+              "(training.on_all_degenerate or sampling.on_policy_mismatch: stop): state saved, exit 4."),
     ErrorCode("E110", "sailrl.runtime.backends.BackendError", "A backend cannot be opened (a missing key, an "
               "unreachable Tinker)."),
     ErrorCode("E120", "sailrl.runtime.data.base.DatasetError", "The dataset is missing, unreadable or malformed, or "
@@ -273,7 +276,7 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
     ErrorCode("E211", "sailrl.studio.security.BodyTooLarge", "A studio request body is over its size limit."),
     ErrorCode("E212", "sailrl.studio.session.StudioError", "A studio request cannot be served (plain reason)."),
     ErrorCode("E213", "sailrl.studio.yaml_patch.PatchError", "The studio cannot apply an edit to the spec's YAML."),
-    ErrorCode("E220", "sailrl.commands.show.ShowError", "sailrl show cannot print what was asked."),
-)}
     ErrorCode("E214", "sailrl.studio.runner.RunError", "The studio refuses to start or stop a run (one is running, "
               "the spec is not saved, a run it did not start)."),
+    ErrorCode("E220", "sailrl.commands.show.ShowError", "sailrl show cannot print what was asked."),
+)}

@@ -79,3 +79,14 @@ def test_the_error_docs_list_every_error_code():
     text = (Path(ROOT) / "docs" / "error-codes.md").read_text(encoding="utf-8")
     for e in ERROR_CODES.values():
         assert f"| `{e.code}` | `{e.cls}` |" in text
+
+
+def test_the_code_tables_and_the_error_docs_are_in_code_order():
+    assert list(CODES) == sorted(CODES), "spec/codes.py: put the problem codes in code order"
+    assert list(ERROR_CODES) == sorted(ERROR_CODES), "spec/codes.py: put the error codes in code order"
+    text = (Path(ROOT) / "docs" / "error-codes.md").read_text(encoding="utf-8")
+    problems = [line.split("`")[1] for line in text.splitlines() if line.startswith("| `") and "` | `sailrl." not in
+                line]
+    errors = [line.split("`")[1] for line in text.splitlines() if line.startswith("| `E")
+              and "` | `sailrl." in line]
+    assert problems == sorted(CODES) and errors == sorted(ERROR_CODES)

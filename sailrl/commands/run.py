@@ -7,7 +7,8 @@ for a missing key, an unusable model or data, or a run directory in the way writ
 The step lines and the summary go to stdout; the spec's warnings (those of the spec with its overrides, one
 line each: ``sailrl validate`` shows them in full), progress, notes and errors to stderr
 (:class:`sailrl.runtime.console.RunConsole`).
-Exit status: 0 done, 1 invalid spec or failed run, 2 bad override, 3 budget reached, 130 interrupted.
+Exit status: 0 done, 1 invalid spec or failed run, 2 bad override, 3 budget reached, 4 stopped where the spec says
+to stop, 70 a bug in sailrl (with its traceback), 130 interrupted.
 """
 
 from __future__ import annotations
