@@ -27,7 +27,7 @@ from sailrl.spec.rewards import RewardSpec
 from sailrl.studio.app import build_app
 from sailrl.studio.security import cookie_name
 from sailrl.studio.session import Studio
-from sailrl.studio.words import page_hint, pattern_words
+from sailrl.studio.words import page_hint, pattern_phrase, pattern_words, rule_sentences
 from tests.fakes.studio_project import make_project
 
 PORT = 8765
@@ -57,12 +57,16 @@ def client(project):
 # ---------------------------------------------------------------------------------------------- words
 
 
-def test_each_rule_has_the_sentence_sailrl_explain_prints(client, project):
+def test_each_rule_has_its_sentence_with_patterns_in_words(client, project):
     check = client.post("/api/check", json={"text": project.read_text()}).json()
     spec = load_spec(project).spec
     explain = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field).explain()
-    assert check["sentences"] == explain[:2]
-    assert check["sentences"][1].startswith("format: +0.5 if all of: the completion contains a match of")
+    assert check["sentences"][0] == explain[0]
+    # a pattern is said in words in the sentence itself (explain, for the terminal, quotes the pattern)
+    assert explain[1].startswith("format: +0.5 if all of: the completion contains a match of '^\\s*-?\\d+\\s*$'")
+    assert check["sentences"][1] == ("format: +0.5 if all of: the reply is only a number (a '-' allowed, spaces "
+                                     "around it); the completion ended cleanly (stop sequence or end of turn, not "
+                                     "cut off at max_tokens); otherwise 0.")
     # a rule with a problem has no sentence; the others keep theirs
     broken = project.read_text().replace("kind: termination", "kind: terminaton")
     check = client.post("/api/check", json={"text": broken}).json()
@@ -147,7 +151,7 @@ def test_each_rule_shows_which_labels_it_gets_right_and_a_safe_rule_is_proposed(
     assert first["replaces"] == 1 and first["how"] == "also requiring the reply to end on its own"
     assert first["rule"] == {"name": "working", "weight": 1.0, "kind": "all_of",
                              "checks": [{"kind": "match", "pattern": "="}, {"kind": "termination"}]}
-    assert first["sentence"] == ("working: +1 if all of: the completion contains a match of '='; the completion "
+    assert first["sentence"] == ("working: +1 if all of: the reply contains '='; the completion "
                                  "ended cleanly (stop sequence or end of turn, not cut off at max_tokens); otherwise 0.")
     # no proposal passes a gaming probe: e.g. 'contains =' alone (passed by '=' repeated, cut at max_tokens)
     assert all(p["rule"].get("kind") != "match" or p["rule"].get("mode") == "fullmatch" for p in got["proposals"])
@@ -429,6 +433,22 @@ def test_status_says_every_rules_pass_rate_and_a_goal_never_reached(project):
         (10, "shows_working", ["never_passed"],
          "no reply passed 'shows_working' in the last 10 steps: the model never writes what it asks for; this model "
          "may not be able to (try a reply by hand with Try), or give it examples (training.warmup)")]
+
+
+def test_a_pattern_is_said_in_words_or_as_a_pattern_to_see_in_details():
+    assert pattern_phrase(r"^\s*-?\d+\s*$") == "the reply is only a number (a '-' allowed, spaces around it)"
+    assert pattern_phrase("=") == "the reply contains '='"
+    assert pattern_phrase("Answer:", fullmatch=True, negate=True) == "the reply is not only 'Answer:'"
+    assert pattern_phrase(r"^Answer: ") == "the reply starts with 'Answer: '"
+    assert pattern_phrase(r"\d+\s*$") == "the reply ends with a number (spaces after it)"
+    assert pattern_phrase(r"\\boxed\{([^{}]+)\}") == (
+        "the reply contains a match of the pattern '\\\\boxed\\{([^{}]+)\\}' (see details)")
+    assert pattern_phrase(r"(.)\1{7,}", negate=True) == (
+        "the reply does not contain a match of the pattern '(.)\\1{7,}' (see details)")
+    # MULTILINE makes ^ and $ line ends: not "the reply is only"
+    assert pattern_phrase(r"^=$", flags=["MULTILINE"]) == "the reply contains a match of the pattern '^=$' (see details)"
+    assert rule_sentences([{"name": "m", "kind": "match", "pattern": "abc", "flags": ["IGNORECASE"]}], "answer") == [
+        "m: +1 if the reply contains 'abc' (flags IGNORECASE); otherwise 0."]
 
 
 # ---------------------------------------------------------------------------------------------- hints

@@ -52,7 +52,7 @@ def test_from_the_page_to_a_downloaded_model(browser, shots, tmp_path):  # noqa:
         # rules in her words
         _wait(pg, "document.querySelectorAll('#rules p.sentence')[1].textContent.startsWith('working: +1 if')")
         assert pg.locator("#rules p.sentence").nth(1).inner_text() == (
-            "working: +1 if the completion contains a match of '='; otherwise 0.")
+            "working: +1 if the reply contains '='; otherwise 0.")
 
         # a run from the page: the check first, then Start
         pg.click("nav .tab[data-tab=runs]")

@@ -2,7 +2,8 @@
 
 - :func:`rule_sentences`: per rule, the line ``sailrl explain`` prints for it (``RewardFunction.explain``, the one
   home of those words), each rule compiled on its own so that a rule with a problem does not take the others'
-  sentences with it (it gets None).
+  sentences with it (it gets None); in it, each pattern of a ``match`` check is said in plain words where
+  :func:`pattern_phrase` can ("the reply is only a number"), and as "the pattern '...' (see details)" otherwise.
 - :func:`pattern_words`: what a regular expression matches, in words ("the text '2+3=' exactly", "a digit, one
   or more times"), read from Python's own parse of the pattern; a pattern it cannot read gets None.
 - :func:`pattern_fields`: the key path of every pattern in the rules with its words (the page shows them beside
@@ -24,7 +25,7 @@ from pydantic import ValidationError
 from sailrl.runtime.rewards import RewardFunction
 from sailrl.spec.rewards import RewardSpec
 
-__all__ = ["STARTERS", "page_hint", "pattern_fields", "pattern_words", "rule_sentence", "rule_sentences"]
+__all__ = ["STARTERS", "page_hint", "pattern_fields", "pattern_phrase", "pattern_words", "rule_sentence", "rule_sentences"]
 
 MAX_WORDS_PATTERN = 500  # longer patterns are not put in words (the parse tree is shown as is)
 
@@ -56,19 +57,105 @@ def page_hint(text: Any) -> Any:
     return text
 
 
+def _match_checks(node: Any) -> list[dict[str, Any]]:
+    """Every ``kind: match`` mapping in a rule (its own, or its checks')."""
+    if not isinstance(node, dict):
+        return []
+    out = [node] if node.get("kind") == "match" and isinstance(node.get("pattern"), str) else []
+    for check in node.get("checks") or [] if isinstance(node.get("checks"), list) else []:
+        out += _match_checks(check)
+    return out
+
+
 def rule_sentence(rule: Any, reference_field: str, spec_dir: Path | None = None) -> str | None:
-    """``sailrl explain``'s line for ``rule`` (a rule mapping as the spec writes it), or None when the rule does not
-    compile on its own."""
+    """``sailrl explain``'s line for ``rule`` (a rule mapping as the spec writes it), each match check's pattern said
+    by :func:`pattern_phrase`, or None when the rule does not compile on its own."""
     if not isinstance(rule, dict):
         return None
     try:
         reward = RewardSpec.model_validate({"rules": [rule]})
         fn = RewardFunction.from_spec(reward, reference_field, spec_dir)
-        return fn.explain()[0]
+        sentence = fn.explain()[0]
     except (ValidationError, ValueError, TypeError, KeyError, re.error):
         return None
     except Exception:  # noqa: BLE001 -- a pattern the regex module refuses, a rule the engine cannot build: no words
         return None
+    for check in _match_checks(rule):
+        pattern, negate = check["pattern"], bool(check.get("negate"))
+        fullmatch = check.get("mode") == "fullmatch"
+        if fullmatch:
+            said = f"the whole completion {'does not match' if negate else 'matches'} '{pattern}'"
+        else:
+            said = f"the completion {'does not contain' if negate else 'contains'} a match of '{pattern}'"
+        flags = check.get("flags") if isinstance(check.get("flags"), list) else []
+        sentence = sentence.replace(said, pattern_phrase(pattern, fullmatch=fullmatch, negate=negate, flags=flags), 1)
+    return sentence
+
+
+def _is_spaces(node: Any) -> bool:
+    """``\\s*`` (spaces, any number or none)."""
+    op, av = node
+    return str(op) in ("MAX_REPEAT", "MIN_REPEAT") and av[0] == 0 and list(av[2]) == [
+        (sre_parse.IN, [(sre_parse.CATEGORY, sre_parse.CATEGORY_SPACE)])]
+
+
+def _core_words(items: list[Any]) -> tuple[str, list[str]] | None:
+    """What the middle of a pattern is, when it is plain text or a whole number: ("a number", ["a '-' allowed"])."""
+    if items and all(str(op) == "LITERAL" for op, _ in items):
+        return "'" + "".join(chr(av) for _, av in items) + "'", []
+    notes = []
+    if items and str(items[0][0]) == "MAX_REPEAT" and items[0][1][:2] == (0, 1) \
+            and list(items[0][1][2]) == [(sre_parse.LITERAL, ord("-"))]:
+        notes.append("a '-' allowed")
+        items = items[1:]
+    digits = [(sre_parse.IN, [(sre_parse.CATEGORY, sre_parse.CATEGORY_DIGIT)])]
+    if len(items) == 1 and str(items[0][0]) == "MAX_REPEAT" and items[0][1][0] == 1 \
+            and items[0][1][1] == sre_parse.MAXREPEAT and list(items[0][1][2]) == digits:
+        return "a number", notes
+    return None
+
+
+def pattern_phrase(pattern: str, *, fullmatch: bool = False, negate: bool = False, flags: Any = ()) -> str:
+    """A match check in plain words: "the reply is only a number (a '-' allowed, spaces around it)", "the reply
+    contains '='", "the reply starts with 'Answer:'"; a pattern that is not plain text or a whole number (with
+    anchors and spaces around it), or one with a flag that changes what its anchors or spaces mean (any but
+    IGNORECASE, which the sentence names after it), is "the reply contains a match of the pattern '...' (see
+    details)"."""
+    try:
+        plain = len(pattern) <= MAX_WORDS_PATTERN and not set(flags) - {"IGNORECASE"}
+        items = list(sre_parse.parse(pattern)) if plain else None
+    except (re.error, RecursionError, OverflowError):
+        items = None
+    core = None
+    if items is not None:
+        start = bool(items) and str(items[0][0]) == "AT" and str(items[0][1]) in ("AT_BEGINNING", "AT_BEGINNING_STRING")
+        items = items[1:] if start else items
+        end = bool(items) and str(items[-1][0]) == "AT" and str(items[-1][1]) in ("AT_END", "AT_END_STRING")
+        items = items[:-1] if end else items
+        start, end = start or fullmatch, end or fullmatch
+        before = start and bool(items) and _is_spaces(items[0])
+        items = items[1:] if before else items
+        after = end and bool(items) and _is_spaces(items[-1])
+        items = items[:-1] if after else items
+        core = _core_words(items)
+    if core is None:
+        if fullmatch:
+            return f"the whole reply {'does not match' if negate else 'matches'} the pattern '{pattern}' (see details)"
+        return (f"the reply {'does not contain' if negate else 'contains'} a match of the pattern '{pattern}' "
+                "(see details)")
+    what, notes = core
+    spaces = "spaces around it" if before and after else "spaces before it" if before else \
+        "spaces after it" if after else None
+    notes += [spaces] if spaces else []
+    what += f" ({', '.join(notes)})" if notes else ""
+    no = " not" if negate else ""
+    if start and end:
+        return f"the reply is{no} only {what}"
+    if start:
+        return f"the reply does not start with {what}" if negate else f"the reply starts with {what}"
+    if end:
+        return f"the reply does not end with {what}" if negate else f"the reply ends with {what}"
+    return f"the reply does not contain {what}" if negate else f"the reply contains {what}"
 
 
 def rule_sentences(rules: Any, reference_field: str, spec_dir: Path | None = None) -> list[str | None]:
