@@ -24,9 +24,9 @@ from tests.fakes.skyrl_server import MODEL, SkyRLServer
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
-#: The quickstart at a smaller shape: 4 prompts x 4 rollouts of at most 6 tokens a step, a saved state each step.
+#: The quickstart at a smaller shape: 4 prompts x 4 rollouts a step, a saved state each step.
 SMALL = {"  steps: 100": "  steps: 3", "  group_size: 8": "  group_size: 4", "  groups_per_step: 16": "  groups_per_step: 4",
-         "  max_tokens: 12": "  max_tokens: 6", "  save_every: 20": "  save_every: 1",
+         "  save_every: 20": "  save_every: 1",
          "  sampler: local": "  sampler: tinker", "  run_dir: runs/quickstart": "  run_dir: run"}
 #: Seconds a whole run gets before the test gives up on it (a step takes seconds once JAX has compiled its shapes).
 RUN_TIMEOUT_S = 300
@@ -65,35 +65,6 @@ def _wait_for_saved_step(proc: subprocess.Popen, run_dir: Path, step: int) -> No
             return
         time.sleep(0.05)
     raise AssertionError(f"the run did not save step {step} (exit {proc.poll()})")
-
-
-def test_a_compiled_script_trains_over_http_and_resumes_after_a_kill(skyrl_server, tmp_path):
-    script = _spec(tmp_path)
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=_env(skyrl_server),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        _wait_for_saved_step(proc, run_dir, 2)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        out = proc.communicate(timeout=60)[0]
-    assert proc.returncode == -signal.SIGKILL, out[-3000:]
-    assert f"connecting to Tinker ({skyrl_server.url})" in out
-    states = [r for r in _lines(run_dir / "checkpoints.jsonl") if r.get("batch") == 2]
-    assert states and states[0]["state_path"].startswith("tinker://")
-
-    done = subprocess.run([sys.executable, str(script), "--resume"], cwd=tmp_path, env=_env(skyrl_server),
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert f"resuming from {states[0]['state_path']} at step 3 (2 of 3 steps done)" in done.stderr
-    metrics = _lines(run_dir / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [1, 2, 3]
-    assert all(m["groups_failed"] == 0 and m["groups"] == 4 for m in metrics)
-    # the server's sampler and its trainer agree on the sampled tokens' logprobs (one set of weights)
-    assert all(abs(m["optim/kl_sample_train_v1"]) < 1e-4 for m in metrics), metrics
-    final = _lines(run_dir / "checkpoints.jsonl")[-1]
-    assert final.get("final") and final["state_path"].startswith("tinker://")
-    assert "final adapter: tinker://" in done.stdout
 
 
 def _first_step(service, datums, sequence):
@@ -137,3 +108,76 @@ def test_the_first_steps_nll_and_logprobs_agree_with_the_embedded_backend(skyrl_
     print(f"first-step NLL {http[0]:.6f} (HTTP) vs {local[0]:.6f} (embedded); largest logprob difference "
           f"{forward:.2e} (forward), {scored:.2e} (compute_logprobs)")
     assert abs(http[0] - local[0]) < 1e-4 and forward < 1e-4 and scored < 1e-4, (http[0], local[0], forward, scored)
+
+
+def test_a_loss_the_server_does_not_offer_is_one_line_at_the_first_update(skyrl_server, tmp_path):
+    script = _spec(tmp_path, **{"  loss_fn: importance_sampling": "  loss_fn: dro", "  steps: 100": "  steps: 1"})
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(skyrl_server), capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 1, (done.stdout + done.stderr)[-3000:]
+    assert "Traceback" not in done.stderr
+    assert (f"error: the Tinker service at {skyrl_server.url} does not offer loss_fn 'dro' (HTTP 422); it offers "
+            "'cross_entropy', 'importance_sampling', 'ppo', ") in done.stderr, done.stderr[-2000:]
+
+
+def _last_lines(text: str, n: int = 6) -> str:
+    return "\n".join(text.strip().splitlines()[-n:])
+
+
+def _start(script: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(script), *args], cwd=script.parent, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _after_step(proc: subprocess.Popen, run_dir: Path, step: int, interrupt) -> str:
+    """Wait until the run has saved ``step``, call ``interrupt()``, and return the run's output once it exits."""
+    try:
+        _wait_for_saved_step(proc, run_dir, step)
+        interrupt()
+        return proc.communicate(timeout=RUN_TIMEOUT_S)[0]
+    finally:
+        proc.kill()
+
+
+def test_a_compiled_script_trains_over_http_through_a_kill_a_server_gone_and_one_restarted(skyrl_server, tmp_path):
+    """The quickstart with ``sampler: tinker`` (4 steps of 4 x 4, state saved each step) over HTTP: SIGKILLed after
+    step 1; the server gone after step 2 (one line once it has not answered for 5 s); the server restarted after
+    step 3 (its checkpoints and database kept; one line); and each time ``--resume`` continues, to the end."""
+    script = _spec(tmp_path, **{"  steps: 100": "  steps: 4"})
+    run_dir = tmp_path / "run"
+    env = {**_env(skyrl_server), "SAILRL_TINKER_UNREACHABLE_S": "5"}
+
+    proc = _start(script, env)
+    out = _after_step(proc, run_dir, 1, lambda: proc.send_signal(signal.SIGKILL))
+    assert proc.returncode == -signal.SIGKILL, out[-3000:]
+    assert f"connecting to Tinker ({skyrl_server.url})" in out
+
+    proc = _start(script, env, "--resume")
+    try:
+        out = _after_step(proc, run_dir, 2, skyrl_server.stop)
+    finally:
+        skyrl_server.start()
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    state = next(r for r in _lines(run_dir / "checkpoints.jsonl") if r.get("batch") == 1)["state_path"]
+    assert f"resuming from {state} at step 2 (1 of 4 steps done)" in out
+    assert f"the Tinker service at {skyrl_server.url} has not answered for" in out, _last_lines(out)
+
+    env["SAILRL_TINKER_UNREACHABLE_S"] = "300"  # longer than a restart takes
+    proc = _start(script, env, "--resume")
+    out = _after_step(proc, run_dir, 3, skyrl_server.restart)
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    assert f"the Tinker service at {skyrl_server.url} refused a request (HTTP 400)" in out, _last_lines(out)
+    assert "it was restarted or dropped this run's model; continue with --resume" in out, _last_lines(out)
+
+    done = subprocess.run([sys.executable, str(script), "--resume"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "at step 4 (3 of 4 steps done)" in done.stderr
+    metrics = _lines(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    assert all(m["groups_failed"] == 0 and m["groups"] == 4 for m in metrics)
+    # the server's sampler and its trainer agree on the sampled tokens' logprobs (one set of weights)
+    assert all(abs(m["optim/kl_sample_train_v1"]) < 1e-4 for m in metrics), metrics
+    final = _lines(run_dir / "checkpoints.jsonl")[-1]
+    assert final.get("final") and final["state_path"].startswith("tinker://")
+    assert "final adapter: tinker://" in done.stdout

@@ -4,6 +4,7 @@ the key the SDK gets, sampling replies without ``sample_sequence_ids``. The serv
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 import tinker
@@ -184,3 +185,18 @@ def test_service_client_bounds_every_request_once(monkeypatch):
     service_client()
     assert AsyncAPIClient.request is bounded and bounded.__sailrl_outage_clock__.limit_s == 7.0
     assert _APIFuture._handle_transport_error.__sailrl_refusals__
+
+
+@pytest.mark.slow
+def test_another_server_unreachable_at_start_is_one_line_with_no_key_set(tmp_path, monkeypatch, capsys):
+    from sailrl.cli import main
+
+    monkeypatch.setenv("TINKER_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("SAILRL_CONNECT_TIMEOUT_S", "2")
+    spec = Path(__file__).resolve().parent.parent / "spec/examples/quickstart.yaml"
+    code = main(["run", str(spec), "--sampler", "tinker", "--set", f"output.run_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and "TINKER_API_KEY" not in err
+    assert err.strip().splitlines()[-1].startswith(
+        "error: Tinker did not answer within 2 s (http://127.0.0.1:9): check TINKER_BASE_URL")
+    assert not (tmp_path / "run").exists()

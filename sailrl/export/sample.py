@@ -21,6 +21,7 @@ from sailrl.runtime.backends import check_keys, local_checkpoint_dir
 from sailrl.runtime.data import dataset_row
 from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.tinker_service import service_client
 from sailrl.spec.errors import UserError
 from sailrl.spec.models import context_window
 from sailrl.spec.schema import Spec
@@ -89,11 +90,9 @@ def _sampling_client(spec: Spec, ckpt: Checkpoint, spec_dir: Any, have: str) -> 
         except BaseModelError as exc:
             service.close("error")
             raise ExportError(f"cannot load the base model the run trained on: {exc}") from None
-    import tinker  # lazy: the SDK only for a Tinker run
-
     check_keys("tinker")
     try:
-        service = tinker.ServiceClient()
+        service = service_client()  # TINKER_BASE_URL's server; the SDK is imported only now
         return service, service.create_sampling_client(model_path=ckpt.path)
     except Exception as exc:  # noqa: BLE001 -- an expired checkpoint, a refused key: one line
         raise ExportError(f"Tinker cannot sample {ckpt.path}: {exc}. A checkpoint is deleted when its TTL ends "

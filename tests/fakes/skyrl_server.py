@@ -141,8 +141,9 @@ class SkyRLServer:
     """SkyRL's Tinker API server for ``model_name`` (weights in ``model_folder``), its files under ``folder``."""
 
     def __init__(self, model_folder: Path, folder: Path, *, model_name: str = MODEL, port: int | None = None,
-                 jax_cache: Path | None = None) -> None:
+                 jax_cache: Path | None = None, backend_config: str = BACKEND_CONFIG) -> None:
         self.model_folder, self.folder, self.model_name = Path(model_folder), Path(folder), model_name
+        self.backend_config = backend_config
         self.port = port or free_port()
         self.jax_cache = jax_cache or self.folder / "jax-cache"
         self.process: subprocess.Popen | None = None
@@ -155,7 +156,7 @@ class SkyRLServer:
     def command(self) -> list[str]:
         return [str(self.folder / "bin" / "uv"), "run", "-m", "skyrl.tinker.api",
                 "--base-model", self.model_name, "--base-model-checkpoint-path", str(self.model_folder),
-                "--backend", "jax", "--backend-config", BACKEND_CONFIG,
+                "--backend", "jax", "--backend-config", self.backend_config,
                 "--checkpoints-base", str(self.folder / "checkpoints"),
                 "--database-url", f"sqlite:///{self.folder / 'server.sqlite'}",
                 "--external-inference-lora-base", str(self.folder / "lora"),
