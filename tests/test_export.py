@@ -654,6 +654,7 @@ def test_sample_of_a_tinker_run_uses_a_tinker_sampling_client(trained, home, tmp
     the run's tinker:// sampler path; here a stand-in whose sampling client is the embedded backend's over the same
     adapter, so the greedy completion must equal the local run's."""
     from sailrl.runtime.local import LocalServiceClient
+    from sailrl.runtime.tinker_service import PLACEHOLDER_KEY
 
     run_dir, base, _, _ = trained
     records = [json.loads(line) for line in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
@@ -661,10 +662,13 @@ def test_sample_of_a_tinker_run_uses_a_tinker_sampling_client(trained, home, tmp
     asked: list[str] = []
     made: list[LocalServiceClient] = []
 
+    keys: list[str | None] = []
+
     class FakeService:
         def __init__(self, **kwargs):
             self.local = LocalServiceClient(str(base), base_dir=home / "checkpoints", seed=0)
             made.append(self.local)
+            keys.append(kwargs.get("api_key"))
 
         def create_sampling_client(self, model_path: str):
             asked.append(model_path)
@@ -691,6 +695,10 @@ def test_sample_of_a_tinker_run_uses_a_tinker_sampling_client(trained, home, tmp
     monkeypatch.delenv("TINKER_CREDENTIAL_CMD", raising=False)
     assert main(["sample", str(tinker_run), "--prompt", "3+4="]) == 1
     assert "TINKER_API_KEY" in _one_line(capsys)
+    # another Tinker server (TINKER_BASE_URL) that checks no key: the SDK gets a placeholder
+    monkeypatch.setenv("TINKER_BASE_URL", "http://127.0.0.1:9")
+    assert main(["sample", str(tinker_run), "--prompt", "3+4=", "--n", "1", "--temperature", "0"]) == 0
+    assert keys[-1] == PLACEHOLDER_KEY and "1 completion(s) of:" in capsys.readouterr().out
     for svc in made:
         svc.close("done")
 
