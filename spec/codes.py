@@ -88,8 +88,8 @@ _TABLE: tuple[Code, ...] = (
     Code("S213", "lora-rank", "error", "The LoRA rank is not a positive power of two."),
     Code("S214", "group-size", "error", "training.group_size is below 2, so every advantage is zero."),
     Code("S215", "substeps-divide", "error", "training.num_substeps does not divide training.groups_per_step."),
-    Code("S216", "resume-from-sampler", "error", "training.resume_from is a sampler checkpoint, which holds no "
-         "optimizer state."),
+    Code("S216", "resume-from-sampler", "error", "training.resume_from or training.init_from is a sampler "
+         "checkpoint, which holds weights for sampling only (no training state to load)."),
     Code("S217", "completion-window-retired", "error", "The Sail completion window is retired or not supported."),
     Code("S218", "completion-window-unknown", "error", "The Sail completion window is not a known one."),
     Code("S219", "unknown-field", "error", "A reference field is not a declared dataset field."),

@@ -46,7 +46,7 @@ def _compile(tmp_path: Path, sampler: str) -> Path:
 
 def test_the_compiled_script_shows_the_episode_and_its_tools(tmp_path):
     text = _compile(tmp_path, "local").read_text()
-    assert "ENVIRONMENT = {" in text and '"environment": ENVIRONMENT' in text
+    assert '    "environment": {' in text and '"max_turns": 3,  # environment.max_turns' in text
     assert "episode" in text.split("async def main", 1)[1].lower()
     assert "run.sampler.tools" in text
 

@@ -289,3 +289,12 @@ def test_every_place_that_makes_a_spec_error_sets_a_known_code():
                 elif isinstance(code, ast.Constant) and code.value not in CODES:
                     missing.append(f"{path.relative_to(root)}:{node.lineno}: unknown code {code.value!r}")
     assert not missing, "\n".join(missing)
+
+
+def test_a_sampler_checkpoint_is_refused_as_resume_from_and_as_init_from():
+    for key in ("resume_from", "init_from"):
+        text = MINIMAL_SPEC.replace("sampling:\n", f"training:\n  {key}: tinker://run-1/sampler_weights/final\n"
+                                                  "sampling:\n")
+        s216 = [e for e in errors_of(text) if e.code == "S216"]
+        assert [e.key_path for e in s216] == [f"training.{key}"]
+        assert "sampling only" in s216[0].message and "weights/" in s216[0].hint

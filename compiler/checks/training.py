@@ -22,14 +22,17 @@ def check_training(spec: SpecReader) -> None:
                  f"num_substeps ({sub}) must divide groups_per_step ({groups}) so every substep gets "
                  "the same number of groups",
                  f"Divisors of {groups}: {', '.join(divisors)}.")
-    resume = spec.text(("training", "resume_from"))
-    if resume is not None and "sampler_weights/" in resume:
-        spec.add(("training", "resume_from"), "S216",
-                 "this is a sampler checkpoint (sampler_weights/): it holds weights for sampling only, "
-                 "so a run cannot resume from it",
-                 "Resumable checkpoints come from save_state and have weights/ in their path "
-                 "(tinker://.../weights/...). To start from these weights with a fresh optimizer, "
-                 "use training.init_from instead.")
+    for key in ("resume_from", "init_from"):
+        path = spec.text(("training", key))
+        if path is not None and "sampler_weights/" in path:
+            what = "resume from it" if key == "resume_from" else "load its weights to start from"
+            spec.add(("training", key), "S216",
+                     f"this is a sampler checkpoint (sampler_weights/): it holds weights for sampling only, "
+                     f"so a run cannot {what}",
+                     "A run's training state comes from save_state and has weights/ in its path "
+                     "(tinker://.../weights/...; every run saves one at its end): use that path"
+                     + (" in training.init_from to start from its weights with a fresh optimizer." if key ==
+                        "resume_from" else "."))
     warm = spec.integer(("training", "lr_warmup_steps"))
     steps = spec.integer(("training", "steps"))
     if warm is not None and warm > 0 and spec.whole("training"):
