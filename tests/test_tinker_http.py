@@ -176,8 +176,10 @@ def test_a_compiled_script_trains_over_http_through_a_kill_a_server_gone_and_one
     metrics = _lines(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert all(m["groups_failed"] == 0 and m["groups"] == 4 for m in metrics)
-    # the server's sampler and its trainer agree on the sampled tokens' logprobs (one set of weights)
-    assert all(abs(m["optim/kl_sample_train_v1"]) < 1e-4 for m in metrics), metrics
+    # the server's sampler and its trainer agree on the sampled tokens' logprobs (one set of weights); a step whose
+    # groups all scored alike trains nothing and has no such figure
+    kls = [m["optim/kl_sample_train_v1"] for m in metrics if "optim/kl_sample_train_v1" in m]
+    assert kls and all(abs(kl) < 1e-4 for kl in kls), metrics
     final = _lines(run_dir / "checkpoints.jsonl")[-1]
     assert final.get("final") and final["state_path"].startswith("tinker://")
     assert "final adapter: tinker://" in done.stdout
