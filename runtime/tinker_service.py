@@ -8,8 +8,8 @@ service does not:
   :data:`PLACEHOLDER_KEY` when the variable is unset (:func:`api_key_for`);
 - sampling replies without ``sample_sequence_ids``: SDK 0.35 asserts that every sampling promise carries them
   (Thinking Machines' does; SkyRL's, which speaks the SDK 0.25 protocol, does not). :func:`service_client`
-  installs :func:`attach_sequence_ids`, which leaves the sequences unnumbered when no ids came and does what the
-  SDK does when they did;
+  wraps the SDK's check (:func:`tolerate_missing_ids`): a reply without ids is taken as it came, one with ids as the
+  SDK takes it;
 - loss functions it offers: SkyRL's has no ``dro``. The request that names one it lacks is refused (HTTP 422, at
   the run's first ``forward_backward``); :func:`refusal` turns that into one line naming the loss and the ones the
   service offers (:class:`TinkerRefused`).
@@ -27,7 +27,6 @@ Nothing here imports tinker at module level: ``runtime.backends`` (imported by `
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import threading
@@ -38,8 +37,8 @@ from typing import Any
 from sailrl.spec.errors import ConfigError, ServiceError
 
 __all__ = ["DEFAULT_BASE_URL", "PLACEHOLDER_KEY", "THINKING_MACHINES_HOSTS", "UNREACHABLE_S", "OutageClock",
-           "TinkerRefused", "TinkerUnreachable", "api_key_for", "attach_sequence_ids", "base_url", "other_server",
-           "refusal", "service_client", "unreachable_s"]
+           "TinkerRefused", "TinkerUnreachable", "api_key_for", "base_url", "other_server",
+           "refusal", "service_client", "tolerate_missing_ids", "unreachable_s"]
 
 #: The SDK's default (``tinker.lib.base_url.DEFAULT_BASE_URL``, checked by a test against the installed SDK).
 DEFAULT_BASE_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"
@@ -76,24 +75,26 @@ def api_key_for(url: str | None = None) -> str | None:
     return PLACEHOLDER_KEY if other_server(url) and not os.environ.get("TINKER_CREDENTIAL_CMD") else None
 
 
-def attach_sequence_ids(response: Any, sample_sequence_ids: list[str] | None) -> Any:
-    """The SDK's ``_attach_sequence_ids`` (``tinker.lib.public_interfaces.sampling_client``), tolerant of a
-    server that sends no ids: then the response is returned as it came (its sequences' ``sequence_id`` stays
-    None; sailrl does not read it)."""
-    if sample_sequence_ids is None:
-        return response
-    if len(sample_sequence_ids) != len(response.sequences):
-        raise ValueError(f"{len(sample_sequence_ids)} sequence ids for {len(response.sequences)} sequences")
-    return dataclasses.replace(response, sequences=[
-        dataclasses.replace(seq, sequence_id=sid) for seq, sid in zip(response.sequences, sample_sequence_ids,
-                                                                     strict=True)])
+def tolerate_missing_ids(attach: Any) -> Any:
+    """The SDK's ``_attach_sequence_ids`` (``tinker.lib.public_interfaces.sampling_client``) made tolerant of a
+    server that sends no ids: then the response is returned as it came (its sequences' ``sequence_id`` as the server
+    left it; sailrl does not read it); with ids, the SDK's own ``attach``."""
+    if getattr(attach, "__sailrl_tolerant__", False):
+        return attach
+
+    @functools.wraps(attach)
+    def tolerant(response: Any, sample_sequence_ids: list[str] | None) -> Any:
+        return response if sample_sequence_ids is None else attach(response, sample_sequence_ids)
+
+    tolerant.__sailrl_tolerant__ = True
+    return tolerant
 
 
 def _tolerate_missing_sequence_ids() -> None:
     # lazy: tinker takes seconds; only a run against another Tinker server reaches this
     from tinker.lib.public_interfaces import sampling_client
 
-    sampling_client._attach_sequence_ids = attach_sequence_ids
+    sampling_client._attach_sequence_ids = tolerate_missing_ids(sampling_client._attach_sequence_ids)
 
 
 class TinkerUnreachable(ConnectionError):
@@ -212,7 +213,7 @@ def _refusals_of_results() -> None:
 def service_client() -> Any:
     """A ``tinker.ServiceClient`` for :func:`base_url`, its outages bounded (:class:`OutageClock`). For another
     server: the key from :func:`api_key_for`, and sampling replies without ``sample_sequence_ids`` accepted
-    (:func:`attach_sequence_ids`)."""
+    (:func:`tolerate_missing_ids`)."""
     import tinker  # lazy: tinker takes seconds; `sailrl clean` and `sailrl validate` import this module
 
     _bound_outages()

@@ -20,7 +20,7 @@ import tinker
 from sailrl.runtime.local import LocalServiceClient
 from sailrl.runtime.models import get_tokenizer
 from sailrl.runtime.tinker_service import service_client
-from tests.fakes.skyrl_server import MODEL, SkyRLServer
+from tests.fakes.skyrl_server import MODEL, SkyRLServer, unpatch_sdk
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -86,6 +86,7 @@ def test_the_first_steps_nll_and_logprobs_agree_with_the_embedded_backend(skyrl_
     embedded backend's within 1e-4 (measured: NLL differences of about 1e-6)."""
     monkeypatch.setenv("TINKER_BASE_URL", skyrl_server.url)
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    unpatch_sdk(monkeypatch)  # service_client() wraps SDK functions in this process: put them back afterwards
     tokenizer = get_tokenizer(MODEL)
     rows = [json.loads(x) for x in (ROOT / "spec/examples/data/addition.jsonl").read_text().splitlines()[:8]]
     datums = []

@@ -21,23 +21,21 @@ from sailrl.runtime.tinker_service import (
     TinkerRefused,
     TinkerUnreachable,
     api_key_for,
-    attach_sequence_ids,
     other_server,
     refusal,
     service_client,
+    tolerate_missing_ids,
     unreachable_s,
 )
 from sailrl.spec.errors import ConfigError
+from tests.fakes.skyrl_server import unpatch_sdk
 
 
 @pytest.fixture(autouse=True)
 def _no_tinker_env(monkeypatch):
     for var in ("TINKER_BASE_URL", "TINKER_API_KEY", "TINKER_CREDENTIAL_CMD"):
         monkeypatch.delenv(var, raising=False)
-    # service_client() installs its sampling hook in the SDK module: put the SDK's back after each test
-    monkeypatch.setattr(sdk_sampling, "_attach_sequence_ids", sdk_sampling._attach_sequence_ids)
-    monkeypatch.setattr(AsyncAPIClient, "request", AsyncAPIClient.request)
-    monkeypatch.setattr(_APIFuture, "_handle_transport_error", _APIFuture._handle_transport_error)
+    unpatch_sdk(monkeypatch)
 
 
 def _response(n: int) -> tinker.SampleResponse:
@@ -83,23 +81,27 @@ def test_another_server_without_a_key_gets_the_placeholder_and_passes_the_key_ch
 
 def test_a_sampling_reply_without_sequence_ids_is_accepted():
     response = _response(2)
+    sdk = sdk_sampling._attach_sequence_ids
     with pytest.raises(AssertionError, match="sample_sequence_ids"):  # the SDK's own, for Thinking Machines'
-        sdk_sampling._attach_sequence_ids(response, None)
-    assert attach_sequence_ids(response, None) is response
-    numbered = attach_sequence_ids(response, ["a", "b"])
+        sdk(response, None)
+    tolerant = tolerate_missing_ids(sdk)
+    assert tolerant(response, None) is response
+    numbered = tolerant(response, ["a", "b"])
     assert [s.sequence_id for s in numbered.sequences] == ["a", "b"]
-    assert numbered == sdk_sampling._attach_sequence_ids(response, ["a", "b"])
-    with pytest.raises(ValueError, match="1 sequence ids for 2 sequences"):
-        attach_sequence_ids(response, ["a"])
+    assert numbered == sdk(response, ["a", "b"])
+    with pytest.raises(AssertionError, match="1 sequence ids for 2 sequences"):
+        tolerant(response, ["a"])
+    assert tolerate_missing_ids(tolerant) is tolerant  # wrapped once
 
 
 def test_a_client_for_another_server_tolerates_missing_ids_and_one_for_thinking_machines_does_not(monkeypatch):
     monkeypatch.setenv("TINKER_API_KEY", "tml-mine")
+    sdk = sdk_sampling._attach_sequence_ids
     service_client()  # no request is made until a method is called
-    assert sdk_sampling._attach_sequence_ids is not attach_sequence_ids
+    assert sdk_sampling._attach_sequence_ids is sdk
     monkeypatch.setenv("TINKER_BASE_URL", "http://127.0.0.1:9")
     client = service_client()
-    assert sdk_sampling._attach_sequence_ids is attach_sequence_ids
+    assert sdk_sampling._attach_sequence_ids.__wrapped__ is sdk
     assert isinstance(client, tinker.ServiceClient)
 
 

@@ -42,7 +42,7 @@ from typing import Any, Self
 import pytest
 
 __all__ = ["DEFAULT_SKYRL_PYTHON", "MODEL", "SKYRL_PYTHON_ENV", "SkyRLServer", "export_model_folder", "require_skyrl",
-           "skyrl_python", "skyrl_server", "skyrl_model_folder"]
+           "skyrl_python", "skyrl_server", "skyrl_model_folder", "unpatch_sdk"]
 
 SKYRL_PYTHON_ENV = "SAILRL_SKYRL_PYTHON"
 DEFAULT_SKYRL_PYTHON = "/work/skyrl-venv/bin/python"
@@ -96,6 +96,19 @@ def require_skyrl() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true and the Tinker HTTP tests cannot run: {reason}")
     pytest.skip(reason)
+
+
+def unpatch_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tinker SDK's own functions for the calling test, and whatever was there put back after it:
+    ``sailrl.runtime.tinker_service.service_client`` wraps three of them in the process that calls it."""
+    from tinker._base_client import AsyncAPIClient  # lazy: the SDK takes seconds; only tests of it need it
+    from tinker.lib.api_future_impl import _APIFuture  # lazy: the same
+    from tinker.lib.public_interfaces import sampling_client  # lazy: the same
+
+    for owner, name in ((sampling_client, "_attach_sequence_ids"), (AsyncAPIClient, "request"),
+                        (_APIFuture, "_handle_transport_error")):
+        current = getattr(owner, name)
+        monkeypatch.setattr(owner, name, getattr(current, "__wrapped__", current))
 
 
 def byte_level_fast_tokenizer() -> Any:
