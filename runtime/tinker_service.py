@@ -97,8 +97,10 @@ def _tolerate_missing_sequence_ids() -> None:
     sampling_client._attach_sequence_ids = tolerate_missing_ids(sampling_client._attach_sequence_ids)
 
 
-class TinkerUnreachable(ConnectionError):
+class TinkerUnreachable(ServiceError, ConnectionError):
     """The Tinker service has answered no request for longer than :func:`unreachable_s` (one line)."""
+
+    code = "E111"
 
 
 def unreachable_s() -> float:
@@ -225,6 +227,8 @@ def service_client() -> Any:
 class TinkerRefused(ServiceError):
     """The Tinker service refused a request for good: a loss it does not offer, a model it no longer holds (one
     line)."""
+
+    code = "E112"
 
 
 def refusal(status: int | None, body: Any) -> str | None:

@@ -236,6 +236,10 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
               "(training.on_all_degenerate or sampling.on_policy_mismatch: stop): state saved, exit 4."),
     ErrorCode("E110", "sailrl.runtime.backends.BackendError", "A backend cannot be opened (a missing key, an "
               "unreachable Tinker)."),
+    ErrorCode("E111", "sailrl.runtime.tinker_service.TinkerUnreachable", "The Tinker service answered no request "
+              "for SAILRL_TINKER_UNREACHABLE_S seconds (default 300); state saved, --resume continues."),
+    ErrorCode("E112", "sailrl.runtime.tinker_service.TinkerRefused", "The Tinker service refused a request for "
+              "good: a loss it does not offer, a model it no longer holds."),
     ErrorCode("E120", "sailrl.runtime.data.base.DatasetError", "The dataset is missing, unreadable or malformed, or "
               "a step leaves no rows."),
     ErrorCode("E121", "sailrl.runtime.prompts.PromptError", "A prompt template cannot be rendered on a row."),

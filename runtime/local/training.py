@@ -184,8 +184,111 @@ class _SamplersAndInfo:
         return self._trainer.model
 
 
+class _Checkpoints:
+    """The training client's checkpoints (a base of :class:`LocalTrainingClient`): ``save_state`` /
+    ``save_weights_for_sampler`` and ``load_state`` (with or without the optimizer), each a request of the client's
+    own queue."""
+
+    def _run_save(
+        self, kind: str, name: str, ttl_seconds: int | None, overwrite: bool, user_metadata: dict | None
+    ) -> str:
+        return self._trainer.save(str(LocalPath(self.model_id, kind, name)), overwrite, ttl_seconds, user_metadata)
+
+    def save_state(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsResponse]:
+        """Save adapter + optimizer state to ``local://<run>/weights/<name>``.
+
+        Raises ``ValueError`` for a bad name; the future fails with ``ValueError`` if the name is
+        taken and ``overwrite`` is False.
+        """
+        check_name(name)
+        return self._submit(
+            "save_state", lambda: types.SaveWeightsResponse(
+                path=self._run_save("weights", name, ttl_seconds, overwrite, user_metadata)
+            )
+        )
+
+    async def save_state_async(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsResponse]:
+        return self.save_state(
+            name, ttl_seconds=ttl_seconds, overwrite=overwrite, user_metadata=user_metadata
+        )
+
+    def save_weights_for_sampler(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
+        """Save the adapter (PEFT format) to ``local://<run>/sampler_weights/<name>``."""
+        check_name(name)
+        return self._submit(
+            "save_weights_for_sampler", lambda: types.SaveWeightsForSamplerResponse(
+                path=self._run_save("sampler_weights", name, ttl_seconds, False, user_metadata)
+            )
+        )
+
+    async def save_weights_for_sampler_async(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
+        return self.save_weights_for_sampler(name, ttl_seconds=ttl_seconds, user_metadata=user_metadata)
+
+    def _run_load(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
+        if self._first_request is not None:
+            raise ValueError(
+                f"load_state must be a training client's first request, and this client ({self.model_id}) has "
+                f"already made {self._first_request}: create a new training client from the checkpoint "
+                f"instead (ServiceClient.create_training_client_from_state_with_optimizer({path!r}), or "
+                "create_training_client_from_state for the weights alone).")
+        require_kind(path, "weights", "load_state")
+        directory = self._backend.store.existing(path)
+        if BaseModelSpec.read(directory) != self._spec:
+            raise CheckpointPathError(
+                f"The checkpoint {path} was trained on a different base model than this client "
+                f"({BaseModelSpec.read(directory).model_name}, not {self._spec.model_name}).")
+        self._trainer.load(path, with_optimizer)
+        return types.LoadWeightsResponse(path=path, model_id=self.model_id)
+
+    def load_state(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        """Load adapter weights from the ``weights/`` checkpoint at ``path``; the optimizer restarts fresh. Only as
+        the client's first request (else the future fails with ``ValueError``)."""
+        return self._submit(f"load_state({path!r})", lambda: self._run_load(path, False))
+
+    async def load_state_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        return self.load_state(path, weights_access_token)
+
+    def load_state_with_optimizer(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        """Load adapter weights and AdamW state (a ``weights/`` checkpoint from ``save_state``); only as the
+        client's first request."""
+        return self._submit(f"load_state_with_optimizer({path!r})", lambda: self._run_load(path, True))
+
+    async def load_state_with_optimizer_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        return self.load_state_with_optimizer(path, weights_access_token)
+
+
 @refuse_the_rest(tinker.TrainingClient)
-class LocalTrainingClient(_SamplersAndInfo, tinker.TrainingClient):
+class LocalTrainingClient(_SamplersAndInfo, _Checkpoints, tinker.TrainingClient):
     """In-process ``tinker.TrainingClient`` (an instance of it). Create it with ``LocalServiceClient``.
 
     Creating one records a training run (``checkpoints.CheckpointStore.write_run``: base model, LoRA rank,
@@ -369,101 +472,3 @@ class LocalTrainingClient(_SamplersAndInfo, tinker.TrainingClient):
         adam_params: types.AdamParams | None = None,
     ) -> APIFuture[types.OptimStepResponse]:
         return self.optim_step(optim_params, adam_params=adam_params)
-
-    # ------------------------------------------------------------------ checkpoints
-    def _run_save(
-        self, kind: str, name: str, ttl_seconds: int | None, overwrite: bool, user_metadata: dict | None
-    ) -> str:
-        return self._trainer.save(str(LocalPath(self.model_id, kind, name)), overwrite, ttl_seconds, user_metadata)
-
-    def save_state(
-        self,
-        name: str,
-        ttl_seconds: int | None = None,
-        overwrite: bool = False,
-        user_metadata: dict[str, str] | None = None,
-    ) -> APIFuture[types.SaveWeightsResponse]:
-        """Save adapter + optimizer state to ``local://<run>/weights/<name>``.
-
-        Raises ``ValueError`` for a bad name; the future fails with ``ValueError`` if the name is
-        taken and ``overwrite`` is False.
-        """
-        check_name(name)
-        return self._submit(
-            "save_state", lambda: types.SaveWeightsResponse(
-                path=self._run_save("weights", name, ttl_seconds, overwrite, user_metadata)
-            )
-        )
-
-    async def save_state_async(
-        self,
-        name: str,
-        ttl_seconds: int | None = None,
-        overwrite: bool = False,
-        user_metadata: dict[str, str] | None = None,
-    ) -> APIFuture[types.SaveWeightsResponse]:
-        return self.save_state(
-            name, ttl_seconds=ttl_seconds, overwrite=overwrite, user_metadata=user_metadata
-        )
-
-    def save_weights_for_sampler(
-        self,
-        name: str,
-        ttl_seconds: int | None = None,
-        user_metadata: dict[str, str] | None = None,
-    ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
-        """Save the adapter (PEFT format) to ``local://<run>/sampler_weights/<name>``."""
-        check_name(name)
-        return self._submit(
-            "save_weights_for_sampler", lambda: types.SaveWeightsForSamplerResponse(
-                path=self._run_save("sampler_weights", name, ttl_seconds, False, user_metadata)
-            )
-        )
-
-    async def save_weights_for_sampler_async(
-        self,
-        name: str,
-        ttl_seconds: int | None = None,
-        user_metadata: dict[str, str] | None = None,
-    ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
-        return self.save_weights_for_sampler(name, ttl_seconds=ttl_seconds, user_metadata=user_metadata)
-
-    def _run_load(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
-        if self._first_request is not None:
-            raise ValueError(
-                f"load_state must be a training client's first request, and this client ({self.model_id}) has "
-                f"already made {self._first_request}: create a new training client from the checkpoint "
-                f"instead (ServiceClient.create_training_client_from_state_with_optimizer({path!r}), or "
-                "create_training_client_from_state for the weights alone).")
-        require_kind(path, "weights", "load_state")
-        directory = self._backend.store.existing(path)
-        if BaseModelSpec.read(directory) != self._spec:
-            raise CheckpointPathError(
-                f"The checkpoint {path} was trained on a different base model than this client "
-                f"({BaseModelSpec.read(directory).model_name}, not {self._spec.model_name}).")
-        self._trainer.load(path, with_optimizer)
-        return types.LoadWeightsResponse(path=path, model_id=self.model_id)
-
-    def load_state(
-        self, path: str, weights_access_token: str | None = None
-    ) -> APIFuture[types.LoadWeightsResponse]:
-        """Load adapter weights from the ``weights/`` checkpoint at ``path``; the optimizer restarts fresh. Only as
-        the client's first request (else the future fails with ``ValueError``)."""
-        return self._submit(f"load_state({path!r})", lambda: self._run_load(path, False))
-
-    async def load_state_async(
-        self, path: str, weights_access_token: str | None = None
-    ) -> APIFuture[types.LoadWeightsResponse]:
-        return self.load_state(path, weights_access_token)
-
-    def load_state_with_optimizer(
-        self, path: str, weights_access_token: str | None = None
-    ) -> APIFuture[types.LoadWeightsResponse]:
-        """Load adapter weights and AdamW state (a ``weights/`` checkpoint from ``save_state``); only as the
-        client's first request."""
-        return self._submit(f"load_state_with_optimizer({path!r})", lambda: self._run_load(path, True))
-
-    async def load_state_with_optimizer_async(
-        self, path: str, weights_access_token: str | None = None
-    ) -> APIFuture[types.LoadWeightsResponse]:
-        return self.load_state_with_optimizer(path, weights_access_token)
