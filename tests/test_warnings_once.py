@@ -31,6 +31,13 @@ def _gameable_quickstart(tmp_path: Path) -> Path:
     return path
 
 
+def _where(spec: Path) -> str:
+    """``file:line:col`` of the `correct` rule's extract in the gameable copy (the quickstart's header may grow)."""
+    lines = spec.read_text(encoding="utf-8").splitlines()
+    n = next(i for i, line in enumerate(lines, 1) if "extract: {from: last_number}" in line)
+    return f"{spec}:{n}:{lines[n - 1].index('{') + 1}"
+
+
 def _lines(text: str, needle: str) -> list[str]:
     return [line for line in text.splitlines() if needle in line]
 
@@ -40,7 +47,7 @@ def test_validate_shows_the_gameable_rule_once_with_its_line_hint_and_code(tmp_p
     assert main(["validate", str(spec), "--color", "never"]) == 0
     out, err = capsys.readouterr()
     assert out == f"ok: {spec} (1 warning)\n"
-    assert _lines(err, "can be gamed") == [f"{spec}:33:16: warning: reward.rules.0.extract: {GAMED}"]
+    assert _lines(err, "can be gamed") == [f"{_where(spec)}: warning: reward.rules.0.extract: {GAMED}"]
     assert err.count("= hint: from: last_number takes the last number") == 1
     assert err.count("= code: W110 answer-rule-gameable") == 1
 
@@ -50,7 +57,7 @@ def test_compile_says_each_warning_in_one_line_and_where_to_read_it(tmp_path, ca
     assert main(["compile", str(spec), "-o", str(tmp_path / "train.py")]) == 0
     err = capsys.readouterr().err
     assert err.splitlines() == [
-        f"{spec}:33:16: warning: reward.rules.0.extract: {GAMED} [W110]",
+        f"{_where(spec)}: warning: reward.rules.0.extract: {GAMED} [W110]",
         f"(sailrl validate {spec} shows each warning with its line and what to do)",
     ]
 
@@ -60,7 +67,7 @@ def test_run_with_a_refused_override_says_the_spec_warning_once(tmp_path, capsys
     assert main(["run", str(spec), "--set", "training.steps=0"]) == 2
     err = capsys.readouterr().err
     assert len(_lines(err, "can be gamed")) == 1, err
-    assert _lines(err, "can be gamed") == [f"{spec}:33:16: warning: reward.rules.0.extract: {GAMED} [W110]"]
+    assert _lines(err, "can be gamed") == [f"{_where(spec)}: warning: reward.rules.0.extract: {GAMED} [W110]"]
     assert "<spec with --set overrides>:31:10: training.steps: must be greater than 0, got '0'" in err
     assert "= code: W110" not in err and "1 error and 1 warning" not in err
     assert err.rstrip().endswith("(these come from the --set overrides: training.steps=0)")
@@ -87,7 +94,7 @@ def test_a_run_says_a_spec_warning_once_and_a_truncation_streak_twice(tmp_path, 
     out, err = capsys.readouterr()
     assert rc == 0, err[-3000:]
     assert len(re.findall(r"^step +\d/4 \|.*truncated 100%", out, re.M)) == 4  # every step is cut short
-    assert _lines(err, "can be gamed") == [f"{spec}:33:16: warning: reward.rules.0.extract: {GAMED} [W110]"]
+    assert _lines(err, "can be gamed") == [f"{_where(spec)}: warning: reward.rules.0.extract: {GAMED} [W110]"]
     assert _lines(err, "max_tokens") == [
         "warning: step 1: 100% of completions were cut at max_tokens=1; raise sampling.max_tokens or ask for "
         "shorter answers in the prompt",
