@@ -117,15 +117,13 @@ def wait_for(pg, expression: str, arg=None) -> None:
         pg.wait_for_timeout(25)
 
 
-@pytest.fixture
-def page(browser, studio):
-    """The studio's page under its own Content-Security-Policy (no bypass): at the end, no script error and no
-    CSP violation."""
-    base, _, _ = studio
-    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+def open_page(browser, base: str, *, timeout_ms: int = TIMEOUT_MS, **context_options):
+    """The studio's page at ``base`` in a new context (``context_options`` as Playwright takes them), its own CSP
+    enforced, CSP violations and console CSP errors recorded: (the page, the list its script errors go to)."""
+    context = browser.new_context(**context_options)
     context.add_init_script(CSP_LISTENER)
     pg = context.new_page()
-    pg.set_default_timeout(TIMEOUT_MS)
+    pg.set_default_timeout(timeout_ms)
     errors: list[str] = []
     pg.csp_console = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
@@ -133,10 +131,19 @@ def page(browser, studio):
           if m.type == "error" and "Content Security Policy" in m.text else None)
     pg.goto(f"{base}/?token={TOKEN}")
     pg.wait_for_selector("#verdicts tbody tr")
+    return pg, errors
+
+
+@pytest.fixture
+def page(browser, studio):
+    """The studio's page under its own Content-Security-Policy (no bypass): at the end, no script error and no
+    CSP violation."""
+    base, _, _ = studio
+    pg, errors = open_page(browser, base, viewport={"width": 1500, "height": 1000})
     yield pg
     assert errors == [], f"the page raised: {errors}"
     assert csp_violations(pg) == [], "the page broke its own Content-Security-Policy"
-    context.close()
+    pg.context.close()
 
 
 def open_details(pg) -> None:

@@ -18,7 +18,7 @@ import pytest
 from sailrl.studio.session import Studio
 from tests.fakes.studio_project import make_project
 from tests.fakes.studio_serve import serve_studio
-from tests.test_studio_browser import CSP_LISTENER, TOKEN, browser, csp_violations, shots  # noqa: F401 -- fixtures
+from tests.test_studio_browser import TOKEN, browser, csp_violations, open_page, shots  # noqa: F401 -- fixtures
 from tests.test_studio_teacher import _working_spec
 
 RUN_MS = 300_000
@@ -38,17 +38,8 @@ def test_from_the_page_to_a_downloaded_model(browser, shots, tmp_path):  # noqa:
     spec = make_project(tmp_path / "proj")
     spec.write_text(_working_spec(spec))
     with serve_studio(Studio(spec), TOKEN) as (base, _):
-        context = browser.new_context(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
-        context.add_init_script(CSP_LISTENER)
-        pg = context.new_page()
-        pg.set_default_timeout(15_000)
-        errors: list[str] = []
-        pg.csp_console = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.on("console", lambda m: pg.csp_console.append(m.text)
-              if m.type == "error" and "Content Security Policy" in m.text else None)
-        pg.goto(f"{base}/?token={TOKEN}")
-        pg.wait_for_selector("#verdicts tbody tr")
+        pg, errors = open_page(browser, base, timeout_ms=15_000, viewport={"width": 1500, "height": 1100},
+                               accept_downloads=True)
         # rules in her words
         _wait(pg, "document.querySelectorAll('#rules p.sentence')[1].textContent.startsWith('working: +1 if')")
         assert pg.locator("#rules p.sentence").nth(1).inner_text() == (
@@ -112,5 +103,5 @@ def test_from_the_page_to_a_downloaded_model(browser, shots, tmp_path):  # noqa:
         assert "quickstart-peft/README.md" in names and "quickstart-peft/adapter_config.json" in names
         assert errors == [], f"the page raised: {errors}"
         assert csp_violations(pg) == [], "the page broke its own Content-Security-Policy"
-        context.close()
+        pg.context.close()
     print(f"\nthe walk took {time.monotonic() - started:.0f} s")
