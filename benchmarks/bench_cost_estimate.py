@@ -1,4 +1,4 @@
-"""How close the pre-run estimate (``sailrl.runtime.cost.estimate_run``) comes to what a run then logs.
+"""How close the pre-run estimate (``sailrl.runtime.planning.cost.estimate_run``) comes to what a run then logs.
 
 Run:  python benchmarks/bench_cost_estimate.py [--steps 20] [--sample 8] [--arms quickstart,no-warmup,max32]
 
@@ -56,9 +56,9 @@ async def sample_base_policy(spec: Any, rows: list[dict], prompts: Any, renderer
                              store: Path) -> tuple[list[int], tuple[int, int]]:
     """(completion lengths, (degenerate groups, groups)) of ``groups`` groups sampled from a fresh LoRA on the
     local backend."""
-    from sailrl.runtime.backends import open_backend
-    from sailrl.runtime.rewards import RewardFunction
-    from sailrl.runtime.rollout import RuleGroupBuilder, SamplingPolicy, rollout_groups
+    from sailrl.runtime.backends.backend import open_backend
+    from sailrl.runtime.rewards.rules import RewardFunction
+    from sailrl.runtime.rollouts.rollout import RuleGroupBuilder, SamplingPolicy, rollout_groups
 
     m, s = spec.model, spec.sampling
     backend = open_backend(spec, sampler="local", checkpoint_dir=store)
@@ -86,8 +86,8 @@ class BoundaryCounter:
 
     @contextlib.contextmanager
     def patched(self):
-        from sailrl.runtime.local.sampling import LocalSamplingClient
-        from sailrl.runtime.local.training import LocalTrainingClient
+        from sailrl.runtime.backends.local.sampling import LocalSamplingClient
+        from sailrl.runtime.backends.local.training import LocalTrainingClient
 
         sample_async = LocalSamplingClient.sample_async
         forward_backward_async = LocalTrainingClient.forward_backward_async
@@ -125,9 +125,9 @@ def priced_copy(spec: Any) -> Any:
 
 def run_arm(name: str, overrides: list[str], sample_groups: int, workdir: Path) -> dict[str, Any]:
     from sailrl.cli import main
-    from sailrl.runtime.cost import CostModel, estimate_run, measure_token_lengths
+    from sailrl.runtime.backends.models import get_renderer, get_tokenizer
     from sailrl.runtime.data import load_rows
-    from sailrl.runtime.models import get_renderer, get_tokenizer
+    from sailrl.runtime.planning.cost import CostModel, estimate_run, measure_token_lengths
     from sailrl.runtime.prompts import PromptBuilder
     from sailrl.spec.models import default_renderer
 

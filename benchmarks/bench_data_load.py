@@ -60,10 +60,10 @@ def datasets_csv(path: Path) -> list[dict]:
 
 
 def main() -> None:
+    from sailrl.runtime.backends.models import get_renderer, get_tokenizer
     from sailrl.runtime.data import load_rows
     from sailrl.runtime.data.readers import json_rows
     from sailrl.runtime.data.sources import CsvSource
-    from sailrl.runtime.models import get_renderer, get_tokenizer
     from sailrl.spec.schema import Spec
 
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20000

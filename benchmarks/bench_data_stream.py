@@ -52,8 +52,8 @@ from pathlib import Path
 t0 = time.perf_counter()
 from sailrl.compiler.validate import validate_file
 from sailrl.runtime.data import load_rows, rows_for_step, shuffle_seed
-from sailrl.runtime.models import get_renderer, get_tokenizer
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.backends.models import get_renderer, get_tokenizer
+from sailrl.runtime.rewards.rules import RewardFunction
 loaded = validate_file(sys.argv[1])
 spec = loaded.spec
 tok = get_tokenizer(spec.model.name, loaded.base_dir)

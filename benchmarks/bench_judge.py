@@ -1,6 +1,6 @@
 """Wall time of one step's judge calls: judged on the event loop beside the other rules (what StepScorer does)
 vs judged inside the scoring threads (the obvious alternative: ``RewardFunction.score`` calls the judge itself,
-blocking, in each of :data:`sailrl.runtime.scoring.SCORING_THREADS` worker threads).
+blocking, in each of :data:`sailrl.runtime.rewards.scoring.SCORING_THREADS` worker threads).
 
 Run:  python benchmarks/bench_judge.py [--rollouts 64] [--service-s 0.2] [--repeats 3]
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sailrl.runtime.judge import SailChatClient  # noqa: E402
-from sailrl.runtime.rewards import RewardFunction  # noqa: E402
-from sailrl.runtime.scoring import StepScorer, _executor  # noqa: E402
+from sailrl.runtime.rewards.judge import SailChatClient  # noqa: E402
+from sailrl.runtime.rewards.rules import RewardFunction  # noqa: E402
+from sailrl.runtime.rewards.scoring import StepScorer, _executor  # noqa: E402
 from sailrl.spec.rewards import RewardSpec  # noqa: E402
 from tests.fakes.sail_server import FakeSailServer  # noqa: E402
 

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 from tinker import types
 
-from sailrl.runtime.local import LocalServiceClient
-from sailrl.runtime.models import get_renderer
+from sailrl.runtime.backends.local import LocalServiceClient
+from sailrl.runtime.backends.models import get_renderer
 
 
 class Step:

@@ -69,7 +69,7 @@ def _child(setting: str, k: int, steps: int, run_dir: str, service_time: float) 
     import tinker
 
     from sailrl.cli import main
-    from sailrl.runtime.local import LocalServiceClient
+    from sailrl.runtime.backends.local import LocalServiceClient
     from tests.fakes.sail_server import FakeSailServer, Sample, point_sail_sdk_at
 
     # trains in its own process, as Tinker trains on its own machines: the loop's Python does not slow it
@@ -131,7 +131,7 @@ def _contention(reps: int) -> None:
     import torch
     from tinker import types
 
-    from sailrl.runtime.local import LocalServiceClient
+    from sailrl.runtime.backends.local import LocalServiceClient
 
     def client(process: bool, base_dir: str):
         svc = LocalServiceClient("sailrl/tiny-arith", processes=process, base_dir=base_dir)

@@ -21,8 +21,8 @@ import platform
 import statistics
 import time
 
-from sailrl.runtime.bubblewrap import sandbox_problem
-from sailrl.runtime.python_tool import PythonTool, UnisolatedPythonTool
+from sailrl.runtime.sandbox.bubblewrap import sandbox_problem
+from sailrl.runtime.tools.python_tool import PythonTool, UnisolatedPythonTool
 
 SNIPPETS = {
     "expression": "6 * 7",

@@ -46,7 +46,7 @@ if "--arm-path" in sys.argv:  # a baseline tree goes first, before this reposito
 else:
     sys.path.insert(0, str(ROOT))
 
-from sailrl.runtime.rewards import RewardFunction  # noqa: E402
+from sailrl.runtime.rewards.rules import RewardFunction  # noqa: E402
 from sailrl.spec.rewards import RewardSpec  # noqa: E402
 
 FORMAT = {"name": "format", "kind": "all_of", "pass_score": 0.0, "fail_score": -0.1,
@@ -139,7 +139,7 @@ def bench(name: str, data: list[tuple[str, dict, bool]], repeats: int) -> tuple[
 
 def bench_step_scorer(data: list[tuple[str, dict, bool]]) -> tuple[float, float]:
     """(rewards per wall second, mean reward) of guide-numeric through StepScorer, every completion at once."""
-    from sailrl.runtime.scoring import StepScorer
+    from sailrl.runtime.rewards.scoring import StepScorer
 
     fn = _fn("guide-numeric")
 

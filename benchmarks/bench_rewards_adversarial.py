@@ -35,7 +35,7 @@ if "--arm-path" in sys.argv:
 else:
     sys.path.insert(0, str(ROOT))
 
-from sailrl.runtime.rewards import RewardFunction  # noqa: E402
+from sailrl.runtime.rewards.rules import RewardFunction  # noqa: E402
 from sailrl.spec.rewards import RewardSpec  # noqa: E402
 
 
@@ -94,7 +94,7 @@ def in_thread(fn: RewardFunction, text: str, fields: dict) -> tuple[float, objec
 
 
 def step(budget: float | None) -> tuple[float, int, int]:
-    from sailrl.runtime.scoring import StepScorer
+    from sailrl.runtime.rewards.scoring import StepScorer
 
     rules = [{"name": f"evil{i}", "kind": "match", "pattern": "(a|aa)+$"} for i in range(3)]
     fn = _fn(rules, **({"step_budget_s": budget} if budget else {}))

@@ -25,8 +25,8 @@ import tinker
 from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 
-from sailrl.runtime.models import get_tokenizer
-from sailrl.runtime.rollout_log import ROLLOUTS_FILE, RolloutLog, logged_steps, read_rollouts
+from sailrl.runtime.backends.models import get_tokenizer
+from sailrl.runtime.rundir.rollout_log import ROLLOUTS_FILE, RolloutLog, logged_steps, read_rollouts
 
 
 def make_step(tokenizer, groups: int, samples: int, prompt_chars: int, completion_chars: int):

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sail
 import tinker
 
-from sailrl.runtime.sail import AdaptiveSailCompleter, PollPolicy, adapter_config_for
+from sailrl.runtime.backends.sail import AdaptiveSailCompleter, PollPolicy, adapter_config_for
 from tests.fakes.sail_server import FakeSailServer
 
 ROOT = Path(__file__).resolve().parents[1]

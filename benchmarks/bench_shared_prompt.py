@@ -21,10 +21,10 @@ import time
 import torch
 from tinker_cookbook.renderers import get_renderer
 
-from sailrl.runtime.judge import Judge
-from sailrl.runtime.local import generation
-from sailrl.runtime.local.tiny import load_base_model, resolve_base_model
-from sailrl.runtime.models import get_tokenizer
+from sailrl.runtime.backends.local import generation
+from sailrl.runtime.backends.local.tiny import load_base_model, resolve_base_model
+from sailrl.runtime.backends.models import get_tokenizer
+from sailrl.runtime.rewards.judge import Judge
 from sailrl.spec.loader import load_spec
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "spec", "examples", "judge_local.yaml")

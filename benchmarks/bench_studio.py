@@ -38,7 +38,7 @@ from pathlib import Path
 
 import httpx
 
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.loader import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent

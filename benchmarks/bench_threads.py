@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tinker import types  # noqa: E402
 
-from sailrl.runtime.local import LocalServiceClient  # noqa: E402
-from sailrl.runtime.models import get_renderer  # noqa: E402
+from sailrl.runtime.backends.local import LocalServiceClient  # noqa: E402
+from sailrl.runtime.backends.models import get_renderer  # noqa: E402
 from sailrl.spec.models import default_renderer  # noqa: E402
 
 

@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 import tinker  # noqa: E402
 
-from sailrl.runtime.local import LocalServiceClient  # noqa: E402
-from sailrl.runtime.tinker_service import service_client  # noqa: E402
+from sailrl.runtime.backends.local import LocalServiceClient  # noqa: E402
+from sailrl.runtime.backends.tinker_service import service_client  # noqa: E402
 from tests.fakes.skyrl_server import MODEL, SkyRLServer, export_model_folder  # noqa: E402
 
 #: LoRA slots on the server: every repetition of the step setting opens a model, and the call setting one more.

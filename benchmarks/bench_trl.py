@@ -51,13 +51,13 @@ from typing import Any
 import torch
 from tinker import types
 
-from sailrl.runtime.local import LocalServiceClient
-from sailrl.runtime.local import decoder as decoder_mod
-from sailrl.runtime.local import generation as gen_mod
-from sailrl.runtime.local import sampling as sampling_mod
-from sailrl.runtime.local import trainer as trainer_mod
-from sailrl.runtime.local.lora import LORA_ALPHA, lora_target_modules
-from sailrl.runtime.local.tiny import resolve_base_model
+from sailrl.runtime.backends.local import LocalServiceClient
+from sailrl.runtime.backends.local import decoder as decoder_mod
+from sailrl.runtime.backends.local import generation as gen_mod
+from sailrl.runtime.backends.local import sampling as sampling_mod
+from sailrl.runtime.backends.local import trainer as trainer_mod
+from sailrl.runtime.backends.local.lora import LORA_ALPHA, lora_target_modules
+from sailrl.runtime.backends.local.tiny import resolve_base_model
 
 try:
     import trl

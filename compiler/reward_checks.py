@@ -1,6 +1,6 @@
 """Reward checks of ``sailrl validate``: worked ``examples:``, python rules, and answer rules that can be gamed.
 
-:func:`check_reward_examples` scores each example with :class:`sailrl.runtime.rewards.RewardFunction`; one
+:func:`check_reward_examples` scores each example with :class:`sailrl.runtime.rewards.rules.RewardFunction`; one
 located :class:`~sailrl.spec.errors.SpecError` is returned per example whose scores disagree with its ``expect`` /
 ``expect_total``, with a small table (rule | expected | got | why) in the message. An example that expects a
 score for a rule that does not exist, expects nothing, or whose reference answer is unusable is reported too. A
@@ -30,9 +30,9 @@ import string
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sailrl.runtime.answers import CompiledExtractor, parse_number
 from sailrl.runtime.prompts import template_variables
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards.answers import CompiledExtractor, parse_number
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.errors import SpecError
 from sailrl.spec.messages import did_you_mean_text
 

@@ -53,7 +53,7 @@ async def main(run: Run) -> None:
     """The RL loop: training.steps optimizer steps (numbered from 1; a resumed run starts after its last save).
     It reads TRAINING above (--set overrides are written into it before main runs)."""
     t = TRAINING
-    # Episodes (environment:; sailrl.runtime.episode: tinker_cookbook's AgentToolMessageEnv in EnvFromMessageEnv).
+    # Episodes (environment:; sailrl.runtime.rollouts.episode: tinker_cookbook's AgentToolMessageEnv in EnvFromMessageEnv).
     # The tools the model may call (environment.tools) were loaded when the run opened; the renderer declares them
     # in front of every prompt.
     run.records.console.print("episode tools: " + (", ".join(tool.name for tool in run.sampler.tools) or "none"))

@@ -9,24 +9,22 @@ forward_backward + optim_step); these helpers only keep it short:
   by the step's; TRL's ``scale_rewards`` names ``group`` / ``batch``).
 - :func:`drop_stale`: bounded off-policy sampling drops groups sampled more than K steps before the step that
   trains on them (tinker_cookbook ``AsyncConfig.max_steps_off_policy``).
-- :func:`learning_rate`: ``training.lr_schedule`` with ``lr_warmup_steps``, through tinker_cookbook's
-  ``utils.lr_scheduling.compute_schedule_lr_multiplier``.
-- :func:`loss_fn_config`, :func:`without_mask`, :func:`update_metrics`.
+- :func:`learning_rate`: ``training.lr_schedule`` with ``lr_warmup_steps`` (:mod:`sailrl.runtime.loop.schedule`,
+  which the saved state also reads).
+- :func:`loss_fn_config`, :func:`without_mask`.
 
 Steps are numbered from 1: step ``s`` is the ``s``-th optimizer update of the run.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
 
 import tinker
 import torch
-from tinker_cookbook.rl.metrics import compute_kl_sample_train
 from tinker_cookbook.rl.types import TrajectoryGroup
-from tinker_cookbook.utils.lr_scheduling import compute_schedule_lr_multiplier
+
+from sailrl.runtime.loop.schedule import learning_rate
 
 __all__ = [
     "ADVANTAGE_STD_EPS",
@@ -36,7 +34,6 @@ __all__ = [
     "loss_fn_config",
     "scale_advantages",
     "split_degenerate",
-    "update_metrics",
     "without_mask",
 ]
 
@@ -102,20 +99,6 @@ def drop_stale(groups: Sequence[TrajectoryGroup], sampler_steps: Sequence[int], 
     return fresh, steps, len(groups) - len(fresh)
 
 
-def learning_rate(base: float, step: int, total_steps: int, schedule: str = "constant", warmup_steps: int = 0) -> float:
-    """The learning rate of 1-based ``step`` of ``total_steps``.
-
-    During the first ``warmup_steps`` steps it rises linearly: ``base * step / (warmup_steps + 1)``. After them it
-    follows ``schedule`` over the remaining steps: ``base * compute_schedule_lr_multiplier(schedule, i, n)`` with
-    ``i = step - warmup_steps - 1`` (0-based) and ``n = total_steps - warmup_steps`` (tinker_cookbook
-    ``utils.lr_scheduling``: linear ``1 - i/n``, cosine ``(1 + cos(pi i/n)) / 2``, constant 1).
-    """
-    if step <= warmup_steps:
-        return base * step / (warmup_steps + 1)
-    remaining = max(1, total_steps - warmup_steps)
-    return base * compute_schedule_lr_multiplier(schedule, step - warmup_steps - 1, remaining)
-
-
 def loss_fn_config(loss_fn: str, config: dict[str, float] | None) -> dict[str, float] | None:
     """The spec's ``training.loss_fn_config`` over :data:`DEFAULT_LOSS_FN_CONFIG`; ``None`` when empty."""
     return {**DEFAULT_LOSS_FN_CONFIG.get(loss_fn, {}), **(config or {})} or None
@@ -126,25 +109,3 @@ def without_mask(data: Sequence[tinker.Datum]) -> list[tinker.Datum]:
     Tinker's RL losses do not take (tinker_cookbook's ``rl.train`` removes it the same way)."""
     return [tinker.Datum(model_input=d.model_input,
                          loss_fn_inputs={k: v for k, v in d.loss_fn_inputs.items() if k != "mask"}) for d in data]
-
-
-def update_metrics(data: Sequence[tinker.Datum], results: Sequence[tuple[Any, Any]]) -> dict[str, float]:
-    """Metrics of one update: ``loss:sum`` (summed over sub-batches), ``datums``, the last ``optim_step``'s metrics
-    under ``optim/``, and tinker_cookbook's sampler-vs-learner KL (``optim/kl_sample_train_v1``, ``_v2``,
-    ``optim/entropy``), computed from the learner's logprobs that ``forward_backward`` returned.
-
-    ``data``: the datums as assembled (with ``mask``). ``results``: ``(ForwardBackwardOutput, OptimStepResponse)``
-    per sub-batch, in order.
-    """
-    loss = 0.0
-    train_logprobs: list[torch.Tensor] = []
-    optim: dict[str, float] = {}
-    for fb, opt in results:
-        loss += float((fb.metrics or {}).get("loss:sum", 0.0))
-        train_logprobs += [o["logprobs"].to_torch() for o in fb.loss_fn_outputs]
-        optim = {f"optim/{k}": float(v) for k, v in (getattr(opt, "metrics", None) or {}).items()}
-    out = {"loss:sum": loss, "datums": float(len(data)), **optim}
-    if data and len(train_logprobs) == len(data) and all("mask" in d.loss_fn_inputs for d in data):
-        kl = compute_kl_sample_train(list(data), train_logprobs)
-        out.update({k: v for k, v in kl.items() if math.isfinite(v)})
-    return out

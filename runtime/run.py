@@ -4,26 +4,26 @@ A generated script's ``main(run)`` holds the algorithm (snapshot, policy, rollou
 datum assembly, forward_backward + optim_step). What a script should not repeat sits in :class:`Run`'s parts, one
 job each:
 
-- ``run.sampler`` (:mod:`sailrl.runtime.sampler`): sampler checkpoints, the policy for one, a step's rows and its
+- ``run.sampler`` (:mod:`sailrl.runtime.loop.sampler`): sampler checkpoints, the policy for one, a step's rows and its
   rollouts, the held-out evaluation, the KL reference client;
-- ``run.rewards`` (:mod:`sailrl.runtime.rewarder`): the reward rules scoring a step's rollouts;
-- ``run.records`` (:mod:`sailrl.runtime.records`): each step's metrics line, rollout log, console line, tokens and
+- ``run.rewards`` (:mod:`sailrl.runtime.loop.rewarder`): the reward rules scoring a step's rollouts;
+- ``run.records`` (:mod:`sailrl.runtime.loop.records`): each step's metrics line, rollout log, console line, tokens and
   cost, the on-policy check, the summary;
-- ``run.checkpoints`` (:mod:`sailrl.runtime.checkpoints`): updates that land whole, saved state, the final
+- ``run.checkpoints`` (:mod:`sailrl.runtime.loop.checkpoints`): updates that land whole, saved state, the final
   adapter, saving after a stop;
-- ``run.budget`` (:mod:`sailrl.runtime.budget`): the ``training.max_cost_usd`` stop;
-- ``run.warmup`` (:mod:`sailrl.runtime.warmup`): the supervised warm-up's steps and log.
+- ``run.budget`` (:mod:`sailrl.runtime.loop.budget`): the ``training.max_cost_usd`` stop;
+- ``run.warmup`` (:mod:`sailrl.runtime.loop.warmup`): the supervised warm-up's steps and log.
 
 Steps are numbered from 1 everywhere (console, ``metrics.jsonl``, ``rollouts.jsonl``, the plot, resume
 messages): step ``s`` is the run's ``s``-th optimizer update. ``checkpoints.jsonl``'s ``batch`` is the number of
 completed steps, so a resumed run continues at ``batch + 1``.
 
 Safety: nothing is written to the run directory before the backend, the model, the data and the training
-client have opened (so a refused run leaves nothing behind, :mod:`sailrl.runtime.opening`); an update once
+client have opened (so a refused run leaves nothing behind, :mod:`sailrl.runtime.loop.opening`); an update once
 submitted lands and its step is logged before state is saved on Ctrl-C (``run.checkpoints.apply_update``); each
 step's metrics and rollouts are written whole at its end, and a state is saved only at a step boundary (a write
 that fails leaves the weights past the last recorded step: nothing is saved, ``--resume`` continues from the last
-state saved before, :mod:`sailrl.runtime.checkpoints`).
+state saved before, :mod:`sailrl.runtime.loop.checkpoints`).
 """
 
 from __future__ import annotations
@@ -37,20 +37,20 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sailrl.runtime import opening
-from sailrl.runtime.backends import Backend
-from sailrl.runtime.budget import Budget
-from sailrl.runtime.checkpoints import Checkpoints
-from sailrl.runtime.console import RunConsole
-from sailrl.runtime.episode import build_tools, close_tools
-from sailrl.runtime.errors import writing
-from sailrl.runtime.python_rules import freeze_spec_code
-from sailrl.runtime.records import Records
-from sailrl.runtime.rewarder import Rewards
-from sailrl.runtime.rollout_log import RolloutLog
-from sailrl.runtime.rundir import RunDirectory, run_dir_path
-from sailrl.runtime.sampler import Sampler
-from sailrl.runtime.warmup import Warmup
+from sailrl.runtime.backends.backend import Backend
+from sailrl.runtime.loop import opening
+from sailrl.runtime.loop.budget import Budget
+from sailrl.runtime.loop.checkpoints import Checkpoints
+from sailrl.runtime.loop.console import RunConsole
+from sailrl.runtime.loop.records import Records
+from sailrl.runtime.loop.rewarder import Rewards
+from sailrl.runtime.loop.sampler import Sampler
+from sailrl.runtime.loop.warmup import Warmup
+from sailrl.runtime.rewards.python_rules import freeze_spec_code
+from sailrl.runtime.rollouts.episode import build_tools, close_tools
+from sailrl.runtime.rundir.directory import RunDirectory, run_dir_path
+from sailrl.runtime.rundir.rollout_log import RolloutLog
+from sailrl.runtime.rundir.writes import writing
 from sailrl.spec.models import context_window
 from sailrl.spec.schema import Spec, every_due
 
@@ -147,7 +147,7 @@ class Run:
 
 async def open_run(spec: Spec, options: RunOptions) -> Run:
     """Open the backend, model, data and training client, then the run directory (the steps are
-    :mod:`sailrl.runtime.opening`'s). Raises ``RunDirectoryError`` (a run is there and neither ``resume`` nor
+    :mod:`sailrl.runtime.loop.opening`'s). Raises ``RunDirectoryError`` (a run is there and neither ``resume`` nor
     ``overwrite`` is set; or it is complete), ``BackendError`` / ``ModelError`` / ``DataError`` (user errors)."""
     console = RunConsole(soft_wrap=True)
     run_dir = RunDirectory(run_dir_path(spec, options.spec_dir))

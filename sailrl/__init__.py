@@ -7,7 +7,7 @@ The pipeline, one folder a stage (mapped into this package by ``pyproject.toml``
 - ``sailrl.runtime``   (``runtime/``)   what generated scripts import: data, prompts, reward rules,
                                          the run's parts (sampler, records, checkpoints, budget), the
                                          Tinker + Sail adapters and the embedded local backend
-                                         (``sailrl.runtime.local``). The RL loop itself is in each
+                                         (``sailrl.runtime.backends.local``). The RL loop itself is in each
                                          generated script's ``main()``.
 - ``sailrl.commands``                   one module per ``sailrl`` subcommand; ``sailrl.launch`` is a
                                          generated script's entry point.

@@ -10,13 +10,13 @@ the run (:func:`sailrl.runtime.run.open_run`) and awaits the script's ``main(run
   ``stopped:`` line, state saved, resume command printed, exit status 4.
 - a user error (bad override, missing key, unusable data or model, a run directory in the way) or a run fault
   (Tinker, Sail, their HTTP transport or the embedded backend failing, named by step and phase;
-  :func:`sailrl.runtime.errors.service_fault`): one ``error:`` line, exit status 1 (state saved first when some
+  :func:`sailrl.runtime.backends.faults.service_fault`): one ``error:`` line, exit status 1 (state saved first when some
   steps completed).
 - anything else is a bug in sailrl: state saved when it can be, then its traceback and exit status 70 (printed
   by ``sailrl.cli`` for ``sailrl run``, by :func:`main` for a script).
 
 Output: each step's line and the run's summary on stdout, everything else (progress, warnings, how to resume,
-errors) on stderr (:class:`sailrl.runtime.console.RunConsole`).
+errors) on stderr (:class:`sailrl.runtime.loop.console.RunConsole`).
 
 Flags: ``--resume``, ``--overwrite``, ``--set KEY=VALUE`` (repeatable; VALUE is YAML), ``--sampler
 {sail,tinker,local}`` (shorthand for ``--set sampling.sampler=...``).
@@ -205,8 +205,12 @@ def write_into_config(config: dict[str, Any], spec: Spec, reads: dict[str, Any] 
 async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, options: Any) -> int:
     """Open the run, await ``script_main(run)`` and turn its end into an exit status (see the module docstring)."""
     # lazy: `sailrl preflight` imports this module for build_spec; the run's modules load torch
-    from sailrl.runtime.errors import BudgetReached, RunStopped, RunWriteError, service_fault, write_error
+    from sailrl.runtime.backends.faults import service_fault  # lazy: see above
+    # lazy: see above
+    from sailrl.runtime.loop.errors import BudgetReached, RunStopped
     from sailrl.runtime.run import open_run  # lazy: see above
+    # lazy: see above
+    from sailrl.runtime.rundir.writes import RunWriteError, write_error
 
     run = None
     _stop_state["saved"] = False

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sailrl.runtime.rundir import RunDirectory
+from sailrl.runtime.rundir.directory import RunDirectory
 
 # (line style, marker) per rule line, in order; colours come from the tab10 cycle.
 RULE_STYLES = [("--", "s"), ("-.", "^"), (":", "v"), ((0, (5, 1, 1, 1, 1, 1)), "P"), ((0, (1, 1)), "X"),

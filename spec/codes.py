@@ -136,6 +136,8 @@ _TABLE: tuple[Code, ...] = (
          "installed, or namespaces disabled)."),
     Code("S256", "tool-option-python-only", "error", "A tool sets network or disk_mb, which only the built-in python "
          "tool's sandbox has."),
+    Code("S257", "key-of-another-method", "error", "A key or section that only another training method reads (e.g. "
+         "training.group_size with method: sft, reward rules with method: dpo)."),
     # -- worked reward examples ------------------------------------------------------------------------------
     Code("S301", "example-mismatch", "error", "A worked example does not score as it expects."),
     Code("S302", "example-unknown-rule", "error", "A worked example expects a score for a rule that does not exist."),
@@ -218,62 +220,62 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
     ErrorCode("E011", "sailrl.spec.patterns.PatternError", "A regular expression cannot be compiled or is over a "
               "limit."),
     ErrorCode("E012", "sailrl.spec.models.UnknownModelError", "A model name the catalogue does not know."),
-    ErrorCode("E100", "sailrl.runtime.errors.RunError", "A service or backend fault (Tinker, Sail, their HTTP "
+    ErrorCode("E100", "sailrl.runtime.loop.errors.RunError", "A service or backend fault (Tinker, Sail, their HTTP "
               "transport, the embedded backend), named by step and phase."),
-    ErrorCode("E101", "sailrl.runtime.errors.AllDegenerateError", "Every group of a step scored the same and "
+    ErrorCode("E101", "sailrl.runtime.loop.errors.AllDegenerateError", "Every group of a step scored the same and "
               "training.on_all_degenerate is stop."),
-    ErrorCode("E102", "sailrl.runtime.errors.OnPolicyMismatch", "The sampler's logprobs disagree with the "
+    ErrorCode("E102", "sailrl.runtime.loop.errors.OnPolicyMismatch", "The sampler's logprobs disagree with the "
               "learner's and sampling.on_policy_mismatch is stop."),
-    ErrorCode("E103", "sailrl.runtime.errors.RunDirectoryError", "The run directory holds a run this command would "
+    ErrorCode("E103", "sailrl.runtime.rundir.writes.RunDirectoryError", "The run directory holds a run this command would "
               "overwrite, or one already complete."),
-    ErrorCode("E104", "sailrl.runtime.errors.BudgetReached", "The next step would pass training.max_cost_usd (state "
+    ErrorCode("E104", "sailrl.runtime.loop.errors.BudgetReached", "The next step would pass training.max_cost_usd (state "
               "saved, exit 3)."),
-    ErrorCode("E105", "sailrl.runtime.errors.RunWriteError", "A write of the run failed: a full disk, a quota, a "
+    ErrorCode("E105", "sailrl.runtime.rundir.writes.RunWriteError", "A write of the run failed: a full disk, a quota, a "
               "read-only or failing file system (the run stops at a step boundary; --resume continues it)."),
-    ErrorCode("E106", "sailrl.runtime.rundir.RunFileError", "A run directory's file is not a regular file (a FIFO, "
+    ErrorCode("E106", "sailrl.runtime.rundir.directory.RunFileError", "A run directory's file is not a regular file (a FIFO, "
               "a device, a link to one) or is over its size limit."),
-    ErrorCode("E107", "sailrl.runtime.errors.RunStopped", "The run stopped where its spec says to stop "
+    ErrorCode("E107", "sailrl.runtime.loop.errors.RunStopped", "The run stopped where its spec says to stop "
               "(training.on_all_degenerate or sampling.on_policy_mismatch: stop): state saved, exit 4."),
-    ErrorCode("E110", "sailrl.runtime.backends.BackendError", "A backend cannot be opened (a missing key, an "
+    ErrorCode("E110", "sailrl.runtime.backends.backend.BackendError", "A backend cannot be opened (a missing key, an "
               "unreachable Tinker)."),
-    ErrorCode("E111", "sailrl.runtime.tinker_service.TinkerUnreachable", "The Tinker service answered no request "
+    ErrorCode("E111", "sailrl.runtime.backends.tinker_service.TinkerUnreachable", "The Tinker service answered no request "
               "for SAILRL_TINKER_UNREACHABLE_S seconds (default 300); state saved, --resume continues."),
-    ErrorCode("E112", "sailrl.runtime.tinker_service.TinkerRefused", "The Tinker service refused a request for "
+    ErrorCode("E112", "sailrl.runtime.backends.tinker_service.TinkerRefused", "The Tinker service refused a request for "
               "good: a loss it does not offer, a model it no longer holds."),
     ErrorCode("E120", "sailrl.runtime.data.base.DatasetError", "The dataset is missing, unreadable or malformed, or "
               "a step leaves no rows."),
     ErrorCode("E121", "sailrl.runtime.prompts.PromptError", "A prompt template cannot be rendered on a row."),
-    ErrorCode("E122", "sailrl.runtime.chat_template.ChatTemplateError", "The tokenizer has no usable chat "
+    ErrorCode("E122", "sailrl.runtime.backends.chat_template.ChatTemplateError", "The tokenizer has no usable chat "
               "template."),
-    ErrorCode("E123", "sailrl.runtime.preflight.PreflightError", "sailrl preflight cannot check the spec as asked."),
-    ErrorCode("E130", "sailrl.runtime.workers.WorkerError", "A scoring worker process could not start, died, or "
+    ErrorCode("E123", "sailrl.preflight.PreflightError", "sailrl preflight cannot check the spec as asked."),
+    ErrorCode("E130", "sailrl.runtime.sandbox.workers.WorkerError", "A scoring worker process could not start, died, or "
               "broke the protocol."),
-    ErrorCode("E131", "sailrl.runtime.workers.WorkerStartError", "A worker could not load its job (its reason "
+    ErrorCode("E131", "sailrl.runtime.sandbox.workers.WorkerStartError", "A worker could not load its job (its reason "
               "says which: missing_module, import_error, ...)."),
-    ErrorCode("E132", "sailrl.runtime.answers.UnreadableAnswer", "math-verify cannot read an answer or reference; "
+    ErrorCode("E132", "sailrl.runtime.rewards.answers.UnreadableAnswer", "math-verify cannot read an answer or reference; "
               "the rule fails."),
-    ErrorCode("E133", "sailrl.runtime.calculator.CalculatorError", "The calculator tool cannot evaluate an "
+    ErrorCode("E133", "sailrl.runtime.tools.calculator.CalculatorError", "The calculator tool cannot evaluate an "
               "expression."),
-    ErrorCode("E134", "sailrl.runtime.judge.JudgeCallError", "A judge model's call failed after its retries."),
-    ErrorCode("E135", "sailrl.runtime.episode.ToolLoadError", "A tool of environment.tools cannot be loaded."),
-    ErrorCode("E140", "sailrl.runtime.sail.checkpoint_url.SailCheckpointError", "A sampler checkpoint cannot be "
+    ErrorCode("E134", "sailrl.runtime.rewards.judge.JudgeCallError", "A judge model's call failed after its retries."),
+    ErrorCode("E135", "sailrl.runtime.rollouts.episode.ToolLoadError", "A tool of environment.tools cannot be loaded."),
+    ErrorCode("E140", "sailrl.runtime.backends.sail.checkpoint_url.SailCheckpointError", "A sampler checkpoint cannot be "
               "handed to Sail; stops the run."),
-    ErrorCode("E141", "sailrl.runtime.sail.checkpoint_url.CheckpointURLRefused", "Tinker refused to sign the "
+    ErrorCode("E141", "sailrl.runtime.backends.sail.checkpoint_url.CheckpointURLRefused", "Tinker refused to sign the "
               "checkpoint URL Sail needs; stops the run."),
-    ErrorCode("E142", "sailrl.runtime.sail.completer.SailRolloutError", "A Sail rollout failed after its attempts; "
+    ErrorCode("E142", "sailrl.runtime.backends.sail.completer.SailRolloutError", "A Sail rollout failed after its attempts; "
               "its group is dropped and counted."),
-    ErrorCode("E143", "sailrl.runtime.sail.completer.SailRequestRejected", "Sail refused the request itself; stops "
+    ErrorCode("E143", "sailrl.runtime.backends.sail.completer.SailRequestRejected", "Sail refused the request itself; stops "
               "the run."),
-    ErrorCode("E150", "sailrl.runtime.local.sources.BaseModelError", "The local backend cannot load the base "
+    ErrorCode("E150", "sailrl.runtime.backends.local.sources.BaseModelError", "The local backend cannot load the base "
               "model."),
-    ErrorCode("E151", "sailrl.runtime.local.child.LocalProcessError", "A local backend child process stopped; stops "
+    ErrorCode("E151", "sailrl.runtime.backends.local.child.LocalProcessError", "A local backend child process stopped; stops "
               "the run."),
-    ErrorCode("E152", "sailrl.runtime.local.sampler_process.SamplerProcessError", "The local sampling process "
+    ErrorCode("E152", "sailrl.runtime.backends.local.sampler_process.SamplerProcessError", "The local sampling process "
               "stopped."),
-    ErrorCode("E153", "sailrl.runtime.local.trainer_process.TrainerProcessError", "The local training process "
+    ErrorCode("E153", "sailrl.runtime.backends.local.trainer_process.TrainerProcessError", "The local training process "
               "stopped."),
-    ErrorCode("E154", "sailrl.runtime.local.losses.LossInputError", "A datum lacks what its loss_fn needs."),
-    ErrorCode("E155", "sailrl.runtime.local.checkpoints.CheckpointPathError", "A local:// checkpoint path is "
+    ErrorCode("E154", "sailrl.runtime.backends.local.losses.LossInputError", "A datum lacks what its loss_fn needs."),
+    ErrorCode("E155", "sailrl.runtime.backends.local.checkpoints.CheckpointPathError", "A local:// checkpoint path is "
               "malformed or missing."),
     ErrorCode("E200", "sailrl.export.runinfo.ExportError", "sailrl export cannot export the run as asked."),
     ErrorCode("E210", "sailrl.studio.security.PathRefused", "The studio refuses a path outside its folders."),

@@ -135,7 +135,7 @@ class SailrlError(Exception):
 
     ``code``: the class's stable code (``E...``; listed in ``docs/error-codes.md`` from
     :data:`sailrl.spec.codes.ERROR_CODES`, a test keeps the two in step). ``fatal``: whether a rollout failing with
-    it stops the run instead of dropping one group (:mod:`sailrl.runtime.rollout`).
+    it stops the run instead of dropping one group (:mod:`sailrl.runtime.rollouts.rollout`).
     """
 
     fatal = False

@@ -2,9 +2,9 @@
 
 - :data:`BUILTIN_MODELS`: the embedded backend's built-in models, ``sailrl/tiny`` (random weights drawn from
   ``model.seed``) and ``sailrl/tiny-arith`` (the same architecture with shipped weights, pretrained on
-  single-digit sums by ``runtime/local/pretrained/make_tiny_arith.py``), ``sailrl/tiny-tools`` (tiny-arith
-  taught by ``runtime/local/pretrained/make_tiny_tools.py`` to call the calculator tool about half the time), and
-  ``sailrl/tiny-judge`` (4 layers, trained by ``runtime/local/pretrained/make_tiny_judge.py`` to judge whether a
+  single-digit sums by ``runtime/backends/local/pretrained/make_tiny_arith.py``), ``sailrl/tiny-tools`` (tiny-arith
+  taught by ``runtime/backends/local/pretrained/make_tiny_tools.py`` to call the calculator tool about half the time), and
+  ``sailrl/tiny-judge`` (4 layers, trained by ``runtime/backends/local/pretrained/make_tiny_judge.py`` to judge whether a
   completion is only the number a rubric names).
 - :func:`classify`: what a ``model.name`` is -- a built-in model, a local Hugging Face model folder, a GGUF
   file, or a remote name (a Hugging Face hub id, or a Tinker model name).

@@ -1,6 +1,6 @@
 """The ``pricing:`` section: what the services a run uses charge, in USD per million tokens.
 
-Who bills what (``sailrl.runtime.cost`` applies it):
+Who bills what (``sailrl.runtime.planning.cost`` applies it):
 
 - **Tinker** trains every run that is not local: ``train`` per token of the training data sent to
   ``forward_backward`` (RL datums and supervised warm-up examples), ``prefill`` per prompt token it reads without

@@ -4,8 +4,8 @@
 accepts. It is a static tuple because importing ``tinker_cookbook.renderers`` imports torch (~5 s), which
 ``sailrl validate`` must not pay; ``tests/test_spec_errors.py`` parses the installed tinker_cookbook source and
 fails when the two drift apart. ``SAILRL_RENDERERS`` are sailrl's own (``chat_template``: the tokenizer's chat
-template, see ``sailrl.runtime.chat_template``; ``role_colon_tools``: role_colon with tool calls, see
-``sailrl.runtime.role_colon_tools``). ``KNOWN_RENDERERS`` is both.
+template, see ``sailrl.runtime.backends.chat_template``; ``role_colon_tools``: role_colon with tool calls, see
+``sailrl.runtime.backends.role_colon_tools``). ``KNOWN_RENDERERS`` is both.
 
 The default-renderer rule and the model facts live in ``sailrl.spec.models`` (which imports these names; this
 module imports nothing of the model catalogue).
@@ -27,7 +27,7 @@ __all__ = [
 
 #: sailrl's own renderer over the tokenizer's chat template (``tokenizer.apply_chat_template``).
 CHAT_TEMPLATE_RENDERER = "chat_template"
-#: sailrl's role_colon with tool calls (``sailrl.runtime.role_colon_tools``), for the built-in models' episodes.
+#: sailrl's role_colon with tool calls (``sailrl.runtime.backends.role_colon_tools``), for the built-in models' episodes.
 ROLE_COLON_TOOLS_RENDERER = "role_colon_tools"
 
 COOKBOOK_RENDERERS: tuple[str, ...] = (

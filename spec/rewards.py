@@ -1,7 +1,7 @@
 """Reward rule shapes of the spec language (``reward:`` section).
 
 This module only declares what a rule looks like (and checks each rule on its own: regexes compile,
-bounds are ordered, names are unique); ``sailrl.runtime.rewards`` evaluates rules.
+bounds are ordered, names are unique); ``sailrl.runtime.rewards.rules`` evaluates rules.
 
 Every rule has a ``name`` (the metric key ``reward/<name>``; default: its ``kind``) and either a ``weight``
 (the rule contributes ``weight`` when it passes and 0 when it fails; default weight 1) or explicit

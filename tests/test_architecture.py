@@ -32,24 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"spec": "sailrl.spec", "compiler": "sailrl.compiler", "runtime": "sailrl.runtime", "sailrl": "sailrl"}
 SKIP = ("spec/examples",)  # example specs and the script that makes their data: not part of the package
 
-# Prompts, the reward rule engine (rules, answers, python rules and the worker processes they run in), and the
-# cost arithmetic with the data order it replays (pure functions of the spec).
-SELF_CONTAINED = frozenset({"sailrl.runtime.prompts", "sailrl.runtime.rewards", "sailrl.runtime.answers",
-                            "sailrl.runtime.python_rules", "sailrl.runtime.workers", "sailrl.runtime.worker_child", "sailrl.runtime.cost",
-                            "sailrl.runtime.judge", "sailrl.runtime.data.order", "sailrl.runtime.data.base",
-                            "sailrl.runtime.data.readers", "sailrl.runtime.data.sources",
-                            "sailrl.runtime.tools", "sailrl.runtime.calculator", "sailrl.runtime.python_tool",
-                            "sailrl.runtime.snippet", "sailrl.runtime.bubblewrap", "sailrl.runtime.redact"})
+# The folders the validation stage may import (prompts, data, the reward rule engine, the sandbox its workers run in,
+# episode tools, the cost arithmetic): each imports only sailrl, the spec and these folders.
+SELF_CONTAINED = ("sailrl.runtime.prompts", "sailrl.runtime.data", "sailrl.runtime.rewards", "sailrl.runtime.sandbox",
+                  "sailrl.runtime.tools", "sailrl.runtime.planning")
 RENDERING = frozenset({"sailrl.compiler.render", "sailrl.compiler.docgen"})
-VALIDATION = frozenset({"sailrl.compiler", "sailrl.compiler.validate", "sailrl.compiler.checks",
-                        "sailrl.compiler.checks.reader", "sailrl.compiler.checks.values",
-                        "sailrl.compiler.checks.templates", "sailrl.compiler.checks.templates_on_data",
-                        "sailrl.compiler.checks.rules", "sailrl.compiler.checks.judges",
-                        "sailrl.compiler.checks.model", "sailrl.compiler.checks.training",
-                        "sailrl.compiler.checks.sampling", "sailrl.compiler.checks.dataset",
-                        "sailrl.compiler.reward_checks", "sailrl.compiler.cost_checks",
-                        "sailrl.compiler.episode_checks", "sailrl.compiler.words"})
-TOP = frozenset({"sailrl.cli", "sailrl.__main__", "sailrl.launch", "sailrl.plot"})
+VALIDATION = ("sailrl.compiler",)  # the compiler folder but rendering
+TOP = frozenset({"sailrl.cli", "sailrl.__main__", "sailrl.launch", "sailrl.plot", "sailrl.preflight"})
 TOP_PACKAGES = ("sailrl.commands", "sailrl.export", "sailrl.studio")
 
 ALLOWED = {
@@ -64,13 +53,11 @@ RULES = {
     "sailrl": "the sailrl package root only re-exports the version (sailrl.spec.version): it imports nothing else",
     "spec": "the spec language imports nothing above it (only sailrl and sailrl.spec)",
     "runtime": "the runtime imports only sailrl, the spec and the runtime",
-    "self-contained": "a self-contained runtime piece (prompts, rewards, answers, python_rules, workers, cost, "
-                      "data.order, data.base, tools, calculator, python_tool, snippet, bubblewrap, redact) "
-                      "imports only sailrl, the spec and the other self-contained pieces",
+    "self-contained": "a folder the validation stage may import (runtime/prompts, data, rewards, sandbox, tools, "
+                      "planning) imports only sailrl, the spec and those folders",
     "rendering": "rendering imports only sailrl and the spec",
-    "validation": "the validation stage imports only sailrl, the spec, itself and the runtime's self-contained "
-                  "pieces (prompts, rewards, answers, python_rules, workers, cost, data.order, data.base, tools, "
-                  "calculator, bubblewrap, redact)",
+    "validation": "the validation stage imports only sailrl, the spec, itself and the runtime folders it may "
+                  "import (runtime/prompts, data, rewards, sandbox, tools, planning)",
 }
 
 
@@ -94,13 +81,13 @@ def layer(module: str) -> str:
         return "top"
     if module == "sailrl.spec" or module.startswith("sailrl.spec."):
         return "spec"
-    if module in SELF_CONTAINED:
+    if any(module == f or module.startswith(f + ".") for f in SELF_CONTAINED):
         return "self-contained"
     if module == "sailrl.runtime" or module.startswith("sailrl.runtime."):
         return "runtime"
     if module in RENDERING:
         return "rendering"
-    if module in VALIDATION:
+    if any(module == f or module.startswith(f + ".") for f in VALIDATION):
         return "validation"
     return "unassigned"
 
@@ -179,22 +166,21 @@ def test_the_walker_sees_imports_inside_functions_and_import_module(tmp_path):
         "    return importlib.import_module('sailrl.runtime.data')\n"
     )
     (tmp_path / "runtime").mkdir()
-    (tmp_path / "runtime" / "prompts.py").write_text("from . import data\nfrom .data import rows\n")
-    (tmp_path / "runtime" / "data.py").write_text("")
-    (tmp_path / "compiler").mkdir()
-    (tmp_path / "compiler" / "surprise.py").write_text("")
+    (tmp_path / "runtime" / "prompts.py").write_text("from . import loop\nfrom .loop import rows\n")
+    (tmp_path / "runtime" / "loop.py").write_text("")
     (tmp_path / "sailrl" / "commands").mkdir(parents=True)
+    (tmp_path / "sailrl" / "surprise.py").write_text("")
     (tmp_path / "sailrl" / "commands" / "explain.py").write_text(
         "from sailrl.commands.rewards import load_spec_lenient\nfrom sailrl.commands._common import use_color\n")
     assert wrong_way_edges(tmp_path) == [
-        "compiler/surprise.py:1: sailrl.compiler.surprise belongs to no stage: add it to a layer in "
-        "tests/test_architecture.py and docs/architecture.md",
-        "runtime/prompts.py:1: sailrl.runtime.prompts imports sailrl.runtime.data (runtime): " + RULES["self-contained"],
-        "runtime/prompts.py:2: sailrl.runtime.prompts imports sailrl.runtime.data (runtime): " + RULES["self-contained"],
+        "runtime/prompts.py:1: sailrl.runtime.prompts imports sailrl.runtime.loop (runtime): " + RULES["self-contained"],
+        "runtime/prompts.py:2: sailrl.runtime.prompts imports sailrl.runtime.loop (runtime): " + RULES["self-contained"],
         "sailrl/commands/explain.py:1: sailrl.commands.explain imports sailrl.commands.rewards (top): a command "
         "imports no other command; shared helpers live in sailrl.commands._common",
+        "sailrl/surprise.py:1: sailrl.surprise belongs to no stage: add it to a layer in "
+        "tests/test_architecture.py and docs/architecture.md",
         "spec/loader.py:4: sailrl.spec.loader imports sailrl.compiler.checks (validation): " + RULES["spec"],
-        "spec/loader.py:6: sailrl.spec.loader imports sailrl.runtime.data (runtime): " + RULES["spec"],
+        "spec/loader.py:6: sailrl.spec.loader imports sailrl.runtime.data (self-contained): " + RULES["spec"],
     ]
 
 

@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from sailrl.cli import main
-from sailrl.runtime.backends import BackendError, check_keys, tinker_key_problem
+from sailrl.runtime.backends.backend import BackendError, check_keys, tinker_key_problem
 
 KEY = "tml-0123456789abcdef"
 LOCAL = "sailrl run s.yaml --sampler local --set model.name=sailrl/tiny"

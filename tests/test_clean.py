@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sailrl.cli import main
-from sailrl.runtime import checkpoint_store as cs
+from sailrl.runtime.rundir import checkpoint_store as cs
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_links_and_stray_files_are_never_touched(home, tmp_path):
 
 
 def test_a_real_local_checkpoint_still_resumes_after_cleaning(home, tmp_path):
-    from sailrl.runtime.local import LocalServiceClient
+    from sailrl.runtime.backends.local import LocalServiceClient
 
     async def save():
         service = LocalServiceClient("sailrl/tiny", base_dir=home, seed=0)

@@ -14,7 +14,7 @@ import tinker
 from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 
-from sailrl.runtime.collapse import (
+from sailrl.runtime.loop.collapse import (
     COLLAPSE_FRACTION,
     COLLAPSE_STEPS,
     collapse_warning,

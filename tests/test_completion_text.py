@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sailrl.runtime.models import get_renderer, get_tokenizer
-from sailrl.runtime.rollout import completion_text
+from sailrl.runtime.backends.models import get_renderer, get_tokenizer
+from sailrl.runtime.rollouts.rollout import completion_text
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sailrl.runtime.console import PIPE_WIDTH, RunConsole, make_console, panel_expand
+from sailrl.runtime.loop.console import PIPE_WIDTH, RunConsole, make_console, panel_expand
 
 ROOT = Path(__file__).resolve().parents[1]
 

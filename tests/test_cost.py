@@ -1,4 +1,4 @@
-"""Pricing (spec/pricing.py), per-step cost and the budget's next-step estimate, the pre-run estimate (runtime/cost.py)."""
+"""Pricing (spec/pricing.py), per-step cost and the budget's next-step estimate, the pre-run estimate (runtime/planning/cost.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sailrl.runtime.cost import (
+from sailrl.runtime.data import rows_for_step
+from sailrl.runtime.planning.cost import (
     CostModel,
     Range,
     billing,
@@ -17,7 +18,6 @@ from sailrl.runtime.cost import (
     estimate_run,
     fmt_usd,
 )
-from sailrl.runtime.data import rows_for_step
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.loader import load_spec_text
 from sailrl.spec.pricing import TINKER_PRICES, PricingSpec, resolve_price

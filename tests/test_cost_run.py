@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from sailrl.cli import main
-from sailrl.runtime.cost import CostModel, estimate_run, measure_token_lengths
+from sailrl.runtime.planning.cost import CostModel, estimate_run, measure_token_lengths
 
 SPEC = """\
 name: cost-run
@@ -33,8 +33,8 @@ output: {run_dir: run}
 
 def test_a_local_run_lands_inside_the_estimate(tmp_path: Path) -> None:
     from sailrl.launch import build_spec
+    from sailrl.runtime.backends.models import get_renderer, get_tokenizer
     from sailrl.runtime.data import load_rows
-    from sailrl.runtime.models import get_renderer, get_tokenizer
     from sailrl.runtime.prompts import PromptBuilder
     from sailrl.spec.loader import load_spec
 

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sailrl.runtime.data as data
+from sailrl.runtime.backends.models import get_renderer, get_tokenizer
 from sailrl.runtime.data import DatasetError, load_rows
 from sailrl.runtime.data.readers import MAX_CSV_CELL_CHARS, MAX_JSON_DEPTH, MAX_NUMBER_DIGITS
-from sailrl.runtime.models import get_renderer, get_tokenizer
 from sailrl.spec.errors import DataError, UserError
 from sailrl.spec.schema import Spec
 

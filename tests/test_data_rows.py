@@ -140,7 +140,7 @@ def test_every_row_skipped_says_why(tmp_path):
 
 
 def test_reward_checks_with_the_real_reward_function(tmp_path):
-    rewards = pytest.importorskip("sailrl.runtime.rewards", reason="sailrl.runtime.rewards not written yet")
+    rewards = pytest.importorskip("sailrl.runtime.rewards.rules", reason="sailrl.runtime.rewards.rules not written yet")
     spec = make_spec(write_rows(tmp_path, [{"question": "a", "answer": "2"}, {"question": "b", "answer": "7"}]),
                      shuffle=False, rules=[{**ANSWER_RULE, "compare": "numeric"}])
     fn = rewards.RewardFunction.from_spec(spec.reward, spec.prompt.reference_field)

@@ -125,8 +125,8 @@ def test_sail_path_runs_against_loopback_sail_with_local_tinker_stand_in(tmp_pat
     """The production path of a compiled script: Tinker trains (local stand-in), Sail samples (loopback)."""
     import tinker
 
-    from sailrl.runtime.local import LocalServiceClient
-    from sailrl.runtime.models import get_tokenizer
+    from sailrl.runtime.backends.local import LocalServiceClient
+    from sailrl.runtime.backends.models import get_tokenizer
     from tests.fakes.sail_server import Sample
 
     tok = get_tokenizer("sailrl/tiny")

@@ -120,8 +120,8 @@ def test_a_sail_sandbox_without_a_tool_that_uses_it_is_warned_at_its_key(tmp_pat
 
 
 def test_the_python_tool_without_its_sandbox_is_refused_at_validate_and_run_start(tmp_path, monkeypatch):
-    from sailrl.runtime import bubblewrap
-    from sailrl.runtime.episode import ToolLoadError, build_tools
+    from sailrl.runtime.rollouts.episode import ToolLoadError, build_tools
+    from sailrl.runtime.sandbox import bubblewrap
     from sailrl.spec.environment import EnvironmentSpec
 
     why = "the python tool's isolation needs bubblewrap, which is not installed: " + bubblewrap.INSTALL_HINT

@@ -14,11 +14,11 @@ import tinker
 from tinker_cookbook.rl.data_processing import assemble_training_data
 from tinker_cookbook.rl.rollouts import do_group_rollout
 
-from sailrl.runtime import calculator
-from sailrl.runtime.episode import EpisodeGroupBuilder, build_tools
-from sailrl.runtime.models import get_renderer, get_tokenizer
-from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.rollout import SamplingPolicy
+from sailrl.runtime.backends.models import get_renderer, get_tokenizer
+from sailrl.runtime.rewards.rules import RewardFunction
+from sailrl.runtime.rollouts.episode import EpisodeGroupBuilder, build_tools
+from sailrl.runtime.rollouts.rollout import SamplingPolicy
+from sailrl.runtime.tools import calculator
 from sailrl.spec.environment import EnvironmentSpec
 from sailrl.spec.rewards import RewardSpec
 
@@ -298,8 +298,8 @@ def test_user_tool_runs_in_a_worker_and_its_failures_are_tool_errors(tmp_path: P
 
 def test_rollout_log_show_and_metrics_carry_every_turn(tmp_path, capsys, monkeypatch):
     from sailrl.cli import main
-    from sailrl.runtime.report import rollout_metrics
-    from sailrl.runtime.rollout_log import RolloutLog, read_rollouts
+    from sailrl.runtime.loop.report import rollout_metrics
+    from sailrl.runtime.rundir.rollout_log import RolloutLog, read_rollouts
 
     traj, _, _ = _run([(" " + CALL + STOP, "stop"), (" 7" + STOP, "stop")],
                       {"max_turns": 3, "tools": [{"builtin": "calculator"}]})
@@ -324,7 +324,7 @@ def test_rollout_log_show_and_metrics_carry_every_turn(tmp_path, capsys, monkeyp
 
 
 def test_single_turn_records_have_no_episode_key(tmp_path):
-    from sailrl.runtime.rollout_log import RolloutLog
+    from sailrl.runtime.rundir.rollout_log import RolloutLog
 
     tr = SimpleNamespace(ob=tinker.ModelInput.from_ints(_ids("User: 1\n\nAssistant:")),
                          ac=SimpleNamespace(tokens=_ids(" 7"), stop_reason="stop"), logs={"completion": "7"},
@@ -368,7 +368,7 @@ def test_qwen3_renderers_write_and_parse_the_calls_of_an_episode(name):
     comes back as a tool turn, and only the sampled tokens are trained."""
     from transformers import ByT5Tokenizer
 
-    from sailrl.runtime.models import get_renderer as renderer_for
+    from sailrl.runtime.backends.models import get_renderer as renderer_for
 
     tok = ByT5Tokenizer(extra_ids=0)
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]})
@@ -408,7 +408,7 @@ def test_a_tool_result_nested_too_deep_for_json_is_a_result_error(tmp_path: Path
     """json.dumps of data nested past the recursion limit raises RecursionError, not TypeError / ValueError: it
     escaped the tool's own check and came back as the cookbook's 'execution_failed', a kind the episode does not
     know (ToolOutcome lists validation_failed, raised, timeout, memory, output, result, died, unloadable)."""
-    from sailrl.runtime.tools import ToolFunction
+    from sailrl.runtime.tools.functions import ToolFunction
 
     (tmp_path / "deep.py").write_text('def nest(depth: int) -> dict:\n    """Nested data."""\n    d = {}\n'
                                       '    for _ in range(depth):\n        d = {"a": d}\n    return d\n')
@@ -426,7 +426,7 @@ def test_show_counts_the_model_turns_max_turns_counts() -> None:
     import io
 
     from sailrl.commands.show import _episode
-    from sailrl.runtime.console import make_console
+    from sailrl.runtime.loop.console import make_console
 
     out = io.StringIO()
     turns = [{"role": "assistant", "text": "a", "tool_calls": [{"name": "calculator", "arguments": "{}"}]},

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from sailrl.runtime import calculator
-from sailrl.runtime.cost import CostModel, EpisodeBound, estimate_run
 from sailrl.runtime.data import DatasetError, load_rows
-from sailrl.runtime.episode import EpisodeGroupBuilder, tool_specs
+from sailrl.runtime.planning.cost import CostModel, EpisodeBound, estimate_run
 from sailrl.runtime.prompts import PromptBuilder
+from sailrl.runtime.rollouts.episode import EpisodeGroupBuilder, tool_specs
+from sailrl.runtime.tools import calculator
 from sailrl.spec.environment import EnvironmentSpec
 from sailrl.spec.loader import load_spec
 from tests.test_episodes import RENDERER, TOK

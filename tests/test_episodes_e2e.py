@@ -56,8 +56,8 @@ def test_sail_path_runs_every_turn_on_the_steps_checkpoint(tmp_path, monkeypatch
     next turn's prompt; half the episodes use the calculator and are right, half answer wrong at once."""
     import tinker
 
-    from sailrl.runtime.local import LocalServiceClient
-    from sailrl.runtime.models import get_tokenizer
+    from sailrl.runtime.backends.local import LocalServiceClient
+    from sailrl.runtime.backends.models import get_tokenizer
     from tests.fakes.sail_server import Sample
 
     tok = get_tokenizer("sailrl/tiny")

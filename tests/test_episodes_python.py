@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from sailrl.runtime import snippet
-from sailrl.runtime.episode import ToolLoadError, build_tools
-from sailrl.runtime.preflight import PreflightError, check_sandbox
-from sailrl.runtime.python_tool import NO_OUTPUT, PythonTool, UnisolatedPythonTool
-from sailrl.runtime.sail_sandbox import SailboxPythonTool, remote_command
+from sailrl.preflight import PreflightError, check_sandbox
+from sailrl.runtime.rollouts.episode import ToolLoadError, build_tools
+from sailrl.runtime.sandbox import snippet
+from sailrl.runtime.tools.python_tool import NO_OUTPUT, PythonTool, UnisolatedPythonTool
+from sailrl.runtime.tools.sailbox import SailboxPythonTool, remote_command
 from sailrl.spec.environment import EnvironmentSpec
 from tests.fakes.sailbox_server import fake_sailbox_server  # noqa: F401 - the fixture
 from tests.fakes.sandbox import require_sandbox

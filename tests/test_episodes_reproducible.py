@@ -1,7 +1,7 @@
 """Seeded episode runs repeat exactly: the episode examples that run on the embedded backend
 (``spec/examples/calculator.yaml``, ``feedback.yaml``), run twice, and killed after a saved state then resumed, log
 the same metrics, value for value, and the same rollouts. An episode's replies are seeded by its place in the batch
-and its turn, and sampled in lockstep turn by turn (``runtime/rollout.py``), however the tool calls, scoring threads
+and its turn, and sampled in lockstep turn by turn (``runtime/rollouts/rollout.py``), however the tool calls, scoring threads
 and the sampler's batching interleave."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sailrl.runtime.rollout import EpisodeSeat, Lockstep
+from sailrl.runtime.rollouts.rollout import EpisodeSeat, Lockstep
 
 ROOT = Path(__file__).resolve().parent.parent
 #: metrics that are timings (they differ from run to run by nature)

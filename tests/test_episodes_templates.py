@@ -19,11 +19,11 @@ from tinker_cookbook.rl.rollouts import do_group_rollout
 from transformers import ByT5Tokenizer
 
 from sailrl.compiler.validate import problems
-from sailrl.runtime.chat_template import ChatTemplateError, ChatTemplateRenderer
-from sailrl.runtime.episode import EpisodeGroupBuilder, build_tools
-from sailrl.runtime.models import get_renderer
-from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.rollout import SamplingPolicy
+from sailrl.runtime.backends.chat_template import ChatTemplateError, ChatTemplateRenderer
+from sailrl.runtime.backends.models import get_renderer
+from sailrl.runtime.rewards.rules import RewardFunction
+from sailrl.runtime.rollouts.episode import EpisodeGroupBuilder, build_tools
+from sailrl.runtime.rollouts.rollout import SamplingPolicy
 from sailrl.spec.environment import EnvironmentSpec
 from sailrl.spec.renderers import template_tool_support
 from tests.test_episode_spec import BASE

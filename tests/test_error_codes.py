@@ -13,7 +13,7 @@ from sailrl.spec.errors import SailrlError
 from tests.test_architecture import FOLDERS, ROOT, module_name
 
 #: Exceptions that must stay outside ``Exception`` (so user code's ``except Exception`` cannot swallow them).
-BASE_EXCEPTIONS = {"sailrl.runtime.answers.MathTimeout", "sailrl.runtime.workers._Alarm"}
+BASE_EXCEPTIONS = {"sailrl.runtime.rewards.answers.MathTimeout", "sailrl.runtime.sandbox.workers._Alarm"}
 
 
 def _modules() -> list[str]:
@@ -61,9 +61,9 @@ def test_each_public_error_has_its_own_code_and_the_table_lists_exactly_them():
 
 
 def test_fatal_is_an_attribute_of_the_class():
-    from sailrl.runtime.local.child import LocalProcessError
-    from sailrl.runtime.rollout import _is_fatal
-    from sailrl.runtime.sail import CheckpointURLRefused, SailRequestRejected, SailRolloutError
+    from sailrl.runtime.backends.local.child import LocalProcessError
+    from sailrl.runtime.backends.sail import CheckpointURLRefused, SailRequestRejected, SailRolloutError
+    from sailrl.runtime.rollouts.rollout import _is_fatal
 
     assert _is_fatal(SailRequestRejected("refused", status_code=400)) and _is_fatal(LocalProcessError("stopped"))
     assert _is_fatal(CheckpointURLRefused("no", status_code=403)) and not _is_fatal(SailRolloutError("expired", reasons=[],

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sailrl.compiler.validate import validate_text
-from sailrl.runtime.preflight import build_report
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.preflight import build_report
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.rewards import RewardSpec
 

@@ -70,7 +70,7 @@ def _final_dir(home: Path, run_dir: Path) -> Path:
 
 
 def _greedy_embedded(home: Path, base: Path, run_dir: Path, prompt: tinker.ModelInput, max_tokens: int) -> list[int]:
-    from sailrl.runtime.local import LocalServiceClient
+    from sailrl.runtime.backends.local import LocalServiceClient
 
     records = [json.loads(line) for line in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
     path = [r for r in records if r.get("final")][-1]["sampler_path"]
@@ -85,7 +85,7 @@ def _greedy_embedded(home: Path, base: Path, run_dir: Path, prompt: tinker.Model
 
 
 def _prompt(base: Path) -> tuple[tinker.ModelInput, list[int]]:
-    from sailrl.runtime.models import get_renderer, get_tokenizer
+    from sailrl.runtime.backends.models import get_renderer, get_tokenizer
 
     renderer = get_renderer("role_colon", get_tokenizer(str(base)))
     prompt = renderer.build_generation_prompt([{"role": "user", "content": "3+4="}])
@@ -133,7 +133,7 @@ def test_both_formats_load_as_is_and_merged_greedy_equals_the_embedded_backend(t
 def test_the_model_card_says_what_the_model_was_trained_for_and_holds_no_secret(trained, home, tmp_path):
     from huggingface_hub import ModelCard
 
-    from sailrl.runtime.rewards import RewardFunction
+    from sailrl.runtime.rewards.rules import RewardFunction
     from sailrl.spec.loader import load_spec, read_spec_file
 
     run_dir, base, _, spec_path = trained
@@ -317,7 +317,7 @@ def test_sample_scores_the_trained_policy_with_the_rules(trained, home, capsys):
 
 
 def _row_prompt(base: Path, row: dict) -> tinker.ModelInput:
-    from sailrl.runtime.models import get_renderer, get_tokenizer
+    from sailrl.runtime.backends.models import get_renderer, get_tokenizer
 
     renderer = get_renderer("role_colon", get_tokenizer(str(base)))
     return renderer.build_generation_prompt([{"role": "user", "content": f"{row['question']}="}])
@@ -610,8 +610,8 @@ def test_merging_an_lm_head_adapter_of_a_tied_model_keeps_the_input_embedding(tr
     from tinker_cookbook.supervised.common import datum_from_model_input_weights
     from transformers import AutoModelForCausalLM
 
-    from sailrl.runtime.local import LocalServiceClient
-    from sailrl.runtime.models import get_renderer
+    from sailrl.runtime.backends.local import LocalServiceClient
+    from sailrl.runtime.backends.models import get_renderer
 
     monkeypatch.setenv("SAILRL_HOME", str(tmp_path / "home"))
     base_model, tok = save_model_dir("qwen2", tmp_path / "qwen2")
@@ -653,8 +653,8 @@ def test_sample_of_a_tinker_run_uses_a_tinker_sampling_client(trained, home, tmp
     """The Tinker path of ``sailrl sample``: ``tinker.ServiceClient().create_sampling_client(model_path=...)`` with
     the run's tinker:// sampler path; here a stand-in whose sampling client is the embedded backend's over the same
     adapter, so the greedy completion must equal the local run's."""
-    from sailrl.runtime.local import LocalServiceClient
-    from sailrl.runtime.tinker_service import PLACEHOLDER_KEY
+    from sailrl.runtime.backends.local import LocalServiceClient
+    from sailrl.runtime.backends.tinker_service import PLACEHOLDER_KEY
 
     run_dir, base, _, _ = trained
     records = [json.loads(line) for line in (run_dir / "checkpoints.jsonl").read_text().splitlines()]

@@ -1,4 +1,4 @@
-"""runtime/gaming.py: a rule gamed by degenerate replies, or climbing while correctness does not, is warned of once,
+"""runtime/loop/gaming.py: a rule gamed by degenerate replies, or climbing while correctness does not, is warned of once,
 with three passing replies and a fix, and written to gaming.jsonl."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from sailrl.runtime.gaming import GAMING_FILE, GamingWatch, degenerate_kind
+from sailrl.runtime.loop.gaming import GAMING_FILE, GamingWatch, degenerate_kind
 from sailrl.spec.rewards import RewardSpec
 
 RULES = RewardSpec.model_validate({"rules": [

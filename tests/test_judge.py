@@ -20,7 +20,8 @@ import tinker
 from tinker import types
 
 from sailrl.compiler.validate import validate_file, validate_text
-from sailrl.runtime.judge import (
+from sailrl.runtime.backends.models import get_renderer, get_tokenizer
+from sailrl.runtime.rewards.judge import (
     JudgeCallError,
     JudgeReply,
     SailChatClient,
@@ -30,11 +31,10 @@ from sailrl.runtime.judge import (
     judge_messages,
     read_score,
 )
-from sailrl.runtime.models import get_renderer, get_tokenizer
-from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.rollout import RuleEnv
-from sailrl.runtime.rollout_log import rule_verdicts
-from sailrl.runtime.scoring import StepScorer
+from sailrl.runtime.rewards.rules import RewardFunction
+from sailrl.runtime.rewards.scoring import StepScorer
+from sailrl.runtime.rollouts.rollout import RuleEnv
+from sailrl.runtime.rundir.rollout_log import rule_verdicts
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.rewards import RewardSpec
 from tests.fakes.sail_server import FakeSailServer, point_sail_sdk_at
@@ -450,7 +450,7 @@ def test_a_local_judges_unchecked_examples_point_at_plain_validate_not_at_keys()
 
 def test_validate_with_the_judge_checks_examples_and_scores_injection_probes(monkeypatch: pytest.MonkeyPatch) \
         -> None:
-    from sailrl.runtime.judge_clients import connect_judges
+    from sailrl.runtime.backends.judge_clients import connect_judges
 
     def gullible(body: dict) -> str:  # says yes to anything that says 'please' or asks for a high score
         text = body["messages"][0]["content"].split("\n<completion>\n")[1]
@@ -477,7 +477,7 @@ def test_validate_with_the_judge_checks_examples_and_scores_injection_probes(mon
 
 
 def test_no_injection_warning_when_every_probe_fails_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sailrl.runtime.judge_clients import connect_judges
+    from sailrl.runtime.backends.judge_clients import connect_judges
 
     with FakeSailServer(chat_models={"judge-m"}, chat_answer=lambda body: "<score>no</score>") as server:
         point_sail_sdk_at(server.url, monkeypatch)
@@ -503,7 +503,7 @@ pricing: {judge: {input: 2.0, output: 8.0}}
 
 
 def test_judge_tokens_are_priced_under_pricing_judge_and_counted_by_the_budget() -> None:
-    from sailrl.runtime.cost import CostModel, estimate_run, judge_overhead_tokens
+    from sailrl.runtime.planning.cost import CostModel, estimate_run, judge_overhead_tokens
 
     spec = validate_text(PRICED, "spec.yaml").spec
     model = CostModel.from_spec(spec)
@@ -570,7 +570,7 @@ def test_the_compiled_script_shows_the_judge_only_for_a_spec_with_one() -> None:
 
 
 def test_connect_judges_opens_a_tinker_judge_on_the_runs_service_client_once() -> None:
-    from sailrl.runtime.judge_clients import connect_judges
+    from sailrl.runtime.backends.judge_clients import connect_judges
 
     tok = get_tokenizer("sailrl/tiny")
     sampling = FakeSamplingClient(tok, "<score>yes</score>")

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from sailrl.runtime.judge import JudgeReply
-from sailrl.runtime.judge_clients import connect_judges
-from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.scoring import StepScorer
+from sailrl.runtime.backends.judge_clients import connect_judges
+from sailrl.runtime.rewards.judge import JudgeReply
+from sailrl.runtime.rewards.rules import RewardFunction
+from sailrl.runtime.rewards.scoring import StepScorer
 from sailrl.spec.rewards import RewardSpec
 from tests.fakes.sail_server import FakeSailServer, point_sail_sdk_at
 

@@ -13,9 +13,9 @@ import pytest
 
 from sailrl.commands.validate import judge_connector
 from sailrl.compiler.validate import validate_file
-from sailrl.runtime import judge_clients
-from sailrl.runtime.judge_clients import connect_judges
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.backends import judge_clients
+from sailrl.runtime.backends.judge_clients import connect_judges
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.rewards import RewardSpec
 
 ROOT = Path(__file__).resolve().parent.parent

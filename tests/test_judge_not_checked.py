@@ -18,8 +18,8 @@ with warnings.catch_warnings():
 from rich.console import Console
 
 from sailrl.commands.preflight import render_report
-from sailrl.runtime.judge_clients import judge_connector
-from sailrl.runtime.preflight import build_report
+from sailrl.preflight import build_report
+from sailrl.runtime.backends.judge_clients import judge_connector
 from sailrl.spec.schema import Spec
 from sailrl.studio.app import build_app
 from sailrl.studio.security import cookie_name

@@ -12,8 +12,8 @@ import pytest
 import torch
 from tinker import types
 
-from sailrl.runtime.local import CheckpointPathError, LocalServiceClient
-from sailrl.runtime.local.tiny import TINY_CONFIG, build_tiny_model
+from sailrl.runtime.backends.local import CheckpointPathError, LocalServiceClient
+from sailrl.runtime.backends.local.tiny import TINY_CONFIG, build_tiny_model
 
 SEQ = [72, 101, 108, 108, 111, 35, 50, 43, 51, 61]
 DATUM = types.Datum(

@@ -14,8 +14,8 @@ from tinker_cookbook.rl.rollouts import do_group_rollout
 from tinker_cookbook.rl.train import train_step
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, StepResult
 
-from sailrl.runtime.local import LocalServiceClient
-from sailrl.runtime.models import get_renderer
+from sailrl.runtime.backends.local import LocalServiceClient
+from sailrl.runtime.backends.models import get_renderer
 
 GROUP_SIZE = 4
 NUM_GROUPS = 3

@@ -14,7 +14,7 @@ from tinker_cookbook import checkpoint_utils
 from tinker_cookbook.recipes import rl_loop, sl_loop
 from tinker_cookbook.rl import train as rl_train
 
-from sailrl.runtime.local import LocalServiceClient
+from sailrl.runtime.backends.local import LocalServiceClient
 from tests.fakes import cookbook
 
 pytestmark = pytest.mark.slow

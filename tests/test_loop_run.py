@@ -14,8 +14,8 @@ import torch
 from sailrl.cli import main
 from sailrl.launch import apply_overrides
 from sailrl.runtime import rl
-from sailrl.runtime.errors import RunError
-from sailrl.runtime.rollout import rollout_groups
+from sailrl.runtime.loop.errors import RunError
+from sailrl.runtime.rollouts.rollout import rollout_groups
 from sailrl.runtime.run import Run, RunOptions, open_run
 from sailrl.spec.loader import load_spec
 
@@ -78,8 +78,8 @@ def test_a_backend_fault_names_its_step_and_phase(tmp_path):
 
 
 def test_a_failed_group_is_dropped_and_counted_and_the_step_goes_on(tmp_path):
-    from sailrl.runtime.rollout import SamplingPolicy
-    from sailrl.runtime.sail import SailRolloutError
+    from sailrl.runtime.backends.sail import SailRolloutError
+    from sailrl.runtime.rollouts.rollout import SamplingPolicy
 
     async def go():
         run = await _start(tmp_path, "training.steps=1")
@@ -148,7 +148,7 @@ def test_plot_writes_a_png_of_reward_and_degenerate_fraction(tmp_path, capsys):
 
 
 def test_a_step_where_every_group_failed_is_a_fault_not_a_degenerate_step(tmp_path):
-    from sailrl.runtime.rollout import RolloutBatch
+    from sailrl.runtime.rollouts.rollout import RolloutBatch
 
     async def go():
         run = await _start(tmp_path, "training.steps=1")
@@ -157,7 +157,7 @@ def test_a_step_where_every_group_failed_is_a_fault_not_a_degenerate_step(tmp_pa
         async def every_group_fails(policy, builders):
             return RolloutBatch(groups=[], rows=[], failed=failed)
 
-        import sailrl.runtime.sampler as run_module
+        import sailrl.runtime.loop.sampler as run_module
 
         path = await run.sampler.save_checkpoint(4)
         policy = await run.sampler.policy_for(path, 4)

@@ -11,11 +11,11 @@ from tinker_cookbook.rl.data_processing import assemble_training_data, compute_a
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 
 from sailrl.launch import apply_overrides
-from sailrl.runtime.backends import BackendError, check_keys
-from sailrl.runtime.report import rollout_metrics, sampled_tokens
+from sailrl.runtime.backends.backend import BackendError, check_keys
+from sailrl.runtime.loop.report import rollout_metrics, sampled_tokens
 from sailrl.runtime.rl import split_degenerate
-from sailrl.runtime.rollout import RolloutBatch
-from sailrl.runtime.rundir import RunDirectory, spec_changes
+from sailrl.runtime.rollouts.rollout import RolloutBatch
+from sailrl.runtime.rundir.directory import RunDirectory, spec_changes
 
 
 def _group(rewards: list[float], prompt=(1, 2, 3), truncated=None) -> TrajectoryGroup:
@@ -128,7 +128,7 @@ def test_a_metrics_line_that_is_not_utf8_too_deep_or_too_long_is_skipped(tmp_pat
     """The tolerant reader read the whole file as UTF-8 text: one byte that is not UTF-8 (a damaged disk block)
     made export, plot and --resume exit 70 with a UnicodeDecodeError; a line nested past the recursion limit a
     RecursionError; and a newline-less file was read whole into memory."""
-    import sailrl.runtime.rundir as rundir
+    import sailrl.runtime.rundir.directory as rundir
 
     monkeypatch.setattr(rundir, "MAX_LINE_BYTES", 64)
     run = RunDirectory(tmp_path)

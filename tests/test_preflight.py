@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from tinker_cookbook.completers import TokensWithLogprobs
 
+from sailrl import preflight
 from sailrl.cli import main
-from sailrl.runtime import preflight
-from sailrl.runtime.models import get_tokenizer
-from sailrl.runtime.preflight import PreflightError, build_report, constant_reward, plan_sampling
+from sailrl.preflight import PreflightError, build_report, constant_reward, plan_sampling
+from sailrl.runtime.backends.models import get_tokenizer
 from sailrl.spec.schema import Spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -417,9 +417,9 @@ def test_cli_set_errors(capsys):
 
 def _local_backend_or_skip():
     try:
-        from sailrl.runtime.local import LocalServiceClient  # noqa: F401
+        from sailrl.runtime.backends.local import LocalServiceClient  # noqa: F401
     except ImportError as exc:
-        pytest.skip(f"sailrl.runtime.local.LocalServiceClient is not available yet ({exc})")
+        pytest.skip(f"sailrl.runtime.backends.local.LocalServiceClient is not available yet ({exc})")
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 import tinker
 
 from sailrl.cli import main
-from sailrl.runtime.local import LocalServiceClient
+from sailrl.runtime.backends.local import LocalServiceClient
 from tests.fakes.sail_server import fixed_policy_sampler, local_checkpoint_clients, policy_sampler
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def test_the_budget_stops_before_a_step_would_exceed_it_and_resumes(tmp_path, mo
     # The stop rule (training.max_cost_usd is checked against an estimate): each step ran only if the spend before
     # it plus the estimate -- at least the costliest of the last RECENT_STEPS steps; the step's upper bound for the
     # first -- fitted the budget. Sail samples concurrently, so a step can sample longer than the ones before it.
-    from sailrl.runtime.cost import RECENT_STEPS
+    from sailrl.runtime.planning.cost import RECENT_STEPS
 
     for k in range(1, len(lines)):
         assert sum(step_costs[:k]) + max(step_costs[max(0, k - RECENT_STEPS):k]) <= 0.035 + 1e-12, (k, step_costs)
@@ -143,7 +143,7 @@ def test_tinker_refusing_the_archive_url_stops_at_resolve_with_state_saved(tmp_p
                                                                            fake_sail_server, capsys):
     import httpx
 
-    from sailrl.runtime.local.rest import LocalRestClient
+    from sailrl.runtime.backends.local.rest import LocalRestClient
 
     calls = {"n": 0}
     original = LocalRestClient.get_checkpoint_archive_url_from_tinker_path_async

@@ -92,8 +92,8 @@ def _run(spec_dir: Path, codes: list[str], monkeypatch, fake_sail_server, *, raw
     sandbox can raise a reward)."""
     import tinker
 
-    from sailrl.runtime.local import LocalServiceClient
-    from sailrl.runtime.models import get_tokenizer
+    from sailrl.runtime.backends.local import LocalServiceClient
+    from sailrl.runtime.backends.models import get_tokenizer
     from tests.fakes.sail_server import Sample
 
     tok = get_tokenizer("sailrl/tiny")

@@ -11,12 +11,13 @@ import time
 
 import pytest
 
-from sailrl.runtime import bubblewrap, python_rules
-from sailrl.runtime.console import make_console
-from sailrl.runtime.python_rules import PythonFunction, freeze_files
-from sailrl.runtime.python_tool import PythonTool, UnisolatedPythonTool
-from sailrl.runtime.redact import MARKER, redact, secret_values
-from sailrl.runtime.workers import worker_environment
+from sailrl.runtime.loop.console import make_console
+from sailrl.runtime.rewards import python_rules
+from sailrl.runtime.rewards.python_rules import PythonFunction, freeze_files
+from sailrl.runtime.sandbox import bubblewrap
+from sailrl.runtime.sandbox.redact import MARKER, redact, secret_values
+from sailrl.runtime.sandbox.workers import worker_environment
+from sailrl.runtime.tools.python_tool import PythonTool, UnisolatedPythonTool
 from tests.fakes.sandbox import require_sandbox
 
 

@@ -4,7 +4,7 @@ Measured with these values (`sailrl run spec/examples/quickstart.yaml`, 2 cores,
 same numbers on an idle machine): `correct` (mean of the first 5 RL steps -> last 5) 0.378 -> 0.716 with model.seed 0
 on the milestone-2 build machine, 0.378 -> 0.695 on the AMD EPYC one after it, 0.378 -> 0.752 there once the
 learner shared each group's prompt in one forward pass, 0.378 -> 0.750 once it ran completions of like lengths
-together, and 0.378 -> 0.680 once the learner and the sampler ran the hand-written forward of runtime/local/decoder.py
+together, and 0.378 -> 0.680 once the learner and the sampler ran the hand-written forward of runtime/backends/local/decoder.py
 (each the same gradients up to float rounding; the last figure is CPU-dependent by a few hundredths, no longer
 load-dependent: see README); seeds 1-3 of
 the same spec gained +0.41, +0.45, +0.36 (``SEED_GAINS``, measured with the hand-written forward; +0.45, +0.41, +0.37

@@ -1,4 +1,4 @@
-"""run.rewards (sailrl.runtime.rewarder): sampling hands completions over, the score step scores them."""
+"""run.rewards (sailrl.runtime.loop.rewarder): sampling hands completions over, the score step scores them."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from sailrl.runtime.errors import RunError
-from sailrl.runtime.rewarder import Completions, Rewards, ScoreRequests
-from sailrl.runtime.rollout import RolloutBatch
+from sailrl.runtime.loop.errors import RunError
+from sailrl.runtime.loop.rewarder import Completions, Rewards, ScoreRequests
+from sailrl.runtime.rollouts.rollout import RolloutBatch
 
 
 class _Rules:

@@ -1,4 +1,4 @@
-"""Answer extraction and comparison (sailrl.runtime.answers): exact values for the cases users hit."""
+"""Answer extraction and comparison (sailrl.runtime.rewards.answers): exact values for the cases users hit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sailrl.runtime.answers import (
+from sailrl.runtime.rewards.answers import (
     Comparator,
     CompiledExtractor,
     after_marker,

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sailrl.compiler.validate import validate_text
-from sailrl.runtime import answers
-from sailrl.runtime.answers import MAX_ANSWER_CHARS, MAX_EXPONENT, normalize, number_problem, parse_number
-from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, MAX_REFERENCE_CHARS, RewardFunction
+from sailrl.runtime.rewards import answers
+from sailrl.runtime.rewards.answers import MAX_ANSWER_CHARS, MAX_EXPONENT, normalize, number_problem, parse_number
+from sailrl.runtime.rewards.rules import MAX_COMPLETION_CHARS, MAX_REFERENCE_CHARS, RewardFunction
 from sailrl.spec.rewards import RewardSpec
 
 
@@ -196,7 +196,7 @@ def test_a_regex_that_timed_out_only_because_its_thread_waited_is_retried():
     import pytest
     import regex
 
-    from sailrl.runtime.answers import REGEX_TRIES, cpu_time_limited
+    from sailrl.runtime.rewards.answers import REGEX_TRIES, cpu_time_limited
 
     calls = []
 

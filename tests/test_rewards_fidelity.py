@@ -12,7 +12,7 @@ import pytest
 
 from sailrl.compiler.reward_checks import probe_answer_rule
 from sailrl.compiler.validate import validate_text
-from sailrl.runtime.answers import (
+from sailrl.runtime.rewards.answers import (
     Comparator,
     all_boxes,
     describe_extractor,
@@ -22,7 +22,7 @@ from sailrl.runtime.answers import (
     math_text,
     parse_number,
 )
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.rewards import Extractor, RewardSpec
 
@@ -203,7 +203,7 @@ def test_validate_probes_math_rules_for_a_dropped_tail(monkeypatch: pytest.Monke
     fn = fn_of("math")
     assert probe_answer_rule(fn, "correct", []) == []
     # What the probe catches: a math-verify that reads `42 + \mathrm{xy}` as `42 +` (the behaviour before the fix).
-    from sailrl.runtime import answers
+    from sailrl.runtime.rewards import answers
 
     monkeypatch.setattr(answers, "is_partial_parse", lambda parsed: False)
     monkeypatch.setattr(answers, "math_text", lambda text: text)

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from sailrl.runtime import answers
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards import answers
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.rewards import RewardSpec
 
 GUIDE_FORMAT = {

@@ -12,7 +12,7 @@ import pytest
 
 from sailrl.compiler.reward_checks import probe_answer_rule
 from sailrl.compiler.validate import validate_text
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.rewards import RewardExample, RewardSpec
 
 HEAD = """\

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from sailrl.compiler.validate import validate_file
-from sailrl.runtime import python_rules
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards import python_rules
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.rewards import RewardSpec
 
@@ -366,8 +366,8 @@ def test_rule_errors_never_reach_the_loop_through_rule_env(spec_dir: Path) -> No
     """RuleEnv.step with a raising python rule: a StepResult with the failure counted, no exception."""
     import asyncio
 
-    from sailrl.runtime.models import get_renderer, get_tokenizer
-    from sailrl.runtime.rollout import RuleEnv
+    from sailrl.runtime.backends.models import get_renderer, get_tokenizer
+    from sailrl.runtime.rollouts.rollout import RuleEnv
 
     tok = get_tokenizer("sailrl/tiny")
     renderer = get_renderer("role_colon", tok)

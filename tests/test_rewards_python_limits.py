@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sailrl.runtime import scoring, workers
-from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.scoring import StepScorer
+from sailrl.runtime.rewards import scoring
+from sailrl.runtime.rewards.rules import RewardFunction
+from sailrl.runtime.rewards.scoring import StepScorer
+from sailrl.runtime.sandbox import workers
 from sailrl.spec.rewards import RewardSpec
 
 RULES_PY = '''\

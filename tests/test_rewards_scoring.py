@@ -17,10 +17,10 @@ import tinker
 from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
 from tinker_cookbook.rl.rollouts import do_group_rollout
 
-from sailrl.runtime.models import get_renderer, get_tokenizer
-from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.rollout import RuleGroupBuilder, rollout_groups
-from sailrl.runtime.scoring import ScoringBudget, StepScorer
+from sailrl.runtime.backends.models import get_renderer, get_tokenizer
+from sailrl.runtime.rewards.rules import RewardFunction
+from sailrl.runtime.rewards.scoring import ScoringBudget, StepScorer
+from sailrl.runtime.rollouts.rollout import RuleGroupBuilder, rollout_groups
 from sailrl.spec.rewards import RewardSpec
 from tests.fakes.sail_server import FakeSailServer
 
@@ -216,7 +216,7 @@ class _StaggeredSail(FakeSailServer):
 def test_other_sail_responses_are_polled_while_completions_are_scored(tmp_path: Path, monkeypatch) -> None:
     import sail
 
-    from sailrl.runtime.sail import AdaptiveSailCompleter, PollPolicy, adapter_config_for
+    from sailrl.runtime.backends.sail import AdaptiveSailCompleter, PollPolicy, adapter_config_for
     from tests.fakes.sail_server import point_sail_sdk_at
 
     (tmp_path / "slow.py").write_text("import time\n\ndef score(c, f):\n    time.sleep(0.15)\n    return 1\n",

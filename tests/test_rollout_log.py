@@ -12,8 +12,8 @@ import torch
 from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 
-from sailrl.runtime import rollout_log
-from sailrl.runtime.rollout_log import (
+from sailrl.runtime.rundir import rollout_log
+from sailrl.runtime.rundir.rollout_log import (
     COMPLETION_CHARS,
     PROMPT_CHARS,
     ROLLOUTS_FILE,
@@ -128,7 +128,7 @@ def test_logs_without_a_score_take_it_from_the_metrics():
 
 def test_one_line_per_rollout_in_one_fsynced_write(tmp_path, monkeypatch):
     """A step's records reach the file in one write of whole lines, then one fsync (rundir.append_whole)."""
-    from sailrl.runtime import rundir
+    from sailrl.runtime.rundir import directory as rundir
 
     writes, syncs = [], []
     real_write, real_fsync = rundir.os.write, rundir.os.fsync
@@ -282,9 +282,9 @@ def test_records_from_the_real_rule_environment(tmp_path):
     from tinker_cookbook.completers import TokenCompleter
     from tinker_cookbook.rl.rollouts import do_group_rollout
 
-    from sailrl.runtime.models import get_renderer, get_tokenizer
-    from sailrl.runtime.rewards import RewardFunction
-    from sailrl.runtime.rollout import RuleGroupBuilder
+    from sailrl.runtime.backends.models import get_renderer, get_tokenizer
+    from sailrl.runtime.rewards.rules import RewardFunction
+    from sailrl.runtime.rollouts.rollout import RuleGroupBuilder
     from sailrl.spec.rewards import RewardSpec
 
     tokenizer = get_tokenizer("sailrl/tiny")

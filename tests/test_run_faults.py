@@ -18,10 +18,10 @@ import tinker
 
 from sailrl import launch
 from sailrl.cli import main
-from sailrl.runtime.errors import AllDegenerateError, OnPolicyMismatch, RunError, RunStopped, is_bug, phase, \
-    service_fault
-from sailrl.runtime.local.sampling import LocalSamplingClient
-from sailrl.runtime.local.training import LocalTrainingClient
+from sailrl.runtime.backends.faults import is_bug, service_fault
+from sailrl.runtime.backends.local.sampling import LocalSamplingClient
+from sailrl.runtime.backends.local.training import LocalTrainingClient
+from sailrl.runtime.loop.errors import AllDegenerateError, OnPolicyMismatch, RunError, RunStopped, phase
 from sailrl.spec.errors import ServiceError
 from sailrl.spec.loader import load_spec
 

@@ -3,7 +3,7 @@
 A run directory's ``checkpoints.jsonl`` or ``metrics.jsonl`` that is a FIFO hung ``sailrl export``, one that is
 ``/dev/zero`` hung it too (a line that never ends), and ``sailrl show`` exited 70 (MemoryError) on a
 ``rollouts.jsonl`` that is ``/dev/zero`` and hung on a FIFO. Each is now one line naming the file, exit 1, from
-``sailrl.runtime.rundir.open_run_file``. The commands run in a child process with a timeout and a memory limit, so
+``sailrl.runtime.rundir.directory.open_run_file``. The commands run in a child process with a timeout and a memory limit, so
 a reader that regresses fails the test instead of hanging it or eating the machine's memory.
 """
 
@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from sailrl.runtime import rollout_log, rundir
-from sailrl.runtime.rollout_log import ROLLOUTS_FILE, RolloutLog, logged_steps, read_rollouts
-from sailrl.runtime.rundir import MAX_LINE_BYTES, RunDirectory, RunFileError, open_run_file, read_run_bytes
+from sailrl.runtime.rundir import directory as rundir
+from sailrl.runtime.rundir import rollout_log
+from sailrl.runtime.rundir.directory import MAX_LINE_BYTES, RunDirectory, RunFileError, open_run_file, read_run_bytes
+from sailrl.runtime.rundir.rollout_log import ROLLOUTS_FILE, RolloutLog, logged_steps, read_rollouts
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 120  # a command that reads a FIFO blocks forever; one that reads /dev/zero never ends

@@ -17,10 +17,10 @@ import pytest
 import torch
 from conftest import MINIMAL_SPEC
 
-from sailrl.runtime.local.lora import attach_lora
-from sailrl.runtime.local.sources import ResolvedModel, load_model
-from sailrl.runtime.report import step_line, summary_lines
-from sailrl.runtime.rundir import run_dir_path
+from sailrl.runtime.backends.local.lora import attach_lora
+from sailrl.runtime.backends.local.sources import ResolvedModel, load_model
+from sailrl.runtime.loop.report import step_line, summary_lines
+from sailrl.runtime.rundir.directory import run_dir_path
 from sailrl.spec.loader import load_spec
 from tests.fakes.tiny_models import save_model_dir, tiny_config, write_llama_gguf
 

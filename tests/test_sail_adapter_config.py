@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 
-from sailrl.runtime.sail import TINKER_DEFAULT_LORA_ALPHA, adapter_config_for, lora_family
+from sailrl.runtime.backends.sail import TINKER_DEFAULT_LORA_ALPHA, adapter_config_for, lora_family
 
 ALL_ON = {"train_attn": True, "train_mlp": True, "train_unembed": True}
 

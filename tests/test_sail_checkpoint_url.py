@@ -15,7 +15,7 @@ import httpx
 import pytest
 import tinker
 
-from sailrl.runtime.sail import (
+from sailrl.runtime.backends.sail import (
     CheckpointURLRefused,
     SailCheckpointError,
     signed_checkpoint_url,

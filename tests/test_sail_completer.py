@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from sail.errors import InferenceHTTPError, InvalidArgumentError
 from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
 
-from sailrl.runtime.sail import (
+from sailrl.runtime.backends.sail import (
     AdaptiveSailCompleter,
     PollPolicy,
     SailRequestRejected,

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import tinker
 
-from sailrl.runtime.sail import AdaptiveSailCompleter, PollPolicy, SailRolloutError, adapter_config_for
-from sailrl.runtime.sail.completer import _check_completion, _Malformed
+from sailrl.runtime.backends.sail import AdaptiveSailCompleter, PollPolicy, SailRolloutError, adapter_config_for
+from sailrl.runtime.backends.sail.completer import _check_completion, _Malformed
 from tests.fakes.sail_server import FakeSailServer, Sample
 
 ADAPTER = adapter_config_for("sailrl/tiny", 8, train_attn=True, train_mlp=True, train_unembed=True)

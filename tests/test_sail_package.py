@@ -1,4 +1,4 @@
-"""The `sailrl.runtime.sail` package: its public names, its error classes, the spec keys it takes, and the tables
+"""The `sailrl.runtime.backends.sail` package: its public names, its error classes, the spec keys it takes, and the tables
 it must agree with (the sail SDK's completion-window check, the model catalogue's LoRA families)."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-import sailrl.runtime.sail as sail_pkg
-from sailrl.runtime.sail import (
+import sailrl.runtime.backends.sail as sail_pkg
+from sailrl.runtime.backends.sail import (
     CheckpointURLRefused,
     SailCheckpointError,
     SailRequestRejected,
     SailRolloutError,
     completion_window_problem,
 )
-from sailrl.runtime.sail.adapter_config import _MODULES
+from sailrl.runtime.backends.sail.adapter_config import _MODULES
 from sailrl.spec import models
 from sailrl.spec.constants import COMPLETION_WINDOWS, RETIRED_WINDOWS
 from sailrl.spec.errors import ServiceError, SpecErrors

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import tinker
 
-from sailrl.runtime.sail import AdaptiveSailCompleter, PollPolicy, adapter_config_for
+from sailrl.runtime.backends.sail import AdaptiveSailCompleter, PollPolicy, adapter_config_for
 from tests.fakes.sail_server import FakeSailServer
 
 ADAPTER = adapter_config_for("moonshotai/Kimi-K2.6", 32, train_attn=True, train_mlp=True, train_unembed=True)

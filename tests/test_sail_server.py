@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import tinker
 
-from sailrl.runtime.sail import AdaptiveSailCompleter, PollPolicy, adapter_config_for, signed_checkpoint_url
+from sailrl.runtime.backends.sail import AdaptiveSailCompleter, PollPolicy, adapter_config_for, signed_checkpoint_url
 from tests.fakes.sail_server import (
     LISTEN_BACKLOG,
     FakeSailServer,
@@ -160,7 +160,7 @@ def test_the_server_in_its_own_process_reports_and_takes_its_service_time() -> N
 
 @pytest.fixture
 def local_checkpoint(tmp_path: Path) -> tuple[Any, str]:
-    from sailrl.runtime.local import LocalServiceClient
+    from sailrl.runtime.backends.local import LocalServiceClient
 
     service = LocalServiceClient("sailrl/tiny", base_dir=tmp_path / "ckpt", seed=0)
     trainer = service.create_lora_training_client(base_model="sailrl/tiny", rank=4, seed=3)
@@ -196,7 +196,7 @@ def test_policy_sampler_returns_the_signed_checkpoints_own_tokens_and_logprobs(
 
 def test_fixed_policy_sampler_serves_another_policy_whatever_the_request_names(
         fake_sail_server: FakeSailServer, local_checkpoint: tuple[Any, str], tmp_path: Path) -> None:
-    from sailrl.runtime.local import LocalServiceClient
+    from sailrl.runtime.backends.local import LocalServiceClient
 
     service, path = local_checkpoint
     url = asyncio.run(signed_checkpoint_url(service, path, None))

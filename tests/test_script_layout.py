@@ -17,7 +17,7 @@ from sailrl.compiler.render import comment_lines, read_keys
 from sailrl.compiler.validate import validate_file
 from sailrl.compiler.words import reward_words
 from sailrl.launch import build_spec, write_into_config
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards.rules import RewardFunction
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted([*ROOT.glob("generated/*.py"), *(s.with_suffix(".py") for s in ROOT.glob("tests/goldens/*.yaml"))])

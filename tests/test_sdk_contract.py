@@ -8,9 +8,9 @@ import inspect
 import sail
 import tinker
 
-from sailrl.runtime.sail import tinker_rest_client_class
+from sailrl.runtime.backends.sail import tinker_rest_client_class
 
-# (class, method, keyword arguments the loop (runtime/run.py) and runtime/sail/ pass)
+# (class, method, keyword arguments the loop (runtime/run.py) and runtime/backends/sail/ pass)
 CALLS = [
     (tinker.ServiceClient, "create_lora_training_client_async",
      {"base_model", "rank", "seed", "train_mlp", "train_attn", "train_unembed"}),
@@ -57,7 +57,7 @@ def test_sail_completer_takes_the_arguments_make_sail_policy_passes():
 
 
 def test_the_sail_sdk_helpers_the_adaptive_completer_reuses_exist():
-    """runtime/sail/completer.py builds the SDK's exact request and parses its answers with these sail.tinker
+    """runtime/backends/sail/completer.py builds the SDK's exact request and parses its answers with these sail.tinker
     helpers and constants; a sail release that renames one fails here."""
     import sail.inference
     import sail.tinker as sail_tinker

@@ -9,7 +9,7 @@ from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 
 from sailrl.cli import main
 from sailrl.commands.show import visible
-from sailrl.runtime.rollout_log import ROLLOUTS_FILE, RolloutLog
+from sailrl.runtime.rundir.rollout_log import ROLLOUTS_FILE, RolloutLog
 
 
 class CharTokenizer:

@@ -27,8 +27,8 @@ import yaml
 
 from sailrl.cli import main
 from sailrl.compiler.render import render_script
-from sailrl.compiler.words import reward_words
 from sailrl.compiler.validate import validate_text
+from sailrl.compiler.words import reward_words
 from sailrl.spec.codes import CODES
 from sailrl.spec.errors import SpecErrors
 

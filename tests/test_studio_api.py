@@ -24,7 +24,7 @@ with warnings.catch_warnings():  # starlette 1.x suggests httpx2 for its test cl
 
 from sailrl.cli import main
 from sailrl.compiler.validate import validate_text
-from sailrl.runtime.rollout_log import read_rollouts
+from sailrl.runtime.rundir.rollout_log import read_rollouts
 from sailrl.spec.errors import SpecErrors
 from sailrl.studio import session as session_module
 from sailrl.studio.app import build_app

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sailrl.runtime.rollout_log import read_rollouts
+from sailrl.runtime.rundir.rollout_log import read_rollouts
 from sailrl.studio.session import Studio
 from tests.fakes.studio_project import make_project, write_steps
 from tests.fakes.studio_serve import serve_studio

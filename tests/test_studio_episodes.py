@@ -14,7 +14,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from sailrl.runtime.rollout_log import read_rollouts
+from sailrl.runtime.rundir.rollout_log import read_rollouts
 from sailrl.studio.app import build_app
 from sailrl.studio.security import cookie_name
 from sailrl.studio.session import Studio

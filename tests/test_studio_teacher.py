@@ -19,8 +19,8 @@ with warnings.catch_warnings():  # starlette 1.x suggests httpx2 for its test cl
     from starlette.testclient import TestClient
 
 from sailrl.compiler.validate import validate_text
-from sailrl.runtime.gaming import GamingWatch
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.loop.gaming import GamingWatch
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.loader import load_spec
 from sailrl.spec.rewards import RewardSpec

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import tinker
 
-from sailrl.runtime.local import LocalServiceClient
-from sailrl.runtime.models import get_tokenizer
-from sailrl.runtime.tinker_service import service_client
+from sailrl.runtime.backends.local import LocalServiceClient
+from sailrl.runtime.backends.models import get_tokenizer
+from sailrl.runtime.backends.tinker_service import service_client
 from tests.fakes.skyrl_server import MODEL, SkyRLServer, unpatch_sdk
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""A Tinker service other than Thinking Machines' (``runtime/tinker_service.py``): which URL counts as another server,
+"""A Tinker service other than Thinking Machines' (``runtime/backends/tinker_service.py``): which URL counts as another server,
 the key the SDK gets, sampling replies without ``sample_sequence_ids``. The server itself: tests/test_tinker_http.py."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from tinker.lib import base_url as sdk_base_url
 from tinker.lib.api_future_impl import _APIFuture
 from tinker.lib.public_interfaces import sampling_client as sdk_sampling
 
-from sailrl.runtime import tinker_service
-from sailrl.runtime.backends import BackendError, check_keys
-from sailrl.runtime.tinker_service import (
+from sailrl.runtime.backends import tinker_service
+from sailrl.runtime.backends.backend import BackendError, check_keys
+from sailrl.runtime.backends.tinker_service import (
     PLACEHOLDER_KEY,
     OutageClock,
     TinkerRefused,

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from sailrl.compiler.validate import validate_file, validate_text
-from sailrl.runtime.judge_clients import connect_judges
-from sailrl.runtime.local.tiny import PRETRAINED_WEIGHTS, load_base_model, resolve_base_model, weights_sha256
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.backends.judge_clients import connect_judges
+from sailrl.runtime.backends.local.tiny import PRETRAINED_WEIGHTS, load_base_model, resolve_base_model, weights_sha256
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.models import BUILTIN_MODELS, TINY_JUDGE_RUBRIC, default_renderer
 from tests.fakes.recipes import recipe, weights_metadata
 
@@ -97,7 +97,7 @@ def test_the_judge_agrees_with_the_rule_through_the_real_local_path():
     answer has a score."""
     import asyncio
 
-    from sailrl.runtime.scoring import StepScorer
+    from sailrl.runtime.rewards.scoring import StepScorer
 
     m = _script()
     loaded = validate_file(EXAMPLE)

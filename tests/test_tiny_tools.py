@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sailrl.runtime.local.tiny import PRETRAINED_WEIGHTS, resolve_base_model, weights_sha256
+from sailrl.runtime.backends.local.tiny import PRETRAINED_WEIGHTS, resolve_base_model, weights_sha256
 from sailrl.spec.loader import load_spec
 from sailrl.spec.models import BUILTIN_MODELS, default_renderer
 from tests.fakes.recipes import recipe, weights_metadata
@@ -36,7 +36,7 @@ def _meta() -> dict[str, str]:
 
 
 def _base_model():
-    from sailrl.runtime.local import LocalServiceClient
+    from sailrl.runtime.backends.local import LocalServiceClient
 
     svc = LocalServiceClient("sailrl/tiny-tools")
     return svc._backend.bases.get(resolve_base_model("sailrl/tiny-tools", seed=0))
@@ -53,8 +53,8 @@ def test_tiny_tools_is_a_shipped_builtin_with_the_tools_renderer():
 def test_role_colon_tools_declares_each_tool_on_one_short_line():
     """The compact declaration (the built-in models read bytes): name, parameters with their types (optional ones
     marked ?), the description's first sentence; a system prompt stays in front of it."""
-    from sailrl.runtime.models import get_renderer, get_tokenizer
-    from sailrl.runtime.role_colon_tools import CALL_FORMAT, declare_tool
+    from sailrl.runtime.backends.models import get_renderer, get_tokenizer
+    from sailrl.runtime.backends.role_colon_tools import CALL_FORMAT, declare_tool
 
     lookup = {"name": "lookup", "description": "Look up a city's weather.\n  Returns the temperature.",
               "parameters": {"type": "object", "properties": {"city": {"type": "string"},
@@ -71,10 +71,10 @@ def test_the_pretraining_texts_are_the_examples_episodes():
     """The script's first prompt is the one the example's run sends (its prompt template, environment and
     renderer); its tool-call reply parses back to the calculator call of the question; the calculator's result
     comes back in the next turn; the episode scores 1 with one tool call, the mask is the model's two replies."""
-    from sailrl.runtime.episode import build_tools, episode_group_builder
-    from sailrl.runtime.models import get_renderer, get_tokenizer
+    from sailrl.runtime.backends.models import get_renderer, get_tokenizer
     from sailrl.runtime.prompts import PromptBuilder
-    from sailrl.runtime.rewards import RewardFunction
+    from sailrl.runtime.rewards.rules import RewardFunction
+    from sailrl.runtime.rollouts.episode import build_tools, episode_group_builder
 
     m = _script()
     spec = load_spec(EXAMPLE).spec
@@ -118,10 +118,10 @@ def test_the_shipped_weights_carry_their_measures():
 def _sampled_episodes(spec_path: Path, rows: int, seed: int = 0):
     """Episodes of the example's base model through preflight's sampling: the run's own episode builder, tools
     loaded as the run loads them, a fresh LoRA (zero: the base) on the embedded backend."""
-    from sailrl.runtime import preflight
-    from sailrl.runtime.models import get_renderer, get_tokenizer
+    from sailrl import preflight
+    from sailrl.runtime.backends.models import get_renderer, get_tokenizer
     from sailrl.runtime.prompts import PromptBuilder
-    from sailrl.runtime.rewards import RewardFunction
+    from sailrl.runtime.rewards.rules import RewardFunction
 
     spec = load_spec(spec_path).spec
     renderer = get_renderer(spec.model.renderer, get_tokenizer(spec.model.name))

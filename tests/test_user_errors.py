@@ -10,7 +10,7 @@ import pytest
 from sailrl.cli import main
 from sailrl.compiler.validate import validate_text
 from sailrl.launch import apply_overrides, build_spec
-from sailrl.runtime.backends import BackendError, open_backend
+from sailrl.runtime.backends.backend import BackendError, open_backend
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.loader import load_spec
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sailrl.cli import main
-from sailrl.runtime.records import Streaks
+from sailrl.runtime.loop.records import Streaks
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "spec/examples/quickstart.yaml"

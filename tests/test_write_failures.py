@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sailrl.runtime import checkpoints, rollout_log, rundir
-from sailrl.runtime.errors import RunWriteError, write_error
-from sailrl.runtime.local.checkpoints import CheckpointStore
+from sailrl.runtime.backends.local.checkpoints import CheckpointStore
+from sailrl.runtime.loop import checkpoints
+from sailrl.runtime.rundir import directory as rundir
+from sailrl.runtime.rundir import rollout_log
+from sailrl.runtime.rundir.writes import RunWriteError, write_error
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = ["training.groups_per_step=2", "training.group_size=4", "sampling.max_tokens=12", "training.warmup=null",

@@ -91,7 +91,7 @@ def print_score_tables(fn: Any, results: list[tuple], not_checked: dict[str, str
     from rich.markup import escape
     from rich.table import Table  # lazy: see above
 
-    from sailrl.runtime.console import make_console  # lazy: rich only when printing
+    from sailrl.runtime.loop.console import make_console  # lazy: rich only when printing
 
     console = make_console(highlight=False)
     for i, (item, fields, problem, score, traces) in enumerate(results, 1):

@@ -5,7 +5,7 @@ age and the run directories that still need them. ``sailrl clean RUN_ID...``, ``
 removes store runs; ``--dry-run`` says what would go without removing anything.
 
 A checkpoint a run directory's ``--resume`` would load (its last saved state, see
-``sailrl.runtime.checkpoint_store``) is kept, with the rest of its store run removed, unless ``--force``. Run
+``sailrl.runtime.rundir.checkpoint_store``) is kept, with the rest of its store run removed, unless ``--force``. Run
 directories are the ones sailrl recorded when they ran, those under ``./runs``, and those under ``--runs DIR``.
 
 Exit codes: 0 done (or nothing to do); 1 an unknown run id; 2 usage error.
@@ -22,8 +22,8 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from sailrl.runtime.checkpoint_store import find_run_directories, list_store, plan_removals, remove, store_dir
-from sailrl.runtime.console import make_console
+from sailrl.runtime.loop.console import make_console
+from sailrl.runtime.rundir.checkpoint_store import find_run_directories, list_store, plan_removals, remove, store_dir
 from sailrl.spec.messages import did_you_mean_text
 
 

@@ -2,7 +2,7 @@
 
 One line per rule ("correct: +1 if the last \\boxed{...} answer in the completion equals the reference answer
 ... as a number; otherwise 0."), then the total with its range and what the logged 'correct' means, then the
-run's estimated tokens and cost by kind (``sailrl.runtime.cost.estimate_run`` without data: completions of 1 to
+run's estimated tokens and cost by kind (``sailrl.runtime.planning.cost.estimate_run`` without data: completions of 1 to
 ``max_tokens`` tokens, prompt tokens not counted; ``sailrl preflight`` measures them). For a model tinker_cookbook
 has a LoRA learning rate for (``sailrl.spec.lr_advice``), a line says where the spec's stands against it.
 With an ``environment:`` section, the episode (turns, tools, feedback, how it ends, what is scored) in words.
@@ -15,8 +15,8 @@ import argparse
 import sys
 
 from sailrl.commands._common import load_spec_lenient, spec_missing, use_color
-from sailrl.runtime.cost import estimate_run
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.planning.cost import estimate_run
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.lr_advice import lr_advice
 
 

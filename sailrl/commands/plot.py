@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from sailrl.plot import plot_run
-from sailrl.runtime.rundir import METRICS_FILE, PLOT_FILE
+from sailrl.runtime.rundir.directory import METRICS_FILE, PLOT_FILE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

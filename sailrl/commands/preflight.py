@@ -4,10 +4,10 @@ Reports rows loaded and skipped (and why), the train / eval split, the first pro
 them with their reference answers, prompt token lengths against the context window and ``max_tokens``, the
 reward formula, the whole run's token and cost estimate, and with ``--sample N`` the base policy's reward per
 rule, degenerate groups and truncated completions, ending with a plain-words verdict. The report is built by
-``sailrl.runtime.preflight.build_report``; :func:`render_report` prints it.
+``sailrl.preflight.build_report``; :func:`render_report` prints it.
 
 ``--set KEY=VALUE`` overrides spec values as ``sailrl run`` does (checked like ``sailrl validate``). ``--sample``
-samples the spec's model where it can (see ``sailrl.runtime.preflight.plan_sampling``); a remote model without
+samples the spec's model where it can (see ``sailrl.preflight.plan_sampling``); a remote model without
 its key is replaced by ``sailrl/tiny`` on the embedded backend, and the report says so.
 
 Exit codes: 0 ready (warnings allowed); 1 invalid spec, unusable data or a blocking problem (e.g. a reward that
@@ -26,7 +26,7 @@ from rich.table import Table
 
 from sailrl.compiler.validate import validate_file
 from sailrl.launch import build_spec
-from sailrl.runtime.console import panel_expand
+from sailrl.runtime.loop.console import panel_expand
 from sailrl.spec.errors import SpecErrors
 
 
@@ -85,10 +85,10 @@ def run(args: argparse.Namespace) -> int:
             print("(these come from the --set overrides: " + " ".join(args.overrides) + ")", file=sys.stderr)
             return 1
 
-    from sailrl.runtime.judge_clients import judge_connector  # lazy: the runtime loads after the spec validates
-
     # lazy: runtime.preflight loads torch and transformers (seconds); an invalid spec is reported first
-    from sailrl.runtime.preflight import PreflightError, build_report
+    from sailrl.preflight import PreflightError, build_report
+    # lazy: the runtime loads after the spec validates
+    from sailrl.runtime.backends.judge_clients import judge_connector
 
     try:
         report = build_report(spec, spec_dir, sample=args.sample, show=args.show,
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
-        from sailrl.runtime.console import make_console  # lazy: rich only when printing a report
+        from sailrl.runtime.loop.console import make_console  # lazy: rich only when printing a report
 
         data = report.get("data") or {}
         if data.get("error") and data.get("key") and not _overridden(data["key"], args.overrides):

@@ -22,7 +22,7 @@ from typing import Any
 
 from sailrl.commands._common import load_spec_lenient, print_score_tables, spec_missing, use_color
 from sailrl.runtime.data import dataset_row
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.errors import UserError
 
 
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     unchecked: dict[str, str] = {}
     if fn.judges:  # kind: judge rules call their judge models (keys as for a run)
         # lazy: judge clients load tinker and torch (seconds); only specs with judge rules need them
-        from sailrl.runtime.judge_clients import connect_judges
+        from sailrl.runtime.backends.judge_clients import connect_judges
 
         unchecked = connect_judges(fn, spec_dir=spec_dir)  # a judge that cannot be called: not checked, not failed
     problems = 0

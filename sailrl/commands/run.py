@@ -6,7 +6,7 @@ for a missing key, an unusable model or data, or a run directory in the way writ
 ``--sampler`` the spec's sampler is used; Sail and Tinker need their API keys (one line says so otherwise).
 The step lines and the summary go to stdout; the spec's warnings (those of the spec with its overrides, one
 line each: ``sailrl validate`` shows them in full), progress, notes and errors to stderr
-(:class:`sailrl.runtime.console.RunConsole`).
+(:class:`sailrl.runtime.loop.console.RunConsole`).
 Exit status: 0 done, 1 invalid spec or failed run, 2 bad override, 3 budget reached, 4 stopped where the spec says
 to stop, 70 a bug in sailrl (with its traceback), 130 interrupted.
 """
@@ -21,7 +21,7 @@ from sailrl.commands._common import say_warnings
 from sailrl.compiler.render import render_script
 from sailrl.compiler.validate import validate_file
 from sailrl.compiler.words import reward_words
-from sailrl.runtime.rundir import run_dir_path
+from sailrl.runtime.rundir.directory import run_dir_path
 from sailrl.spec.errors import SpecErrors
 
 

@@ -30,9 +30,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from sailrl.runtime.console import panel_expand
-from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
-from sailrl.runtime.rundir import CONFIG_FILE
+from sailrl.runtime.loop.console import panel_expand
+from sailrl.runtime.rundir.directory import CONFIG_FILE
+from sailrl.runtime.rundir.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
 from sailrl.spec.errors import UserError
 from sailrl.spec.messages import did_you_mean_text
 
@@ -308,7 +308,7 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
 
 
 def run(args: argparse.Namespace) -> int:
-    from sailrl.runtime.console import make_console  # lazy: rich only when printing
+    from sailrl.runtime.loop.console import make_console  # lazy: rich only when printing
 
     try:
         step, kind, records = choose(args.run_dir, args.step, args.kind)

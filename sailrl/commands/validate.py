@@ -36,7 +36,8 @@ def judge_connector(spec_path: str, *, every: bool) -> Any:
     from pathlib import Path
 
     def connect(reward_fn: Any) -> dict[str, str]:
-        from sailrl.runtime.judge_clients import judge_connector as connector  # lazy: only specs with judge rules
+        # lazy: only specs with judge rules
+        from sailrl.runtime.backends.judge_clients import judge_connector as connector
 
         return connector(Path(spec_path).resolve().parent, every=every)(reward_fn)
 

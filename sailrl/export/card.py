@@ -26,8 +26,8 @@ from sailrl.export.runinfo import Checkpoint, RunInfo
 from sailrl.export.sample import renderer_for
 from sailrl.runtime.data import DatasetError, dataset_row, load_rows
 from sailrl.runtime.prompts import PromptBuilder
-from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.rundir import METRICS_FILE, RunFileError, read_run_bytes
+from sailrl.runtime.rewards.rules import RewardFunction
+from sailrl.runtime.rundir.directory import METRICS_FILE, RunFileError, read_run_bytes
 from sailrl.spec.constants import LOCAL_DATA_SUFFIXES, MAX_SPEC_BYTES
 from sailrl.spec.errors import UserError
 from sailrl.spec.models import is_builtin

@@ -2,7 +2,7 @@
 
 A run directory holds ``config.json`` (the resolved spec, its sha256, the spec file's path, the sailrl version),
 ``checkpoints.jsonl`` (one record per saved checkpoint: ``name``, ``batch`` = completed steps, ``state_path``,
-``sampler_path`` for the final one, ``final``) and ``metrics.jsonl`` (``sailrl.runtime.rundir``). A checkpoint is
+``sampler_path`` for the final one, ``final``) and ``metrics.jsonl`` (``sailrl.runtime.rundir.directory``). A checkpoint is
 chosen by ``final`` (the last final record) or by step number (the record whose ``batch`` is that step); its
 sampler weights are preferred over its training state (``weights/``), which holds the same adapter.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sailrl.runtime.rundir import CHECKPOINTS_FILE, CONFIG_FILE, RunDirectory, _read_jsonl_tolerant
+from sailrl.runtime.rundir.directory import CHECKPOINTS_FILE, CONFIG_FILE, RunDirectory, _read_jsonl_tolerant
 from sailrl.spec.errors import UserError
 from sailrl.spec.schema import Spec
 
@@ -59,7 +59,7 @@ class RunInfo:
     def read(cls, path: str | Path) -> RunInfo:
         """Read ``path``; :class:`ExportError` when it is not a run directory (no ``config.json``), a
         ``RunFileError`` when one of its files is not a regular file or is over its size limit
-        (:func:`sailrl.runtime.rundir.open_run_file`)."""
+        (:func:`sailrl.runtime.rundir.directory.open_run_file`)."""
         p = Path(path)
         if not p.is_dir():
             raise ExportError(f"{path} is not a run directory (no such folder): give the folder a run wrote, "

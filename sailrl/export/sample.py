@@ -17,11 +17,11 @@ from typing import Any
 
 from sailrl.export.build import local_checkpoint_directory, quiet_progress_bars
 from sailrl.export.runinfo import Checkpoint, ExportError, RunInfo
-from sailrl.runtime.backends import check_keys, local_checkpoint_dir
+from sailrl.runtime.backends.backend import check_keys, local_checkpoint_dir
+from sailrl.runtime.backends.tinker_service import service_client
 from sailrl.runtime.data import dataset_row
 from sailrl.runtime.prompts import PromptBuilder
-from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.tinker_service import service_client
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.errors import UserError
 from sailrl.spec.models import context_window
 from sailrl.spec.schema import Spec
@@ -60,7 +60,7 @@ def renderer_for(spec: Spec, spec_dir: Any) -> tuple[Any, Any, str]:
     """``(tokenizer, renderer, renderer name)`` the run built its prompts with; :class:`ExportError` (one line)
     when they cannot be built here."""
     # lazy: runtime.models loads torch and transformers (seconds); bad arguments are reported before
-    from sailrl.runtime.models import default_renderer_name, get_renderer, get_tokenizer
+    from sailrl.runtime.backends.models import default_renderer_name, get_renderer, get_tokenizer
 
     try:
         tokenizer = get_tokenizer(spec.model.name, spec_dir)
@@ -79,8 +79,8 @@ def renderer_for(spec: Spec, spec_dir: Any) -> tuple[Any, Any, str]:
 def _sampling_client(spec: Spec, ckpt: Checkpoint, spec_dir: Any, have: str) -> Any:
     if ckpt.is_local:
         # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
-        from sailrl.runtime.local import LocalServiceClient
-        from sailrl.runtime.local.sources import BaseModelError  # lazy: see above
+        from sailrl.runtime.backends.local import LocalServiceClient
+        from sailrl.runtime.backends.local.sources import BaseModelError  # lazy: see above
 
         directory = local_checkpoint_directory(ckpt, have)
         service = LocalServiceClient(spec.model.name, base_dir=local_checkpoint_dir(), seed=spec.model.seed,
@@ -110,7 +110,8 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
     """Sample ``n`` completions of ``ckpt`` for a prompt and score them (see the module docstring)."""
     import tinker  # lazy: tinker takes seconds; bad arguments are reported before
 
-    from sailrl.runtime.rollout import completion_text  # lazy: runtime.rollout loads tinker (seconds); see above
+    # lazy: runtime.rollouts loads tinker (seconds); see above
+    from sailrl.runtime.rollouts.rollout import completion_text
 
     if (prompt is None) == (row is None):
         raise ExportError("give the prompt as --prompt TEXT or take it from the data with --row N (one of them)")
@@ -143,7 +144,7 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
         top_p=spec.sampling.top_p, stop=stop, seed=seed)
     reward_fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
     if reward_fn.judges:  # kind: judge rules score the samples with their judge, as in the run
-        from sailrl.runtime.judge_clients import connect_judges  # lazy: only specs with judge rules need it
+        from sailrl.runtime.backends.judge_clients import connect_judges  # lazy: only specs with judge rules need it
 
         for name, why in connect_judges(reward_fn, spec_dir=spec_dir).items():
             print(f"warning: judge rule '{name}': {why}", file=sys.stderr)

@@ -40,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sailrl.runtime.redact import redact
+from sailrl.runtime.sandbox.redact import redact
 from sailrl.studio.security import BodyTooLarge
 from sailrl.studio.session import Studio, StudioError
 from sailrl.studio.yaml_patch import PatchError, replace_sections
@@ -80,7 +80,7 @@ def _text(data: dict[str, Any]) -> str:
 
 
 class _RedactedJSON(JSONResponse):
-    """A JSON answer without a secret of the server's environment (:func:`sailrl.runtime.redact.redact`): what a
+    """A JSON answer without a secret of the server's environment (:func:`sailrl.runtime.sandbox.redact.redact`): what a
     run wrote, a rule printed or a tool answered is shown with a marker in the key's place."""
 
     def render(self, content: Any) -> bytes:

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sailrl.compiler.reward_checks import probe_answer_rule
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.rewards import RewardSpec
 from sailrl.studio.words import rule_sentence
 

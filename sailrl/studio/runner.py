@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sailrl.runtime.gaming import pass_rate
-from sailrl.runtime.rundir import GAMING_FILE, METRICS_FILE, SCHEMA_KEY, open_run_file
+from sailrl.runtime.loop.gaming import pass_rate
+from sailrl.runtime.rundir.directory import GAMING_FILE, METRICS_FILE, SCHEMA_KEY, open_run_file
 from sailrl.spec.errors import UserError
 
 __all__ = ["FRESH_S", "LOG_FILE", "OVERRIDABLE", "RunError", "Runner", "outcome_words", "progress"]

@@ -3,11 +3,11 @@
 One :class:`Studio` per server. Every answer comes from the code the command line runs:
 
 - problems: ``sailrl.compiler.validate.problems`` (what ``sailrl validate`` reports, codes and words included);
-- scores: ``sailrl.runtime.rewards.RewardFunction`` (what ``sailrl rewards`` and training use; python rules run
+- scores: ``sailrl.runtime.rewards.rules.RewardFunction`` (what ``sailrl rewards`` and training use; python rules run
   in its worker processes with their time limits);
 - rows and prompts: ``sailrl.runtime.data.load_rows`` and ``sailrl.runtime.prompts.PromptBuilder`` with the
-  model's tokenizer and renderer, and ``sailrl.runtime.preflight.build_report`` for preflight's findings;
-- runs: ``sailrl.runtime.rollout_log`` and ``metrics.jsonl`` read as ``sailrl show`` / ``sailrl plot`` do.
+  model's tokenizer and renderer, and ``sailrl.preflight.build_report`` for preflight's findings;
+- runs: ``sailrl.runtime.rundir.rollout_log`` and ``metrics.jsonl`` read as ``sailrl show`` / ``sailrl plot`` do.
 
 Read: files of the spec's folder (:meth:`Studio.source` and the runs under it, confined), the ``--run`` folder,
 and the data the spec text being edited names (``dataset.source``, wherever it points, as ``sailrl run`` would
@@ -35,24 +35,24 @@ from pydantic import ValidationError
 
 from sailrl.compiler.reward_checks import is_example_error
 from sailrl.compiler.validate import problems as spec_problems
-from sailrl.runtime.data import DatasetError, load_rows
-from sailrl.runtime.data.readers import is_local, resolve
 from sailrl.export import ExportError, RunInfo, export_run
 from sailrl.export.sample import sample_run
-from sailrl.runtime.cost import estimate_run
-from sailrl.runtime.judge_clients import connect_judges, not_checked
+from sailrl.runtime.backends.judge_clients import connect_judges, not_checked
+from sailrl.runtime.data import DatasetError, load_rows
+from sailrl.runtime.data.readers import is_local, resolve
+from sailrl.runtime.planning.cost import estimate_run
 from sailrl.runtime.prompts import PromptBuilder, PromptError
-from sailrl.runtime.rewards import MAX_COMPLETION_CHARS, RewardFunction
-from sailrl.runtime.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
-from sailrl.runtime.rundir import GAMING_FILE, METRICS_FILE, SCHEMA_KEY, open_run_file
+from sailrl.runtime.rewards.rules import MAX_COMPLETION_CHARS, RewardFunction
+from sailrl.runtime.rundir.directory import GAMING_FILE, METRICS_FILE, SCHEMA_KEY, open_run_file
+from sailrl.runtime.rundir.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
 from sailrl.spec.codes import CODES
 from sailrl.spec.errors import SpecError, SpecErrors, UserError
 from sailrl.spec.loader import read_spec_file
 from sailrl.spec.rewards import RewardSpec
 from sailrl.spec.schema import PromptSpec, Spec
-from sailrl.studio.security import PathRefused, confined
 from sailrl.studio.proposals import agreement, labels_from, propose
 from sailrl.studio.runner import RunError, Runner, check_overrides, outcome_words, progress
+from sailrl.studio.security import PathRefused, confined
 from sailrl.studio.words import STARTERS, page_hint, pattern_fields, rule_sentences
 
 RUN_ALIAS = "@run"  # the --run folder, wherever it lies
@@ -616,7 +616,7 @@ class Studio:
 
     def _tools_for(self, spec: Spec) -> tuple[Any, Any, str | None]:
         # lazy: runtime.preflight loads torch and transformers (seconds); the studio opens without them
-        from sailrl.runtime.preflight import _load_text_tools  # the same tokenizer/renderer preflight uses
+        from sailrl.preflight import _load_text_tools  # the same tokenizer/renderer preflight uses
 
         key = (spec.model.name, spec.model.renderer)
         return self._tools.get_or(key, lambda: _load_text_tools(spec, self.spec_dir), self._lock)
@@ -690,7 +690,7 @@ class Studio:
 
     def preflight(self, text: str) -> dict[str, Any]:
         """``sailrl preflight``'s report without sampling: data, prompts, tokens, reward and its findings."""
-        from sailrl.runtime.preflight import PreflightError, build_report  # lazy: see _tools_for
+        from sailrl.preflight import PreflightError, build_report  # lazy: see _tools_for
 
         checked = self._spec_or_raise(text)
 

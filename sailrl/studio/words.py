@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.rewards import RewardSpec
 
 __all__ = ["STARTERS", "page_hint", "pattern_fields", "pattern_phrase", "pattern_words", "rule_sentence", "rule_sentences"]

@@ -24,12 +24,12 @@ from types import SimpleNamespace
 from tinker_cookbook.rl.rollouts import do_group_rollout
 from tinker_cookbook.rl.types import TrajectoryGroup
 
-from sailrl.runtime.episode import build_tools, episode_group_builder
-from sailrl.runtime.models import get_renderer, get_tokenizer
+from sailrl.runtime.backends.models import get_renderer, get_tokenizer
 from sailrl.runtime.prompts import PromptBuilder
-from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.rollout import SamplingPolicy
-from sailrl.runtime.rollout_log import RolloutLog
+from sailrl.runtime.rewards.rules import RewardFunction
+from sailrl.runtime.rollouts.episode import build_tools, episode_group_builder
+from sailrl.runtime.rollouts.rollout import SamplingPolicy
+from sailrl.runtime.rundir.rollout_log import RolloutLog
 from sailrl.spec.loader import load_spec
 
 SPEC = """\

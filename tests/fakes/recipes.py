@@ -1,4 +1,4 @@
-"""The seeded recipes that make sailrl's shipped built-in models (``runtime/local/pretrained/make_tiny_*.py``) and the
+"""The seeded recipes that make sailrl's shipped built-in models (``runtime/backends/local/pretrained/make_tiny_*.py``) and the
 metadata their weights files carry, for the tests that recompute a shipped model's measures or rerun its recipe."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import ModuleType
 
 from safetensors import safe_open
 
-from sailrl.runtime.local.tiny import PRETRAINED_WEIGHTS
+from sailrl.runtime.backends.local.tiny import PRETRAINED_WEIGHTS
 
 
 def recipe(model_name: str) -> ModuleType:

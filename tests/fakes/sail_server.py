@@ -147,7 +147,7 @@ def fixed_policy_sampler(sampling_client: Any) -> Sampler:
 def local_checkpoint_clients(service_client: Any) -> Callable[[dict[str, Any]], Any]:
     """``payload -> sampling client`` for the embedded backend's signed URLs (for `policy_sampler`).
 
-    The embedded backend (``sailrl.runtime.local.LocalServiceClient``) signs ``local://<run>/<kind>/<name>`` as
+    The embedded backend (``sailrl.runtime.backends.local.LocalServiceClient``) signs ``local://<run>/<kind>/<name>`` as
     the ``file://`` URL of ``<base_dir>/<run>/<kind>/<name>.tar``; this maps ``metadata.lora`` back to that
     checkpoint path and returns ``service_client.create_sampling_client(model_path=...)``'s client, one per
     checkpoint. Raises ValueError for a URL that is not a tar under the service's ``base_dir``.

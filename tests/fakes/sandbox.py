@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sailrl.runtime.bubblewrap import sandbox_problem
+from sailrl.runtime.sandbox.bubblewrap import sandbox_problem
 
 
 def require_sandbox() -> None:

@@ -100,7 +100,7 @@ def require_skyrl() -> None:
 
 def unpatch_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tinker SDK's own functions for the calling test, and whatever was there put back after it:
-    ``sailrl.runtime.tinker_service.service_client`` wraps three of them in the process that calls it."""
+    ``sailrl.runtime.backends.tinker_service.service_client`` wraps three of them in the process that calls it."""
     from tinker._base_client import AsyncAPIClient  # lazy: the SDK takes seconds; only tests of it need it
     from tinker.lib.api_future_impl import _APIFuture  # lazy: the same
     from tinker.lib.public_interfaces import sampling_client  # lazy: the same
@@ -136,7 +136,7 @@ def byte_level_fast_tokenizer() -> Any:
 def export_model_folder(model_name: str, folder: Path) -> Path:
     """Write built-in ``model_name`` into ``folder`` as a Hugging Face model (config, safetensors weights, a fast
     byte-level tokenizer); returns ``folder``."""
-    from sailrl.runtime.local.tiny import load_base_model, resolve_base_model  # lazy: torch
+    from sailrl.runtime.backends.local.tiny import load_base_model, resolve_base_model  # lazy: torch
 
     folder.mkdir(parents=True, exist_ok=True)
     load_base_model(resolve_base_model(model_name, 0)).save_pretrained(folder)

@@ -13,8 +13,8 @@ import tinker
 from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 
-from sailrl.runtime.rewards import RewardFunction
-from sailrl.runtime.rollout_log import RolloutLog
+from sailrl.runtime.rewards.rules import RewardFunction
+from sailrl.runtime.rundir.rollout_log import RolloutLog
 from sailrl.spec.loader import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

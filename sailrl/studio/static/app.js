@@ -812,7 +812,7 @@ async function loadRollouts() {
   renderRollouts();
 }
 
-// Why an episode ended (rollouts.jsonl episode.end; sailrl.runtime.episode.END_REASONS), in plain words.
+// Why an episode ended (rollouts.jsonl episode.end; sailrl.runtime.rollouts.episode.END_REASONS), in plain words.
 const END_WORDS = {
   answered: "the model answered (a reply without tool calls, and no feedback rule failed)",
   max_turns: "it reached environment.max_turns",

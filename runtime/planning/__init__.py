@@ -1,0 +1,3 @@
+"""What a run will cost, before it starts and step by step (``cost``). The validation stage imports this
+package.
+"""
