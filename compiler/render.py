@@ -174,7 +174,7 @@ def feature_changes(compiled: Spec, run: Spec) -> list[str]:
     return [FEATURES[k] for k in FEATURES if b[k] and not a[k]]
 
 
-def _template() -> jinja2.Template:
+def _template(name: str = "train.py.j2") -> jinja2.Template:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
         undefined=jinja2.StrictUndefined,
@@ -183,7 +183,7 @@ def _template() -> jinja2.Template:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    return env.get_template("train.py.j2")
+    return env.get_template(name)
 
 
 def _doc_path(p: str) -> str:
@@ -199,6 +199,9 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
     reward_words: the reward rules in plain words, one sentence each (``sailrl explain``'s; the validation stage's
     :func:`sailrl.compiler.words.reward_words` makes them), shown above the loop's sampling and scoring.
     """
+    if spec.method != "rl":
+        return render_method_script(spec, spec_path=spec_path, spec_bytes=spec_bytes, output_path=output_path,
+                                    reward_words=reward_words)
     resolved = spec.resolved()
     # Sections list every value (defaults included); a reward rule reads as the spec wrote it, every key it set
     # kept, a default it left out left out (each rule's full set of defaults would bury what it says).
@@ -252,6 +255,61 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
         **features(spec),
     )
     return text
+
+
+#: The ``training`` keys each other method's ``main()`` reads (``TRAINING`` above its loop).
+METHOD_READS: dict[str, tuple[str, ...]] = {
+    "sft": ("steps", "learning_rate", "beta1", "beta2", "eps", "lr_schedule", "lr_warmup_steps", "save_every",
+            "eval_every"),
+    "dpo": ("steps", "learning_rate", "beta1", "beta2", "eps", "lr_schedule", "lr_warmup_steps", "save_every",
+            "eval_every"),
+    "distill": ("learning_rate", "beta1", "beta2", "eps", "loss_fn", "loss_fn_config", "num_substeps",
+                "save_every"),
+}
+#: The sections a method's ``CONFIG`` holds, in this order, each when the spec has it.
+METHOD_SECTIONS = ("model", "dataset", "prompt", "sft", "dpo", "distill", "reward", "training", "sampling",
+                   "pricing", "output")
+
+
+def render_method_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path: str,
+                         reward_words: list[str]) -> str:
+    """The script of a method other than RL, from ``templates/<method>.py.j2``: the same header, ``TRAINING``
+    (:data:`METHOD_READS`) and ``CONFIG`` as the RL script, the method's own ``main()``."""
+    resolved = spec.resolved()
+    if spec.reward is not None:
+        resolved["reward"]["rules"] = [r.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                                       for r in spec.reward.rules]
+    sha256 = hashlib.sha256(spec_bytes).hexdigest()
+    spec_dir = Path(spec_path).parent
+    script_dir = Path(output_path).parent
+    rel = Path(os.path.relpath(spec_dir if str(spec_dir) else ".", script_dir if str(script_dir) else ".")).as_posix()
+    reads = [k for k in resolved["training"] if k in METHOD_READS[spec.method]]
+    sections: list[tuple[str, Any]] = [("version", resolved["version"]), ("method", spec.method),
+                                       ("name", spec.name)]
+    if spec.description is not None:
+        sections.append(("description", spec.description))
+    sections += [(name, resolved[name]) for name in METHOD_SECTIONS if name in resolved]
+    sampler = spec.sampling.sampler
+    keys = {"sail": "TINKER_API_KEY and SAIL_API_KEY", "tinker": "TINKER_API_KEY", "local": ""}[sampler]
+    return _template(f"{spec.method}.py.j2").render(
+        version=__version__,
+        spec_path_comment=_doc_path(spec_path),
+        sha256=sha256,
+        name_doc=string_literal(spec.name) if _PLAIN_PATH.fullmatch(spec.name) else "(see NAME)",
+        script_path_doc=_doc_path(Path(output_path).as_posix()),
+        spec_path_doc=_doc_path(Path(spec_path).as_posix()),
+        keys=keys,
+        local=sampler == "local",
+        spec_path_literal=string_literal(Path(spec_path).as_posix()),
+        sha256_literal=string_literal(sha256),
+        spec_dir_literal=string_literal(rel),
+        training_block=section_block("training", {k: resolved["training"][k] for k in reads}),
+        config_block=config_block(sections, reads),
+        reward_comment="\n".join(comment_lines(reward_words, 8)),
+        schedule=spec.training.lr_schedule != "constant" or spec.training.lr_warmup_steps > 0,
+        eval=spec.dataset.eval is not None,
+        budget=spec.training.max_cost_usd is not None,
+    )
 
 
 def default_output_path(spec_path: str | Path, spec: Spec) -> str:

@@ -6,7 +6,7 @@ In the validation stage (it reads the runtime's reward rule engine, which the re
 
 from __future__ import annotations
 
-from sailrl.runtime.rewards import RewardFunction
+from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.schema import Spec
 
 
@@ -14,7 +14,10 @@ def reward_words(spec: Spec) -> list[str]:
     """One sentence per reward rule, then the total and what 'correct' means (``RewardFunction.explain``, what
     ``sailrl explain`` prints); with ``environment:``, the episode's sentences after them (what it prints under
     "Episodes:")."""
-    words = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field).explain()
+    if spec.reward is None:
+        return []  # a method without reward rules (sft, dpo, distill from the teacher alone)
+    reference = spec.prompt.reference_field if spec.prompt is not None else "answer"
+    words = RewardFunction.from_spec(spec.reward, reference).explain()
     if spec.environment is not None:
         words += spec.environment.describe()
     return words

@@ -16,11 +16,12 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from sailrl.spec.base import SpecModel, Text, usual_range
 from sailrl.spec.environment import EnvironmentSpec
 from sailrl.spec.errors import SpecValueError
+from sailrl.spec.methods import METHOD_WORDS, DistillSpec, DpoSpec, Method, SftSpec
 from sailrl.spec.pricing import PricingSpec
 from sailrl.spec.rewards import RewardExample, RewardSpec
 
@@ -298,9 +299,12 @@ class OutputSpec(SpecModel):
 
 
 class Spec(SpecModel):
-    """An RL fine-tuning run."""
+    """A fine-tuning run: RL by default, or the method ``method:`` names."""
 
     version: Literal[1] = Field(SPEC_VERSION, description="Spec language version.")
+    method: Method = Field(
+        "rl", description="The training method: rl (rollouts scored by reward rules), sft (demonstrations), dpo "
+                          "(preference pairs) or distill (on-policy distillation from a teacher).")
     name: Text = Field(
         description=(
             "Run name: used for the run directory and checkpoint names. Letters, digits, '.', '_' and '-', "
@@ -320,8 +324,11 @@ class Spec(SpecModel):
     description: Text | None = Field(None, description="Free text.")
     model: ModelSpec = Field(default_factory=ModelSpec, description="Base model and LoRA.")
     dataset: DatasetSpec = Field(description="Training data.")
-    prompt: PromptSpec = Field(description="Prompt template and reference answer field.")
-    reward: RewardSpec = Field(description="Reward rules.")
+    prompt: PromptSpec | None = Field(
+        None, description="Prompt template and reference answer field (every method but sft with messages_field).")
+    reward: RewardSpec | None = Field(
+        None, description="Reward rules (rl: required; distill: optional, added to the teacher's signal; sft: "
+                          "optional, scores the evaluation samples; dpo: none).")
     training: TrainingSpec = Field(default_factory=TrainingSpec, description="The RL loop.")
     sampling: SamplingSpec = Field(default_factory=SamplingSpec, description="Rollout sampling.")
     output: OutputSpec = Field(default_factory=OutputSpec, description="Run directory and logging.")
@@ -336,14 +343,39 @@ class Spec(SpecModel):
             "completion)."
         ),
     )
+    sft: SftSpec | None = Field(None, description="method: sft: how rows become conversations.")
+    dpo: DpoSpec | None = Field(None, description="method: dpo: the pairs and beta.")
+    distill: DistillSpec | None = Field(None, description="method: distill: the teacher.")
+
+    @model_validator(mode="after")
+    def _method_sections(self) -> Spec:
+        words = METHOD_WORDS[self.method]
+        if self.method == "sft" and self.sft is None:
+            self.sft = SftSpec()
+        if self.method == "dpo" and self.dpo is None:
+            self.dpo = DpoSpec()
+        if self.method == "rl" and self.reward is None:
+            raise SpecValueError("S102", f"missing required section 'reward': method rl ({words}) scores "
+                                 "every rollout with the reward rules; add a reward: section")
+        if self.method == "distill" and self.distill is None:
+            raise SpecValueError("S102", f"missing required section 'distill': method distill ({words}) needs "
+                                 "distill.teacher, the model the student learns from")
+        if self.prompt is None and not (self.method == "sft" and self.sft and self.sft.messages_field):
+            hint = " (or sft.messages_field, a field holding whole conversations)" if self.method == "sft" else ""
+            raise SpecValueError("S102", f"missing required section 'prompt': method {self.method} builds each "
+                                 f"row's prompt from prompt.user{hint}")
+        return self
 
     def resolved(self) -> dict[str, Any]:
         """The spec with defaults filled in, as plain JSON-able data (aliases used). ``environment`` appears only
         when the spec has one (a single-turn spec resolves as it did before the section existed), ``pricing.judge``
         only when a judge price is written."""
         data = self.model_dump(mode="json", by_alias=True)
-        if data.get("environment") is None:
-            data.pop("environment", None)
+        for key in ("environment", "sft", "dpo", "distill", "reward", "prompt"):
+            if data.get(key) is None:
+                data.pop(key, None)  # an unused section stays out, so a spec without it resolves as before
+        if data.get("method") == "rl":
+            data.pop("method")  # RL specs resolve (and compile) as they did before method: existed
         if data.get("pricing", {}).get("judge") == {"input": None, "output": None}:
             data["pricing"].pop("judge")  # judge prices appear only when written (a spec without compiles as before)
         return data
