@@ -138,6 +138,8 @@ _TABLE: tuple[Code, ...] = (
          "tool's sandbox has."),
     Code("S257", "key-of-another-method", "error", "A key or section that only another training method reads (e.g. "
          "training.group_size with method: sft, reward rules with method: dpo)."),
+    Code("S258", "teacher-tokenizer-differs", "error", "method distill: the teacher's tokenizer is not the "
+         "student's, so the teacher cannot score the student's tokens."),
     # -- worked reward examples ------------------------------------------------------------------------------
     Code("S301", "example-mismatch", "error", "A worked example does not score as it expects."),
     Code("S302", "example-unknown-rule", "error", "A worked example expects a score for a rule that does not exist."),
