@@ -83,7 +83,8 @@ def load_rows(spec: Spec, spec_dir: Path | str, reward_fn: Any = None, *,
     need = required_fields(spec)
     warm = spec.training.warmup
     checker = RowChecker(
-        need=need, builder=PromptBuilder(spec.prompt, None, field_names=_field_names(spec, src, need)),
+        need=need, builder=PromptBuilder(spec.prompt, None, field_names=_field_names(spec, src, need))
+        if spec.prompt is not None else None,  # sft.messages_field: the rows hold whole conversations
         warm_template=warm.completion if warm is not None and warm.steps > 0 else None, reward_fn=reward_fn,
         limit=_prompt_limit(spec, spec_dir, renderer, context_window, tool_specs), renderer_check=renderer_check)
 

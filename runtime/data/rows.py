@@ -72,14 +72,14 @@ def field_mapping(spec: Spec, columns: Sequence[str]) -> dict[str, str]:
 def required_fields(spec: Spec) -> dict[str, str]:
     """``{field name: what needs it}``: template variables, reference fields of answer rules, warm-up template."""
     need: dict[str, str] = {}
-    if spec.prompt.system:
+    if spec.prompt is not None and spec.prompt.system:
         for v in sorted(template_variables(spec.prompt.system)):
             need.setdefault(v, "prompt.system")
-    for v in sorted(template_variables(spec.prompt.user)):
+    for v in sorted(template_variables(spec.prompt.user)) if spec.prompt is not None else []:
         need.setdefault(v, "prompt.user")
-    for i, rule in enumerate(spec.reward.rules):
+    for i, rule in enumerate(spec.reward.rules if spec.reward is not None else []):
         if getattr(rule, "kind", None) == "answer":
-            ref = rule.reference.field or spec.prompt.reference_field
+            ref = rule.reference.field or (spec.prompt.reference_field if spec.prompt is not None else "answer")
             need.setdefault(ref, f"reward.rules.{i} ({rule.name}) reference")
     warm = spec.training.warmup
     if warm is not None and warm.steps > 0:
@@ -184,8 +184,9 @@ class PromptLimit:
 class RowChecker:
     """Checks one mapped row (see the module docstring for the order).
 
-    need: :func:`required_fields`. builder: a ``PromptBuilder`` (its renderer may be None). warm_template: the
-    warm-up completion template to render, or None. reward_fn: an object with ``reference_problem(row)``, or
+    need: :func:`required_fields`. builder: a ``PromptBuilder`` (its renderer may be None), or None for a spec
+    without a prompt (``sft.messages_field``: the row holds its conversation). warm_template: the warm-up
+    completion template to render, or None. reward_fn: an object with ``reference_problem(row)``, or
     None. limit: a :class:`PromptLimit`, or None. renderer_check: ``row -> reason | None``, or None.
     """
 
@@ -204,7 +205,7 @@ class RowChecker:
             if row[name] is None:
                 return "null_field", f"field {name!r} is empty (null) (used by {user})"
         try:
-            messages = self.builder.messages(row)
+            messages = self.builder.messages(row) if self.builder is not None else []
             if self.warm_template is not None:
                 self.builder.completion(row, self.warm_template)
         except PromptError as exc:
