@@ -46,7 +46,7 @@ from sailrl.spec.version import __version__
 
 __all__ = ["CONNECT_TIMEOUT_S", "CREATE_TIMEOUT_S", "Inputs", "ResumePoint", "call_with_deadline", "connect",
            "connect_timeout_s", "cost_model", "load_inputs", "open_training_client", "open_wandb", "resume_point",
-           "write_run_dir"]
+           "tokenizer_and_renderer", "write_run_dir"]
 
 #: Seconds Tinker gets to answer its first request (``SAILRL_CONNECT_TIMEOUT_S`` overrides) and to create a
 #: training client (a large model can take minutes to place).
@@ -233,14 +233,21 @@ async def open_training_client(backend: Backend, spec: Spec, resume_path: str | 
 
 
 # ---------------------------------------------------------------- 4. inputs
+def tokenizer_and_renderer(spec: Spec, backend: Backend, training_client: Any, spec_dir: Path) -> tuple[Any, Any]:
+    """The model's tokenizer (the training client's, on the embedded backend) and the spec's renderer
+    (``model.renderer``, else the model's default), as every method's run builds its tokens with them."""
+    m = spec.model
+    tokenizer = training_client.get_tokenizer() if backend.is_local else get_tokenizer(m.name)
+    renderer = get_renderer(m.renderer or default_renderer(m.name, spec_dir, embedded=backend.is_local), tokenizer)
+    return tokenizer, renderer
+
+
 def load_inputs(spec: Spec, backend: Backend, training_client: Any, spec_dir: Path, console: Console, *,
                 tool_specs: list[dict[str, Any]] | None = None) -> Inputs:
     """Tokenizer and renderer for the model, the reward rules (python rules load from the spec's folder), the
     dataset rows (prompts too long for the context skipped, and said so) and the prompt builder. ``tool_specs``:
     an episode's tools, declared in every prompt (the length check and the warm-up count them)."""
-    m = spec.model
-    tokenizer = training_client.get_tokenizer() if backend.is_local else get_tokenizer(m.name)
-    renderer = get_renderer(m.renderer or default_renderer(m.name, spec_dir, embedded=backend.is_local), tokenizer)
+    tokenizer, renderer = tokenizer_and_renderer(spec, backend, training_client, spec_dir)
     reward_fn = RewardFunction.from_spec(spec.reward, reference_field=spec.prompt.reference_field, spec_dir=spec_dir)
     if reward_fn.judges:  # kind: judge rules: their clients open on the first judgement
         service = backend.service_client
