@@ -140,6 +140,11 @@ _TABLE: tuple[Code, ...] = (
          "training.group_size with method: sft, reward rules with method: dpo)."),
     Code("S258", "teacher-tokenizer-differs", "error", "method distill: the teacher's tokenizer is not the "
          "student's, so the teacher cannot score the student's tokens."),
+    Code("S259", "sft-empty-assistant-turn", "error", "method sft: a data row's assistant turn is empty (sft.completion "
+         "renders to nothing, or a message of sft.messages_field with role assistant has no content), so the row "
+         "has nothing to train on."),
+    Code("S260", "sft-messages-field", "error", "method sft: sft.messages_field is not a declared dataset field, or a "
+         "row's value there is not a list of {role, content} messages with an assistant turn."),
     # -- worked reward examples ------------------------------------------------------------------------------
     Code("S301", "example-mismatch", "error", "A worked example does not score as it expects."),
     Code("S302", "example-unknown-rule", "error", "A worked example expects a score for a rule that does not exist."),
