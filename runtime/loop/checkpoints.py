@@ -36,7 +36,7 @@ from sailrl.runtime.rundir.directory import CHECKPOINTS_FILE, RunDirectory, appe
 from sailrl.runtime.rundir.writes import RunWriteError, write_error
 from sailrl.spec.schema import Spec
 
-__all__ = ["Checkpoints", "default_resume_command"]
+__all__ = ["CheckpointIndex", "Checkpoints", "default_resume_command"]
 
 
 def default_resume_command() -> str:
@@ -151,7 +151,7 @@ class Checkpoints:
         loop_state = {"batch": step, **({"off_policy_snapshots": snapshots} if snapshots else {}), **(extra or {})}
         paths = await checkpoint_utils.save_checkpoint_async(
             self.training_client, name or f"{self.spec.name}-state-{step:06d}", str(self.run_dir.path),
-            loop_state=loop_state, kind="state", store=_Index(self.run_dir))
+            loop_state=loop_state, kind="state", store=CheckpointIndex(self.run_dir))
         return paths["state_path"]
 
     async def save_final(self) -> str:
@@ -159,7 +159,8 @@ class Checkpoints:
         self.run_dir.ensure()
         paths = await checkpoint_utils.save_checkpoint_async(
             self.training_client, f"{self.spec.name}-final", str(self.run_dir.path),
-            loop_state={"batch": self.records.completed, "final": True}, kind="both", store=_Index(self.run_dir))
+            loop_state={"batch": self.records.completed, "final": True}, kind="both",
+            store=CheckpointIndex(self.run_dir))
         self.records.console.result(self.records.summary(paths["state_path"]))
         return paths["state_path"]
 
@@ -214,7 +215,7 @@ class Checkpoints:
         return f"{exc} ({self._last_saved()})"
 
 
-class _Index:
+class CheckpointIndex:
     """``checkpoints.jsonl`` for tinker_cookbook's ``save_checkpoint_async`` (its ``store``): each record appended
     whole or not at all (:func:`~sailrl.runtime.rundir.directory.append_whole`), so a full disk leaves no torn record for
     the next one to join."""
