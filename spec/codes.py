@@ -148,6 +148,11 @@ _TABLE: tuple[Code, ...] = (
     # -- worked reward examples ------------------------------------------------------------------------------
     Code("S301", "example-mismatch", "error", "A worked example does not score as it expects."),
     Code("S302", "example-unknown-rule", "error", "A worked example expects a score for a rule that does not exist."),
+    Code("S261", "init-from-unfinished", "error", "training.init_from names a run directory that holds no finished "
+         "run: it does not exist (and no earlier stage of the same sailrl run writes it), holds no run, or the run "
+         "has not saved its final state."),
+    Code("S262", "init-from-other-model", "error", "training.init_from names a run of another model or LoRA rank "
+         "than this spec's, or one whose weights live on another backend (local:// vs tinker://)."),
     Code("S303", "example-expects-nothing", "error", "A worked example sets neither expect nor expect_total."),
     Code("S304", "example-reference", "error", "A worked example's reference answer is unusable for the answer "
          "rules."),
@@ -246,6 +251,8 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
     ErrorCode("E110", "sailrl.runtime.backends.backend.BackendError", "A backend cannot be opened (a missing key, an "
               "unreachable Tinker)."),
     ErrorCode("E111", "sailrl.runtime.backends.tinker_service.TinkerUnreachable", "The Tinker service answered no request "
+    ErrorCode("E108", "sailrl.runtime.rundir.init_from.InitFromError", "training.init_from names a run directory "
+              "that cannot start this run (its problem code: S261 or S262)."),
               "for SAILRL_TINKER_UNREACHABLE_S seconds (default 300); state saved, --resume continues."),
     ErrorCode("E112", "sailrl.runtime.backends.tinker_service.TinkerRefused", "The Tinker service refused a request for "
               "good: a loss it does not offer, a model it no longer holds."),
