@@ -6,8 +6,8 @@ Layers, lowest first (docs/architecture.md):
   reads it, so no stage imports the package that holds the CLI); imports nothing else.
 - the spec language ``sailrl.spec`` (``spec/``): imports only ``sailrl`` and itself.
 - the runtime ``sailrl.runtime`` (``runtime/``): imports only ``sailrl``, the spec and itself. Its self-contained
-  pieces (``SELF_CONTAINED``: prompts, reward rules, answers), which the validation stage uses, import only
-  ``sailrl``, the spec and each other.
+  folders (``SELF_CONTAINED``: prompts, data, rewards, sandbox, tools, planning), which the validation stage uses,
+  import only ``sailrl``, the spec and each other.
 - rendering (``sailrl.compiler.render``, ``sailrl.compiler.docgen``): imports only ``sailrl`` and the spec.
 - the validation stage (``VALIDATION``): imports ``sailrl``, the spec, itself and the runtime's self-contained
   pieces.
@@ -16,11 +16,15 @@ Layers, lowest first (docs/architecture.md):
   command imports no other command (shared helpers live in ``sailrl.commands._common``).
 
 ``importlib.import_module("sailrl....")`` with a literal name counts as an import.
+
+These rules are the one source: docs/architecture.md's stages table is checked against them, and its module tables
+against the tree (:func:`doc_problems`).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -193,6 +197,152 @@ def test_the_folders_are_the_packages_pyproject_maps():
         top = folder.split("/")[0]
         assert FOLDERS[top] == ".".join(package.split(".")[: 1 + (top != "sailrl")]), package
         assert module_name(ROOT / folder / "__init__.py", ROOT) == package
+
+
+# ----------------------------------------------------------------------------------------- the architecture doc
+#: docs/architecture.md's tables, by header: the stages (a layer, the folders and modules in it, what it may
+#: import) and the modules (one path a row, its job). The layer rules above are the source; the doc is checked
+#: against them.
+STAGES_HEADER = ("stage", "modules", "may import")
+MODULES_HEADER = ("module", "job")
+DOC = "docs/architecture.md"
+#: Modules the doc leaves out: the scripts that made the built-in models' shipped weights.
+DOC_SKIP = ("runtime/backends/local/pretrained/",)
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of a markdown table row (``\\|`` inside a cell is no separator)."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def doc_tables(text: str) -> dict[tuple[str, ...], list[tuple[int, list[str]]]]:
+    """Header -> its rows as (line number, cells), for every markdown table of ``text``."""
+    tables: dict[tuple[str, ...], list[tuple[int, list[str]]]] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and re.fullmatch(r"\|( *:?-+:? *\|)+", lines[i + 1].strip()):
+            rows = tables.setdefault(tuple(c.lower() for c in _cells(lines[i])), [])
+            i += 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append((i + 1, _cells(lines[i])))
+                i += 1
+        else:
+            i += 1
+    return tables
+
+
+def _doc_module(token: str, root: Path) -> str | None:
+    """The module a path in the doc names (``folder/`` names its package), or None when it names none."""
+    path = root / (token + "__init__.py" if token.endswith("/") else token)
+    return module_name(path, root) if path.suffix == ".py" and path.is_file() else None
+
+
+def doc_problems(root: Path = ROOT) -> list[str]:
+    """One line per way docs/architecture.md disagrees with the tree or with this file's layer rules: a module no
+    module table names, a path no module answers to, a module named twice, a stage row whose modules are not of its
+    layer, a layer folder the stages table leaves out, a "may import" cell other than ``ALLOWED``."""
+    modules = {m: p for m, p in _modules(root).items()
+               if not p.relative_to(root).as_posix().startswith(DOC_SKIP)}
+    tables = doc_tables((root / DOC).read_text(encoding="utf-8"))
+    problems: list[str] = []
+    named: dict[str, int] = {}
+    for line, cells in tables.get(MODULES_HEADER, []):
+        tokens = re.findall(r"`([^`]+)`", cells[0])
+        if len(tokens) != 1 or not cells[1:] or not cells[1]:
+            problems.append(f"{DOC}:{line}: a module row names one path, then its job")
+            continue
+        module = _doc_module(tokens[0], root)
+        if module is None:
+            problems.append(f"{DOC}:{line}: {tokens[0]} is no module of the package: remove the row or fix the path")
+        elif module in named:
+            problems.append(f"{DOC}:{line}: {tokens[0]} is named again (first on line {named[module]})")
+        else:
+            named[module] = line
+    for module, path in modules.items():
+        if module not in named:
+            rel = path.relative_to(root).as_posix()
+            token = rel.removesuffix("__init__.py") if path.name == "__init__.py" else rel
+            problems.append(f"{DOC}: no module table names {token}: add a row '| `{token}` | <its job> |'")
+    expected = {**{k: ", ".join(f"`{x}`" for x in sorted(v)) for k, v in ALLOWED.items()}, "top": "everything"}
+    members = {"self-contained": set(SELF_CONTAINED), "rendering": set(RENDERING), "validation": set(VALIDATION),
+               "top": TOP | set(TOP_PACKAGES)}
+    seen: set[str] = set()
+    for line, cells in tables.get(STAGES_HEADER, []):
+        stage = re.findall(r"`([^`]+)`", cells[0])
+        if len(stage) != 1 or stage[0] not in expected or len(cells) != 3:
+            problems.append(f"{DOC}:{line}: a stage row starts with one layer of tests/test_architecture.py in "
+                            f"backticks, one of {', '.join(sorted(expected))}")
+            continue
+        stage_name = stage[0]
+        seen.add(stage_name)
+        in_row = set()
+        for token in re.findall(r"`([^`]+)`", cells[1]):
+            module = _doc_module(token, root)
+            if module is None:
+                problems.append(f"{DOC}:{line}: {token} is no module of the package")
+            elif layer(module) != stage_name:
+                problems.append(f"{DOC}:{line}: {token} is in the {layer(module)} layer, not {stage_name}")
+            else:
+                in_row.add(module)
+        for module in sorted(members.get(stage_name, set()) - in_row):
+            problems.append(f"{DOC}:{line}: the {stage_name} row leaves out {module}")
+        may = set(re.findall(r"`([^`]+)`", cells[2]))
+        if stage_name == "top" and not cells[2].startswith("everything") or stage_name != "top" and \
+                may != ALLOWED[stage_name]:
+            problems.append(f"{DOC}:{line}: {stage_name} may import {expected[stage_name]} (tests/test_architecture.py "
+                            f"ALLOWED), the doc says {cells[2]!r}")
+    problems += [f"{DOC}: the stages table has no `{s}` row" for s in sorted(set(expected) - seen)]
+    return problems
+
+
+def test_the_architecture_doc_names_every_module_and_the_layer_rules():
+    problems = doc_problems()
+    assert not problems, "docs/architecture.md disagrees with the tree or the layer rules:\n" + "\n".join(problems)
+
+
+def test_the_doc_check_sees_missing_and_unknown_modules_and_wrong_rules(tmp_path):
+    for rel in ("spec/__init__.py", "spec/schema.py", "runtime/__init__.py", "runtime/run.py",
+                "runtime/rewards/__init__.py", "runtime/rewards/rules.py", "compiler/render.py", "sailrl/__init__.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / DOC).write_text(
+        "| stage | modules | may import |\n|---|---|---|\n"
+        "| `sailrl` | `sailrl/__init__.py` | `sailrl`, `spec` |\n"
+        "| `spec` | `spec/` | `sailrl`, `spec` |\n"
+        "| `runtime` | `runtime/`, `runtime/rewards/` | `sailrl`, `spec`, `runtime` |\n"
+        "| `self-contained` | `runtime/prompts/` | `sailrl`, `spec`, `self-contained` |\n"
+        "| `rendering` | `compiler/render.py` | `sailrl`, `spec` |\n"
+        "| `top` | `sailrl/cli.py` | everything |\n"
+        "\ntext\n\n"
+        "| module | job |\n|---|---|\n"
+        "| `spec/` | the spec language |\n"
+        "| `spec/schema.py` | the schema |\n"
+        "| `spec/gone.py` | a module that was removed |\n"
+        "| `runtime/run.py` | `open_run` \\| `Run` |\n"
+        "| `runtime/rewards/rules.py` | the engine |\n"
+        "| `spec/schema.py` | again |\n"
+        "| `compiler/render.py` |  |\n")
+    doc = "docs/architecture.md"
+    assert doc_problems(tmp_path) == [
+        f"{doc}:16: spec/gone.py is no module of the package: remove the row or fix the path",
+        f"{doc}:19: spec/schema.py is named again (first on line 15)",
+        f"{doc}:20: a module row names one path, then its job",
+        f"{doc}: no module table names compiler/render.py: add a row '| `compiler/render.py` | <its job> |'",
+        f"{doc}: no module table names runtime/: add a row '| `runtime/` | <its job> |'",
+        f"{doc}: no module table names runtime/rewards/: add a row '| `runtime/rewards/` | <its job> |'",
+        f"{doc}: no module table names sailrl/: add a row '| `sailrl/` | <its job> |'",
+        f"{doc}:5: runtime/rewards/ is in the self-contained layer, not runtime",
+        f"{doc}:5: runtime may import `runtime`, `sailrl`, `self-contained`, `spec` (tests/test_architecture.py "
+        "ALLOWED), the doc says '`sailrl`, `spec`, `runtime`'",
+        f"{doc}:6: runtime/prompts/ is no module of the package",
+        *[f"{doc}:6: the self-contained row leaves out {m}" for m in sorted(SELF_CONTAINED)],
+        f"{doc}:7: the rendering row leaves out sailrl.compiler.docgen",
+        f"{doc}:8: sailrl/cli.py is no module of the package",
+        *[f"{doc}:8: the top row leaves out {m}" for m in sorted(TOP | set(TOP_PACKAGES))],
+        f"{doc}: the stages table has no `validation` row",
+    ]
 
 
 # ------------------------------------------------------------------------------------ cycles and lazy imports
