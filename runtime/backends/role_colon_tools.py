@@ -6,10 +6,9 @@ does not have. This renderer keeps role_colon's text and stop sequence (``\\n\\n
 
 - tools declared in a short ``System:`` message (:meth:`create_conversation_prefix_with_tools`): ``Tools:``,
   one line per tool, ``name(param: type, optional?: type): the description's first sentence.``, then the call
-  format, ``Call one as <tool_call>{"name": ..., "arguments": {...}}</tool_call>.`` The first prompt of
-  ``3+4=`` with the calculator is 158 byte tokens; with each tool's whole JSON spec (as the cookbook's qwen3
-  renderer writes it) it was 610, and an RL step on ``spec/examples/calculator.yaml`` spent most of its time
-  training on those declarations (40-60 s of a 50-80 s step, 2 busy cores);
+  format, ``Call one as <tool_call>{"name": ..., "arguments": {...}}</tool_call>.`` The byte tokenizer spends a
+  token a character, so each tool's whole JSON spec (as the cookbook's qwen3 renderer writes it) would make the
+  declarations several times the prompt and most of what an episode trains on (``benchmarks/local_backend.md``);
 - tool calls parsed out of the reply with the cookbook's ``parse_content_blocks`` (a block with bad JSON is an
   ``UnparsedToolCall``, as in the cookbook's qwen3 renderer); the reply's text keeps the block as written, so the
   history renders back to exactly the sampled tokens;

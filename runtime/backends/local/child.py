@@ -4,10 +4,8 @@ Why: the training worker, the sampling worker and the RL loop itself are threads
 Python half of each (module calls and bookkeeping between torch ops, the loop's rollouts, scoring and datum
 assembly) takes turns on the GIL. While they overlap -- bounded off-policy sampling
 (``training.max_steps_off_policy`` > 0) runs the next step's rollouts while this step trains -- each slows the
-others: on the quickstart's shape one update on 128 datums took 1.17-1.19x as long beside a thread sampling in a
-loop and 1.01-1.02x beside a sampling process (``benchmarks/bench_off_policy.py --settings contention``), and in a
-K=1 run in one process (sampling and the loop's rollouts beside it) the updates took 1.39-1.44x as long as in a
-K=0 run (``--settings local``, ``time/train``). So for
+others: an update beside a sampling thread takes longer than beside a sampling process
+(``benchmarks/bench_off_policy.py --settings contention``; the figures: ``benchmarks/local_backend.md``). So for
 off-policy runs the embedded backend trains in one child process (``trainer_process``) and samples in another
 (``sampler_process``), and the loop's own Python never waits for theirs (``device.use_local_processes``).
 

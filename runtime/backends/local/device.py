@@ -8,26 +8,17 @@
   stay float32 (peft upcasts adapters) and losses are computed on float32 logits.
 - Threads (:func:`thread_count`): ``$SAILRL_THREADS`` when set; else 1 for the built-in models; else torch's
   default (one per core). Each of the backend's two worker threads (training, sampling) uses that count, so
-  with 1 the two overlap on two cores.
-
-  Measured with ``benchmarks/bench_threads.py`` on a 2-core machine shared with other work, 2 threads against
-  1, ratio of seconds (min / median of the repetitions; above 1 is slower): ``sailrl/tiny-arith`` (one RL step:
-  16 x 8 rollouts of <= 12 tokens; one update on 128 datums), 15 repetitions at load average ~1.5: sampling
-  1.10 / 1.09, training 1.11 / 1.13 (9 repetitions at load ~4.5: 1.11 / 1.10 and 1.16 / 1.08) -- its 128-wide
-  matrices gain nothing from a second thread, so 1. SmolLM2-135M (GGUF; 2 x 4 rollouts of 16 tokens; 8
-  datums), 3 repetitions at load ~4: sampling 0.97 / 0.98, training 0.94 / 1.22 -- no clear gain on a busy
-  2-core machine either, but its matrices are large enough to split on a machine with idle cores, so torch's
-  default. (The earlier "2 threads 5-10x slower" figure did not
-  reproduce.)
+  with 1 the two overlap on two cores. The built-in models' 128-wide matrices gain nothing from a second thread;
+  a larger model's matrices are large enough to split on a machine with idle cores (``benchmarks/bench_threads.py``;
+  the figures: ``benchmarks/local_backend.md``).
 - Child processes (:func:`use_local_processes`): ``$SAILRL_LOCAL_PROCESSES`` when set (``1`` on, ``0`` off); else
   on for a bounded off-policy run (``training.max_steps_off_policy`` > 0) on the CPU, off otherwise. Off-policy
   sampling overlaps training, and threads of one interpreter slow each other on the GIL (see ``child``), so the
   backend then trains in one child process and samples in another; a synchronous run never overlaps them and skips
-  the children's start-up (about 2 s). On a GPU the kernels run outside the GIL, and each child would need its own
-  CUDA context and model copies. Measured with ``benchmarks/bench_off_policy.py --settings local`` (K=1 against
-  K=0 steps per minute, medians): 1.39-1.40x with the children, 1.07-1.08x in process on a lightly loaded 2-core
-  machine; 1.31x with the children, 1.20x in process at load average 7-10 beside a competing busy process
-  (``--busy 1``): the children win on an idle and on a busy machine.
+  the children's start-up. On a GPU the kernels run outside the GIL, and each child would need its own CUDA
+  context and model copies. Off-policy runs gain more from overlap with the children than in one process, on an
+  idle and on a busy machine (``benchmarks/bench_off_policy.py --settings local``; the figures:
+  ``benchmarks/local_backend.md``).
 """
 
 from __future__ import annotations

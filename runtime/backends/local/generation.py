@@ -10,8 +10,8 @@ others their own.
 When the distinct prompts all start with the same ``MIN_SHARED_PROMPT`` (32) tokens or more (a
 judge's instructions, a system prompt, few-shot examples), that start is prefilled once and its KV
 cache copied to each prompt before their own tokens run (``_prefill_shared``): the same logits up to
-float rounding, for a fraction of the prefill (a batch of 40 judge prompts of ~250 shared and a few
-own tokens on tiny-judge: 8x less time). Prompt logprobs turn it off (they need every position), and so
+float rounding, for a fraction of the prefill (``benchmarks/bench_shared_prompt.py``; the figure:
+``benchmarks/local_backend.md``). Prompt logprobs turn it off (they need every position), and so
 do models with sliding or local attention windows and dynamic RoPE (``_can_share_prompt_start``).
 
 Per decode step the work outside the model is a fixed number of tensor operations on the whole

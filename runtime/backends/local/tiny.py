@@ -5,7 +5,7 @@ vocabulary 259 = the byte tokenizer's size, untied input/output embeddings, 0.46
 initialised under ``torch.manual_seed(seed)``: reproducible from ``(TINY_CONFIG, seed)`` on the same torch
 version, so a checkpoint stores only its LoRA adapter plus ``base_model.json`` (name, seed, config) and the
 base is rebuilt on load. Untied embeddings matter: with LoRA on ``lm_head`` a random base can learn an output
-format, with a frozen tied unembedding it cannot (measured: supervised loss stalls near 3.3 in 300 steps).
+format, with a frozen tied unembedding it cannot (``benchmarks/local_backend.md``).
 
 ``sailrl/tiny-arith`` is the same architecture with the weights shipped in ``pretrained/tiny_arith.safetensors``
 (made by ``pretrained/make_tiny_arith.py``); ``base_model.json`` records their sha256 as ``revision`` and a

@@ -353,8 +353,9 @@ def _target_logprobs(logits: torch.Tensor, *index: torch.Tensor) -> torch.Tensor
 
 
 #: Activation memory one learner pass may take (bytes, as :func:`tokens_per_chunk` estimates it): a step whose datums
-#: need more runs as micro-batches. SmolLM2-135M (30 layers, vocabulary 49,152) needs about 2 MB a token, so a step of
-#: 64 rollouts of ~100 tokens took a 17 GB peak RSS in one pass; the built-in models (~25 KB a token) never split.
+#: need more runs as micro-batches. By that estimate SmolLM2-135M (30 layers, vocabulary 49,152) needs about 2 MB a
+#: token, so an RL step of its rollouts splits; the built-in models (~25 KB a token) never do. The peak memory and
+#: step time with and without micro-batches: benchmarks/local_backend.md.
 ACTIVATION_BYTES = 2 << 30
 
 
@@ -407,7 +408,7 @@ def shared_prefixes(tokens: list[list[int]], pass_cost: int | None = None) -> tu
     ``None`` when it would save less than ``MIN_SAVING`` of the tokens and, given the cost of a learner pass in
     tokens (``pass_cost``, :func:`pass_tokens`), fewer tokens than ``SAVING_PASSES`` passes cost. (A step of 16
     groups of 4 sailrl/tiny datums, a 22-token prompt before 64-token completions, leaves out 19% of its tokens,
-    ~1,000, against 222 for two passes: its forward + backward 0.193 s -> 0.156 s.)
+    ~1,000, more than the 222 that two passes cost: it shares.)
 
     Groups are runs of consecutive datums (an RL step lists each group's rollouts together). A group's prefix is
     the longest start its datums share, less one token so that every datum keeps at least one token of its own;
@@ -443,10 +444,9 @@ def shared_prefixes(tokens: list[list[int]], pass_cost: int | None = None) -> tu
 
 
 #: What one more learner pass costs beyond its tokens: the Python and dispatch of a forward and backward through every
-#: layer, counted as the tokens that take as long. Measured (``forward_backward`` of 64 datums with 8 or 24 own tokens
-#: in 1 or 4 passes, one thread): sailrl/tiny (213 K parameters a layer) 7.3 ms a pass = 111 tokens; SmolLM2-135M
-#: (4.0 M a layer, 8 datums) 215 ms = 22 tokens. So :func:`pass_tokens` is ``PASS_COST`` parameter-tokens over a
-#: layer's parameters, and at least ``MIN_PASS_TOKENS``.
+#: layer, counted as the tokens that take as long. The smaller a layer, the more tokens a pass is worth, so
+#: :func:`pass_tokens` is ``PASS_COST`` parameter-tokens over a layer's parameters, and at least
+#: ``MIN_PASS_TOKENS`` (the calibration on sailrl/tiny and SmolLM2-135M: benchmarks/local_backend.md).
 PASS_COST = 24_000_000
 MIN_PASS_TOKENS = 20
 
@@ -462,7 +462,7 @@ def length_batches(lengths: list[int], pass_cost: int) -> list[list[int]]:
     """The datums (their own ``lengths`` after the shared prefix) in passes of like lengths, each pass padded to its
     longest: the split that minimises the padded tokens plus ``pass_cost`` tokens a pass (one pass of every datum in
     order when nothing beats it). An RL step whose completions stop early (SmolLM2: 4 to 64 tokens) runs them in a
-    few passes instead of padding every one to the longest: its learner 1.45x faster."""
+    few passes instead of padding every one to the longest."""
     n = len(lengths)
     if n < 2:
         return [list(range(n))]
