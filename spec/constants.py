@@ -24,7 +24,7 @@ RETIRED_WINDOWS: dict[str, str] = {
 }
 
 # -- limits ---------------------------------------------------------------------------------------------------
-#: Largest spec file (bytes). Specs are a few kilobytes; the YAML reader handles ~0.4 MB/s.
+#: Largest spec file (bytes). Specs are a few kilobytes, and reading YAML is slow (``benchmarks/limits.md``).
 MAX_SPEC_BYTES = 256 * 1024
 #: Deepest nesting of mappings and lists (a spec needs about 7 levels).
 MAX_NESTING = 50

@@ -626,7 +626,7 @@ def _recover_prefix(text: str, stop_line: int, filename: str) -> _Parsed | None:
 
 
 # Files up to this size are parsed a second time, up to a syntax error, to check what comes before it (a spec
-# is a few kilobytes; the YAML reader handles ~0.4 MB/s, so a second pass of a large file would double its time).
+# is a few kilobytes; a second pass of a large file would double its time: ``benchmarks/limits.md``).
 _RECOVER_CHARS = 64 * 1024
 
 

@@ -4,7 +4,8 @@ Patterns are compiled with the ``regex`` module (what scoring uses, with per-mat
 :func:`pattern_limit_problem` refuses patterns whose compilation alone would be costly or crash: group nesting
 deeper than :data:`~sailrl.spec.constants.MAX_REGEX_NESTING` (the ``regex`` parser recurses per group; ~500 levels
 raise RecursionError) and nested repeat counts whose product exceeds
-:data:`~sailrl.spec.constants.MAX_REGEX_REPEAT` (``regex`` expands ``a{1000000}`` at compile time: 0.7 s).
+:data:`~sailrl.spec.constants.MAX_REGEX_REPEAT` (``regex`` expands a repeat at compile time; the figures:
+``benchmarks/limits.md``).
 """
 
 from __future__ import annotations

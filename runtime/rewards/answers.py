@@ -662,8 +662,8 @@ def math_equal_unlimited(gold: list[Any], pred: list[Any]) -> bool:
 
 def math_parse(answer: str, timeout_s: float) -> list[Any]:
     """:func:`math_parse_unlimited` under ``timeout_s`` (main thread only). Raises MathTimeout. math-verify and
-    sympy are imported first, outside the limit (about 2.5 s on a busy 2-core machine: a first answer must not
-    fail because the import was slow)."""
+    sympy are imported first, outside the limit (the import takes seconds on a busy machine: a first answer must
+    not fail because the import was slow; ``benchmarks/limits.md``)."""
     _mv()
     with _time_limit(timeout_s):
         return math_parse_unlimited(answer)
