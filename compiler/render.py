@@ -263,8 +263,8 @@ METHOD_READS: dict[str, tuple[str, ...]] = {
             "eval_every"),
     "dpo": ("steps", "learning_rate", "beta1", "beta2", "eps", "lr_schedule", "lr_warmup_steps", "save_every",
             "eval_every"),
-    "distill": ("learning_rate", "beta1", "beta2", "eps", "loss_fn", "loss_fn_config", "num_substeps",
-                "save_every"),
+    "distill": ("steps", "learning_rate", "beta1", "beta2", "eps", "lr_schedule", "lr_warmup_steps", "loss_fn",
+                "loss_fn_config", "num_substeps", "save_every", "eval_every"),
 }
 #: The sections a method's ``CONFIG`` holds, in this order, each when the spec has it.
 METHOD_SECTIONS = ("model", "dataset", "prompt", "sft", "dpo", "distill", "reward", "training", "sampling",

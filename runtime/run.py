@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sailrl.runtime.backends.backend import Backend
+from sailrl.runtime.distillation.teacher import open_teacher
 from sailrl.runtime.loop import opening
 from sailrl.runtime.loop.budget import Budget
 from sailrl.runtime.loop.checkpoints import Checkpoints
@@ -90,6 +91,8 @@ class Run:
     console: Console
     start_step: int
     finished: bool = False
+    #: method distill: a sampling client of the teacher (``distill.teacher``), which scores the student's tokens
+    teacher: Any = None
 
     @property
     def completed(self) -> int:
@@ -154,7 +157,7 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     start = opening.resume_point(run_dir, spec, resume=options.resume, overwrite=options.overwrite,
                                  spec_sha256=options.spec_sha256, console=console)
     # The rules' and tools' files are read once, before any worker loads them: the reward cannot change mid-run.
-    code_sha256 = freeze_spec_code(spec.reward.rules, spec.environment.tools if spec.environment else [],
+    code_sha256 = freeze_spec_code(spec.reward.rules if spec.reward else [], spec.environment.tools if spec.environment else [],
                                    options.spec_dir)
     backend = await opening.connect(spec, spec_path=options.spec_path, spec_dir=options.spec_dir, console=console)
     resume_path = start.state_path or spec.training.resume_from
@@ -163,6 +166,8 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     inputs = opening.load_inputs(spec, backend, training_client, options.spec_dir, console,
                                  tool_specs=[t.to_spec() for t in episode.get("tools", [])])
     await opening.probe_judges(inputs, spec.prompt.reference_field)  # a judge no step could reach stops the run
+    teacher = await open_teacher(spec, backend, options.spec_dir, inputs.tokenizer, console) \
+        if spec.method == "distill" else None
     # Everything opened: now the run directory is written.
     run_id, warmup_completed = opening.write_run_dir(
         run_dir, spec, start, resume=options.resume, overwrite=options.overwrite, spec_sha256=options.spec_sha256,
@@ -170,6 +175,7 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
         is_local=backend.is_local, code_sha256=code_sha256)
     run = _assemble(spec, options, console, run_dir, backend, training_client, lora_rank, inputs, run_id,
                     start, warmup_completed, episode)
+    run.teacher = teacher
     _announce(run, resume_path, warmup_completed)
     return run
 

@@ -38,11 +38,11 @@ METHOD_KEYS: dict[tuple[str, ...], frozenset[str]] = {
     ("training", "loss_fn"): frozenset({"rl", "distill"}),
     ("training", "loss_fn_config"): frozenset({"rl", "distill"}),
     ("training", "num_substeps"): frozenset({"rl", "distill"}),
-    ("training", "advantage_scale"): frozenset({"rl", "distill"}),
-    ("training", "kl_penalty_coef"): frozenset({"rl", "distill"}),
-    ("training", "kl_discount_factor"): frozenset({"rl", "distill"}),
-    ("training", "max_steps_off_policy"): frozenset({"rl", "distill"}),
-    ("training", "on_all_degenerate"): frozenset({"rl", "distill"}),
+    ("training", "advantage_scale"): frozenset({"rl"}),
+    ("training", "kl_penalty_coef"): frozenset({"rl"}),
+    ("training", "kl_discount_factor"): frozenset({"rl"}),
+    ("training", "max_steps_off_policy"): frozenset({"rl"}),
+    ("training", "on_all_degenerate"): frozenset({"rl"}),
     ("training", "warmup"): frozenset({"rl"}),
     ("sampling", "on_policy_mismatch"): frozenset({"rl", "distill"}),
     ("sampling", "on_policy_kl_threshold"): frozenset({"rl", "distill"}),
@@ -83,7 +83,8 @@ class TeacherSpec(SpecModel):
 
     name: Text = Field(description="The teacher's base model (e.g. Qwen/Qwen3-8B, or sailrl/tiny-arith locally).")
     checkpoint: Text | None = Field(
-        None, description="A sampler checkpoint of the teacher (tinker://... or local://...); default: its base.")
+        None, description="A sampler checkpoint of the teacher (tinker://... or local://...), or the folder of a "
+                          "finished run (relative to the spec) whose final adapter is the teacher; default: its base.")
 
 
 class DistillSpec(SpecModel):

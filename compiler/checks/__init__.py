@@ -8,6 +8,7 @@ spec, each a few plain functions that take the reader, run in this order:
 
 - ``values.py``: control characters from double-quoted escapes, names and paths that fit a file system;
 - ``method.py``: keys and sections that only another training method reads;
+- ``distill.py``: a distillation teacher whose tokenizer is not the student's;
 - ``templates.py``: Jinja2 templates (prompt, warm-up completion, judge rubrics) parse, stay within the sandbox's
   nesting limits, use only declared dataset fields and no attribute the sandbox forbids, and render on an example
   row (the spec's ``examples:`` fields over a row of placeholder values) in the runtime's own bounded sandbox
@@ -29,6 +30,7 @@ spec, each a few plain functions that take the reader, run in this order:
 from __future__ import annotations
 
 from sailrl.compiler.checks.dataset import LOCAL_DATA_SUFFIXES, check_dataset
+from sailrl.compiler.checks.distill import check_distill
 from sailrl.compiler.checks.judges import check_judges
 from sailrl.compiler.checks.method import check_method
 from sailrl.compiler.checks.model import check_model
@@ -57,6 +59,7 @@ __all__ = [
 CHECKS = (
     check_control_characters,
     check_method,
+    check_distill,
     check_paths,
     check_templates,
     check_templates_on_data,

@@ -41,6 +41,7 @@ from sailrl.runtime.rundir.directory import WARMUP_FILE, RunDirectory
 from sailrl.runtime.rundir.writes import RunDirectoryError
 from sailrl.spec.errors import ConfigError
 from sailrl.spec.models import default_renderer
+from sailrl.spec.rewards import RewardSpec
 from sailrl.spec.schema import Spec
 from sailrl.spec.version import __version__
 
@@ -248,7 +249,8 @@ def load_inputs(spec: Spec, backend: Backend, training_client: Any, spec_dir: Pa
     dataset rows (prompts too long for the context skipped, and said so) and the prompt builder. ``tool_specs``:
     an episode's tools, declared in every prompt (the length check and the warm-up count them)."""
     tokenizer, renderer = tokenizer_and_renderer(spec, backend, training_client, spec_dir)
-    reward_fn = RewardFunction.from_spec(spec.reward, reference_field=spec.prompt.reference_field, spec_dir=spec_dir)
+    reward = spec.reward or RewardSpec.model_construct(rules=[])  # distill without rules: every total is 0
+    reward_fn = RewardFunction.from_spec(reward, reference_field=spec.prompt.reference_field, spec_dir=spec_dir)
     if reward_fn.judges:  # kind: judge rules: their clients open on the first judgement
         service = backend.service_client
         unconnected = connect_judges(reward_fn, service_client=None if backend.is_local else service,

@@ -109,7 +109,9 @@ class Records:
         self._started: dict[int, float] = {}
         self.streaks = Streaks(console)
         # reward gaming: a rule climbing while correctness does not, or passed by degenerate replies (gaming.jsonl)
-        self.gaming = GamingWatch(spec.reward.rules, spec.reward.default_correct_rule(), run_dir.path)
+        reward = spec.reward  # None: a distillation without reward rules, nothing to game
+        self.gaming = GamingWatch(reward.rules if reward else [], reward.default_correct_rule() if reward else None,
+                                  run_dir.path)
 
     def step(self, step: int) -> StepRecord:
         """``step``'s record (created on first use)."""

@@ -26,7 +26,7 @@ __all__ = ["JUDGE_TOKEN_KEYS", "TOKEN_KINDS", "add_judge_tokens", "rollout_metri
            "token_counts"]
 
 TOKEN_KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained",
-               "judge_prompt", "judge_output")
+               "judge_prompt", "judge_output", "teacher")
 #: Judge tokens of a step (train and eval rollouts together; ``kind: judge`` rules only).
 JUDGE_TOKEN_KEYS = ("tokens/judge_prompt", "tokens/judge_output")
 

@@ -9,6 +9,7 @@ Token kinds (the loop logs ``tokens/<kind>`` per step and ``tokens_cum/<kind>`` 
 ``eval_prompt``    prompt tokens of the step's eval rollouts (one per held-out row)
 ``eval_sampled``   tokens sampled in the step's eval rollouts
 ``reference``      tokens whose reference logprobs the KL penalty computes on the base model (prefill)
+``teacher``        tokens the distillation teacher scores (``method: distill``; prefill at the teacher's price)
 ``warmup_trained`` tokens of the supervised warm-up examples sent to ``forward_backward``
 ``judge_prompt``   tokens the judge models of ``kind: judge`` rules read (rubric + completion), train and eval
 ``judge_output``   tokens the judge models wrote (their answers)
@@ -43,8 +44,8 @@ from sailrl.spec.pricing import SAIL_WINDOWS, PriceKey, ResolvedPrice, resolve_j
 from sailrl.spec.schema import Spec, every_due
 
 KINDS = ("prompt", "sampled", "trained", "eval_prompt", "eval_sampled", "reference", "warmup_trained",
-         "judge_prompt", "judge_output")
-STEP_KINDS = ("prompt", "sampled", "trained", "reference", "judge_prompt", "judge_output")
+         "judge_prompt", "judge_output", "teacher")
+STEP_KINDS = ("prompt", "sampled", "trained", "reference", "judge_prompt", "judge_output", "teacher")
 JUDGE_KINDS = ("judge_prompt", "judge_output")
 #: Characters per token assumed for the judge prompt's fixed text (the judge's tokenizer is not loaded).
 JUDGE_CHARS_PER_TOKEN = 4
@@ -62,7 +63,7 @@ def billing(sampler: str, completion_window: str) -> dict[str, PriceKey]:
     if sampler == "local":
         return {**{k: ("local",) for k in KINDS}, **judge}
     train, prefill = ("tinker", "train"), ("tinker", "prefill")
-    out = {"trained": train, "warmup_trained": train, "reference": prefill}
+    out = {"trained": train, "warmup_trained": train, "reference": prefill, "teacher": prefill}
     if sampler == "tinker":
         prompt, sample = prefill, ("tinker", "sample")
     elif sampler == "sail":
@@ -158,7 +159,8 @@ class CostModel:
             elif key[0] == "sail" and key[1] not in SAIL_WINDOWS:
                 prices[kind] = ResolvedPrice(key, None, "unknown")  # an invalid window has no price
             else:
-                prices[kind] = resolve_price(spec.pricing, spec.model.name, key)
+                teacher = spec.distill.teacher.name if kind == "teacher" and spec.distill is not None else None
+                prices[kind] = resolve_price(spec.pricing, teacher or spec.model.name, key)
         return cls(spec, sampler, prices, prompt_token_lengths=prompt_token_lengths,
                    eval_prompt_token_lengths=eval_prompt_token_lengths)
 
@@ -179,6 +181,8 @@ class CostModel:
             kinds.append("warmup_trained")
         if judge_rules(self.spec):
             kinds += list(JUDGE_KINDS)
+        if self.spec.method == "distill":
+            kinds.append("teacher")
         return kinds
 
     def missing_prices(self, kinds: Sequence[str] | None = None) -> list[ResolvedPrice]:
@@ -244,6 +248,8 @@ class CostModel:
                "trained": float(prompts + rollouts * max(s.max_tokens - 1, 0))}
         if t.kl_penalty_coef > 0:
             out["reference"] = float(prompts + rollouts * s.max_tokens)
+        if self.spec.method == "distill":  # the teacher reads every rollout's whole sequence
+            out["teacher"] = float(prompts + rollouts * s.max_tokens)
         episode = EpisodeBound.of(self.spec)
         if episode is not None:  # every episode at max_turns: later turns re-send the conversation
             longest = sorted(self.prompt_token_lengths or [0], reverse=True)[:g]
@@ -549,6 +555,11 @@ def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
             prompts.expected + rollouts * max(comp.expected + per_rollout_extra, 0.0))
         return Range(0.0, high, expected)
 
+    if spec.method == "distill":  # every group trains, and the teacher reads every rollout's whole sequence
+        kept = 1.0
+        tokens["teacher"] = Range(prompts.low + rollouts * comp.low, prompts.high + rollouts * comp.high,
+                                  None if comp.expected is None or prompts.expected is None else
+                                  prompts.expected + rollouts * comp.expected)
     tokens["trained"] = trained_range(-1.0)
     if t.kl_penalty_coef > 0:
         tokens["reference"] = trained_range(0.0)
