@@ -315,3 +315,6 @@ def render_method_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, outpu
 def default_output_path(spec_path: str | Path, spec: Spec) -> str:
     """``generated/<spec file stem>.py`` next to the current directory's ``generated/`` folder."""
     return (Path("generated") / (Path(spec_path).stem + ".py")).as_posix()
+        has_reward=spec.reward is not None,
+        conversation_doc="the messages in the row's sft.messages_field" if spec.sft and spec.sft.messages_field
+        else "the prompt, then sft.completion as the assistant's reply",

@@ -152,6 +152,8 @@ def _reward_checks(loaded: LoadedSpec, found: list[SpecError], judges: Any = Non
                              "Fix the reward rules; `sailrl validate` then scores every example.", code="W104",
                              severity="warning", at="key")]
     spec_view, skipped, broken = view
+    if spec_view.reward is None or spec_view.prompt is None:
+        return []  # a method that reads no reward rules (sft and dpo may leave them out): nothing to check
     if not loaded.complete and "examples" not in loaded.complete_sections:
         spec_view = spec_view.model_copy(update={"examples": []})
         if has_examples:

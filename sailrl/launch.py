@@ -209,6 +209,7 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, opt
     # lazy: see above
     from sailrl.runtime.loop.errors import BudgetReached, RunStopped
     from sailrl.runtime.run import open_run  # lazy: see above
+    from sailrl.runtime.supervised.run import open_supervised_run  # lazy: see above
     # lazy: see above
     from sailrl.runtime.rundir.writes import RunWriteError, write_error
 
@@ -216,7 +217,8 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, opt
     _stop_state["saved"] = False
     _quiet_task_errors()
     try:
-        run = await open_run(spec, options)
+        opener = {"sft": open_supervised_run}.get(spec.method, open_run)  # each method's run, its own parts
+        run = await opener(spec, options)
         await script_main(run)
         return EXIT_OK
     except (KeyboardInterrupt, asyncio.CancelledError):

@@ -14,6 +14,7 @@ spec, each a few plain functions that take the reader, run in this order:
   row (the spec's ``examples:`` fields over a row of placeholder values) in the runtime's own bounded sandbox
   (``sailrl.runtime.prompts``);
 - ``templates_on_data.py``: the prompt templates rendered on the first rows of a local dataset file;
+- ``sft.py``: ``method: sft``: the first data rows' conversations have an assistant turn to train on;
 - ``rules.py``: regular expressions compile within the pattern limits (``sailrl.spec.patterns``), rule names are
   unique, reference fields are declared dataset fields;
 - ``judges.py``: a judge model its sampler can serve; ``sailrl/tiny-judge`` used as it was taught;
@@ -37,6 +38,7 @@ from sailrl.compiler.checks.model import check_model
 from sailrl.compiler.checks.reader import SpecReader
 from sailrl.compiler.checks.rules import check_regexes, check_rules
 from sailrl.compiler.checks.sampling import COMPLETION_WINDOWS, RETIRED_WINDOWS, check_sampling
+from sailrl.compiler.checks.sft import check_sft
 from sailrl.compiler.checks.templates import check_templates
 from sailrl.compiler.checks.templates_on_data import check_templates_on_data
 from sailrl.compiler.checks.training import check_training
@@ -63,6 +65,7 @@ CHECKS = (
     check_paths,
     check_templates,
     check_templates_on_data,
+    check_sft,
     check_regexes,
     check_rules,
     check_judges,

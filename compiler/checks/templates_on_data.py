@@ -28,7 +28,7 @@ def check_templates_on_data(spec: SpecReader) -> None:
     error (S209) quoting the failure. Within :data:`DATA_RENDER_BUDGET_S` seconds of rendering."""
     paths = [p for p in (("prompt", "system"), ("prompt", "user")) if spec.text(p) is not None
              and not any(e.key_path == dotted(p) for e in spec.errors)]
-    rows = _data_rows(spec) if paths else []
+    rows = data_rows(spec) if paths else []
     if not rows:
         return
     deadline = time.monotonic() + DATA_RENDER_BUDGET_S
@@ -53,7 +53,7 @@ def check_templates_on_data(spec: SpecReader) -> None:
                            "preflight shows rows and their prompts).")
 
 
-def _data_rows(spec: SpecReader) -> list[dict[str, Any]]:
+def data_rows(spec: SpecReader) -> list[dict[str, Any]]:
     """The first rows of a local dataset file under the spec's field names (``_index`` included), or ``[]``
     when there is none or it cannot be read (the run and preflight report that)."""
     source = spec.text(("dataset", "source"))

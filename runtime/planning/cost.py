@@ -371,6 +371,7 @@ class RunEstimate:
         def rng(r: Range | None) -> dict[str, float | None] | None:
             return None if r is None else {"low": r.low, "high": r.high, "expected": r.expected}
 
+    method: str = "rl"
         return {
             "sampler": self.sampler, "model": self.model, "steps": self.steps,
             "groups_per_step": self.groups_per_step, "group_size": self.group_size, "rollouts": self.rollouts,
@@ -534,6 +535,8 @@ def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
     tokens: dict[str, Range] = {}
 
     unmeasured: list[str] = []
+    if spec.method == "sft":  # no rollouts: the conversations' tokens, measured by estimate_supervised's callers
+        return estimate_supervised(spec, None, sampler=sampler)
     if prompt_token_lengths:
         prompts = drawn_length_sum(prompt_token_lengths, steps * g, seed, reshuffle=reshuffle,
                                    total_rows=train_rows).scale(gs)
@@ -673,6 +676,69 @@ def measure_token_lengths(spec: Spec, rows: Sequence[Mapping[str, Any]], prompts
         completion = w.completion or "{{ " + spec.prompt.reference_field + " }}"
         warmup = [int(prompts.supervised_datum(r, completion).model_input.length) for r in rows]
     return TokenLengths(prompt, warmup)
+def sft_evals(spec: Spec) -> int:
+    """How many times an SFT run measures its held-out rows: before training, every ``eval_every`` steps, and
+    after the last step (once when it is also an ``eval_every`` step); 0 without held-out rows."""
+    if spec.dataset.eval is None:
+        return 0
+    steps, every = spec.training.steps, spec.training.eval_every
+    due = steps // every if every > 0 else 0
+    return 1 + due + (0 if every > 0 and steps % every == 0 else 1)
+
+
+def estimate_supervised(spec: Spec, datum_token_lengths: Sequence[int] | None,
+                        eval_datum_token_lengths: Sequence[int] | None = None, *, train_rows: int | None = None,
+                        sampler: str | None = None) -> RunEstimate:
+    """An SFT run's tokens and cost: ``training.steps x sft.batch_size`` conversations sent to forward_backward
+    (``trained``: each datum's ``model_input.length``, drawn in the loop's order), and each held-out evaluation's
+    forward pass over the held-out conversations (``eval_prompt``, billed as prompt tokens). The held-out samples
+    scored by reward rules (one per row at the first and last evaluation and every ``eval_every`` steps) are
+    ``eval_sampled``, up to ``sampling.max_tokens`` each, with their prompts inside ``eval_prompt``'s count as an
+    upper end. ``datum_token_lengths`` (one per training row, load order) / ``eval_datum_token_lengths``: None
+    when not measured (left out and said so)."""
+    model = CostModel.from_spec(spec, sampler=sampler)
+    t, batch = spec.training, spec.sft.batch_size if spec.sft is not None else 32
+    tokens: dict[str, Range] = {}
+    unmeasured: list[str] = []
+    notes: list[str] = []
+    kinds = ["trained"]
+    if datum_token_lengths:
+        tokens["trained"] = drawn_length_sum(datum_token_lengths, t.steps * batch, shuffle_seed(spec),
+                                             reshuffle=spec.dataset.shuffle, total_rows=train_rows)
+    else:
+        unmeasured.append("trained")
+        notes.append("the conversations' tokens are not counted (the data was not measured); the run logs them "
+                     "per step (tokens/trained, cost/step)")
+    evals = sft_evals(spec)
+    eval_rows = len(eval_datum_token_lengths or [])
+    if evals:
+        kinds.append("eval_prompt")
+        if eval_datum_token_lengths is not None:
+            e = float(evals * sum(eval_datum_token_lengths))
+            tokens["eval_prompt"] = Range(e, e, e)
+        else:
+            unmeasured.append("eval_prompt")
+        if spec.reward is not None and eval_rows:
+            kinds.append("eval_sampled")
+            tokens["eval_sampled"] = Range(float(evals * eval_rows), float(evals * eval_rows * spec.sampling.max_tokens),
+                                           None)
+    cost: dict[str, Range | None] = {}
+    for kind, r in tokens.items():
+        price = model.prices[kind].usd_per_mtok
+        cost[kind] = None if price is None and not (r.low == r.high == 0) else r.scale((price or 0.0) / 1e6)
+    total: Range | None = Range(0.0, 0.0, 0.0)
+    for c in cost.values():
+        total = None if c is None or total is None else total + c
+    return RunEstimate(
+        spec_name=spec.name, sampler=model.sampler, model=spec.model.name, steps=t.steps, groups_per_step=batch,
+        group_size=1, rollouts=0, warmup_steps=0, eval_steps=evals, eval_rows=eval_rows,
+        completions="none sampled in training (the conversations are the data)",
+        completion_tokens=Range(0.0, 0.0, 0.0), tokens=tokens, cost=cost,
+        prices={k: model.prices[k] for k in kinds}, total_usd=total, step_upper_usd=None,
+        max_cost_usd=t.max_cost_usd, missing_prices=model.missing_prices(kinds), unmeasured=unmeasured, notes=notes,
+        method="sft")
+
+
 
 
 # ------------------------------------------------------------------------------------------------ text
@@ -713,9 +779,11 @@ def render_estimate(e: RunEstimate) -> list[str]:
     if e.warmup_steps:
         extra.append(f"{e.warmup_steps} warm-up steps")
     if e.eval_steps:
-        extra.append(f"{e.eval_steps} eval steps" + (f" x {e.eval_rows} rows" if e.eval_rows else ""))
+        extra.append(f"{e.eval_steps} {'evaluations' if e.method == 'sft' else 'eval steps'}"
+                     + (f" x {e.eval_rows} rows" if e.eval_rows else ""))
     lines = [head + (f", {', '.join(extra)}" if extra else "") + "."]
-    lines.append(f"Completion lengths: {e.completions}.")
+    if e.method == "rl":
+        lines.append(f"Completion lengths: {e.completions}.")
     rows = [("kind", "tokens", "USD", "price")]
     for kind in e.prices:
         r = e.tokens.get(kind)
@@ -732,6 +800,9 @@ def render_estimate(e: RunEstimate) -> list[str]:
     lines.append(f"  {label}: {_span(e.total_tokens(), fmt_tokens)} tokens, "
                  + ("cost unknown (prices missing)" if e.total_usd is None else _span(e.total_usd, fmt_usd)))
     if e.step_upper_usd is not None:
+    if e.method == "sft":
+        head = (f"Estimated cost of '{e.spec_name}' ({e.sampler} backend, {e.model}): {e.steps} SFT steps x "
+                f"{e.groups_per_step} conversations = {e.steps * e.groups_per_step:,} conversations trained")
         lines.append(f"One RL step costs at most {fmt_usd(e.step_upper_usd)} (every completion at max_tokens, "
                      "every group trained).")
     if e.max_cost_usd is not None:
@@ -742,7 +813,7 @@ def render_estimate(e: RunEstimate) -> list[str]:
     estimates = {p.source for p in e.prices.values() if p.origin == "estimate"}
     for source in sorted(estimates):
         lines.append(f"Price estimate: {source}.")
-    if "trained" in e.tokens:
+    if "trained" in e.tokens and e.method == "rl":
         lines.append("Note: trained tokens start at 0 because degenerate groups (every rollout scored the same) are "
                      "not trained.")
     lines += [f"Note: {n}." for n in e.notes]

@@ -1,0 +1,44 @@
+"""A conversation -> a ``cross_entropy`` datum, and the NLL of datums.
+
+The renderer builds the tokens and the weights (``renderer.build_supervised_example`` with
+``TrainOnWhat.ALL_ASSISTANT_MESSAGES``: 1 on every assistant turn's tokens, the end-of-turn that closes it
+included, 0 on system and user turns), then ``tinker_cookbook.supervised.data.conversation_to_datum`` shifts them
+into the datum (inputs without the last token, targets and weights without the first). ``reduction="mean"``
+(tinker_cookbook's default for SFT) scales each conversation's weights to sum to 1, so every conversation counts
+the same in the loss however long its reply.
+
+The NLL of a batch is tinker_cookbook's ``compute_mean_nll``: ``-sum(logprob * weight) / sum(weight)``, the mean
+per-token NLL of the assistant tokens, each conversation weighted equally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import tinker
+from tinker_cookbook.renderers import TrainOnWhat
+from tinker_cookbook.supervised.common import compute_mean_nll
+from tinker_cookbook.supervised.data import conversation_to_datum
+
+__all__ = ["REDUCTION", "TRAIN_ON", "conversation_datum", "mean_nll", "trained_tokens"]
+
+TRAIN_ON = TrainOnWhat.ALL_ASSISTANT_MESSAGES
+REDUCTION = "mean"
+
+
+def conversation_datum(messages: list[dict[str, str]], renderer: Any, max_length: int | None = None) -> tinker.Datum:
+    """The datum of ``messages`` (weights on the assistant turns only, summing to 1); ``max_length``: tokens kept
+    from the start (the model's context window)."""
+    return conversation_to_datum(messages, renderer, max_length, TRAIN_ON, reduction=REDUCTION)
+
+
+def mean_nll(logprobs: Sequence[Any], data: Sequence[tinker.Datum]) -> float:
+    """``-sum(logprob * weight) / sum(weight)`` over ``data`` (``logprobs``: each datum's per-target-token
+    logprobs, a forward pass's ``loss_fn_outputs[i]["logprobs"]``)."""
+    return compute_mean_nll(list(logprobs), [d.loss_fn_inputs["weights"] for d in data])
+
+
+def trained_tokens(data: Sequence[tinker.Datum]) -> int:
+    """The target tokens with a weight above 0 (the assistant tokens the loss reads)."""
+    return sum(sum(1 for w in d.loss_fn_inputs["weights"].data if w > 0) for d in data)
