@@ -116,7 +116,7 @@ def local_checkpoint_dir() -> Path:
 def local_device(model_name: str) -> str:
     """``$SAILRL_DEVICE`` if set; else the CPU for the built-in models; else CUDA when present; else the CPU
     (``sailrl.runtime.backends.local.device.local_device``)."""
-    # lazy: runtime.local imports torch (seconds); `sailrl clean` imports this module for the store folder
+    # lazy: runtime.backends.local imports torch (seconds); `sailrl clean` imports this module for the store folder
     from sailrl.runtime.backends.local.device import local_device as _local_device
 
     return _local_device(model_name)
@@ -132,7 +132,7 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
         raise BackendError(f"unknown sampler {sampler!r}: use one of {', '.join(SAMPLERS)}")
     check_keys(sampler, spec_path)
     if sampler == "local":
-        # lazy: runtime.local imports torch (seconds); `sailrl clean` imports this module for the store folder
+        # lazy: runtime.backends.local imports torch (seconds); `sailrl clean` imports this module for the store folder
         from sailrl.runtime.backends.local import LocalServiceClient
         from sailrl.runtime.backends.local.sources import check_model_source  # lazy: see above
 

@@ -38,7 +38,7 @@ def get_tokenizer(model_name: str, base_dir: str | os.PathLike | None = None) ->
       ``OSError`` from transformers when a hub name cannot be loaded, e.g. offline).
     """
     # Judge clients import this module when validate and the studio start, and call it only when a local judge judges.
-    # lazy: tinker_cookbook and runtime.local load torch and transformers (seconds); see the line above
+    # lazy: tinker_cookbook and runtime.backends.local load torch and transformers (seconds); see the line above
     from tinker_cookbook import tokenizer_utils
 
     # lazy: the same

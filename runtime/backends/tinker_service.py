@@ -22,7 +22,7 @@ failure raises :class:`TinkerUnreachable`, a ``ConnectionError`` the SDK does no
 one line and ``--resume`` continues from the last saved state.
 
 Nothing here imports tinker at module level: ``runtime.backends`` (imported by ``sailrl clean``) and
-``runtime.judge_clients`` (imported by ``sailrl validate``) import this module.
+``runtime.backends.judge_clients`` (imported by ``sailrl validate``) import this module.
 """
 
 from __future__ import annotations

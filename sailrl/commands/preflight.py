@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             print("(these come from the --set overrides: " + " ".join(args.overrides) + ")", file=sys.stderr)
             return 1
 
-    # lazy: runtime.preflight loads torch and transformers (seconds); an invalid spec is reported first
+    # lazy: sailrl.preflight loads torch and transformers (seconds); an invalid spec is reported first
     from sailrl.preflight import PreflightError, build_report
     # lazy: the runtime loads after the spec validates
     from sailrl.runtime.backends.judge_clients import judge_connector

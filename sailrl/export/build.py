@@ -147,7 +147,7 @@ def _files(folder: Path) -> list[str]:
 def local_checkpoint_directory(ckpt: Checkpoint, have: str) -> str:
     """The folder of the ``local://`` checkpoint ``ckpt`` in the embedded backend's store; :class:`ExportError`
     (ending with ``have``, the checkpoints the run has) when it is gone."""
-    # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
+    # lazy: runtime.backends.local loads torch and transformers (seconds); a bad run or checkpoint is reported first
     from sailrl.runtime.backends.local.checkpoints import CheckpointPathError, CheckpointStore
 
     store = CheckpointStore(str(local_checkpoint_dir()))
@@ -213,7 +213,7 @@ def _load_local_base(directory: str) -> tuple[Any, Any, Any]:
     """``(BaseModelSpec, model, tokenizer)`` of the base a checkpoint was trained on (float32, CPU)."""
     import torch  # lazy: torch only for the build itself
 
-    # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
+    # lazy: runtime.backends.local loads torch and transformers (seconds); a bad run or checkpoint is reported first
     from sailrl.runtime.backends.local.sources import BaseModelError
     from sailrl.runtime.backends.local.tiny import BaseModelCache, BaseModelSpec, load_base_model  # lazy: see above
 
@@ -237,7 +237,7 @@ def _save_tokenizer(spec: Spec, tokenizer: Any, out: Path) -> None:
     if not is_builtin(spec.model_name):
         from tinker_cookbook.weights._export import save_tokenizer_and_processor  # lazy: torch
 
-        # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
+        # lazy: runtime.backends.local loads torch and transformers (seconds); a bad run or checkpoint is reported first
         from sailrl.runtime.backends.local.sources import resolve_model
 
         resolved = resolve_model(spec.model_name, revision=spec.revision)
@@ -307,7 +307,7 @@ def build_local(ckpt: Checkpoint, fmt: str, out: Path, final_target: Path, have:
 
 def _hub_folder(model_name: str) -> str:
     """The base model's files: a local folder as is, else the Hugging Face cache or the hub (bounded)."""
-    # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
+    # lazy: runtime.backends.local loads torch and transformers (seconds); a bad run or checkpoint is reported first
     from sailrl.runtime.backends.local.sources import BaseModelError, hub_snapshot
 
     if os.path.isdir(model_name):

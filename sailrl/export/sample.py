@@ -59,7 +59,7 @@ def _renderer(spec: Spec, spec_dir: Any) -> tuple[Any, Any]:
 def renderer_for(spec: Spec, spec_dir: Any) -> tuple[Any, Any, str]:
     """``(tokenizer, renderer, renderer name)`` the run built its prompts with; :class:`ExportError` (one line)
     when they cannot be built here."""
-    # lazy: runtime.models loads torch and transformers (seconds); bad arguments are reported before
+    # lazy: runtime.backends.models loads torch and transformers (seconds); bad arguments are reported before
     from sailrl.runtime.backends.models import default_renderer_name, get_renderer, get_tokenizer
 
     try:
@@ -78,7 +78,7 @@ def renderer_for(spec: Spec, spec_dir: Any) -> tuple[Any, Any, str]:
 
 def _sampling_client(spec: Spec, ckpt: Checkpoint, spec_dir: Any, have: str) -> Any:
     if ckpt.is_local:
-        # lazy: runtime.local loads torch and transformers (seconds); a bad run or checkpoint is reported before
+        # lazy: runtime.backends.local loads torch and transformers (seconds); a bad run or checkpoint is reported first
         from sailrl.runtime.backends.local import LocalServiceClient
         from sailrl.runtime.backends.local.sources import BaseModelError  # lazy: see above
 

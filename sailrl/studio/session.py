@@ -615,7 +615,7 @@ class Studio:
             return [type(exc).__name__, os.path.exists(path)]
 
     def _tools_for(self, spec: Spec) -> tuple[Any, Any, str | None]:
-        # lazy: runtime.preflight loads torch and transformers (seconds); the studio opens without them
+        # lazy: sailrl.preflight loads torch and transformers (seconds); the studio opens without them
         from sailrl.preflight import _load_text_tools  # the same tokenizer/renderer preflight uses
 
         key = (spec.model.name, spec.model.renderer)

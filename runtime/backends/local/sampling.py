@@ -286,7 +286,7 @@ class LocalSamplingClient(tinker.SamplingClient):
         self._batcher.expect(count)
 
     def get_tokenizer(self) -> Any:
-        """The tokenizer of the base model (``runtime.models.get_tokenizer``)."""
+        """The tokenizer of the base model (``runtime.backends.models.get_tokenizer``)."""
         return self._tokenizer
 
     def get_base_model(self) -> str:

@@ -170,7 +170,7 @@ class _SamplersAndInfo:
         return self._info
 
     def get_tokenizer(self) -> Any:
-        """The base model's tokenizer (``runtime.models.get_tokenizer``)."""
+        """The base model's tokenizer (``runtime.backends.models.get_tokenizer``)."""
         return self._backend.bases.tokenizer(self._spec)
 
     def get_telemetry(self) -> None:
