@@ -359,6 +359,7 @@ class RunEstimate:
     missing_prices: list[ResolvedPrice] = field(default_factory=list)
     unmeasured: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    method: str = "rl"
 
     def total_tokens(self) -> Range:
         out = Range(0.0, 0.0, 0.0)
@@ -371,7 +372,6 @@ class RunEstimate:
         def rng(r: Range | None) -> dict[str, float | None] | None:
             return None if r is None else {"low": r.low, "high": r.high, "expected": r.expected}
 
-    method: str = "rl"
         return {
             "sampler": self.sampler, "model": self.model, "steps": self.steps,
             "groups_per_step": self.groups_per_step, "group_size": self.group_size, "rollouts": self.rollouts,
@@ -523,6 +523,8 @@ def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
     are ``steps // eval_every`` (one rollout per held-out row each), and the warm-up trains
     ``warmup.steps x batch_size`` examples drawn as the loop draws them. Costs use :class:`CostModel` prices.
     """
+    if spec.method == "sft":  # no rollouts: the conversations' tokens, measured by estimate_supervised's callers
+        return estimate_supervised(spec, None, sampler=sampler)
     model = CostModel.from_spec(spec, sampler=sampler, prompt_token_lengths=prompt_token_lengths,
                                 eval_prompt_token_lengths=eval_prompt_token_lengths)
     t, s = spec.training, spec.sampling
@@ -535,8 +537,6 @@ def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
     tokens: dict[str, Range] = {}
 
     unmeasured: list[str] = []
-    if spec.method == "sft":  # no rollouts: the conversations' tokens, measured by estimate_supervised's callers
-        return estimate_supervised(spec, None, sampler=sampler)
     if prompt_token_lengths:
         prompts = drawn_length_sum(prompt_token_lengths, steps * g, seed, reshuffle=reshuffle,
                                    total_rows=train_rows).scale(gs)
@@ -653,29 +653,6 @@ def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
     )
 
 
-@dataclass
-class TokenLengths:
-    """Measured lengths (tokens) per training row: ``prompt`` (the generation prompt) and ``warmup`` (the
-    supervised warm-up datum's ``model_input.length``; ``None`` without a warm-up)."""
-
-    prompt: list[int]
-    warmup: list[int] | None = None
-
-
-def measure_token_lengths(spec: Spec, rows: Sequence[Mapping[str, Any]], prompts: Any) -> TokenLengths:
-    """Token lengths of ``rows`` as the run renders them, for :func:`estimate_run`.
-
-    spec: the run's Spec. rows: training (or held-out) rows in load order. prompts: a
-    ``sailrl.runtime.prompts.PromptBuilder`` with the run's renderer. The warm-up datum is the prompt plus
-    ``training.warmup.completion`` (default: the reference field), as the loop builds it.
-    """
-    prompt = [int(prompts.model_input(r).length) for r in rows]
-    w = spec.training.warmup
-    warmup = None
-    if w is not None and w.steps > 0:
-        completion = w.completion or "{{ " + spec.prompt.reference_field + " }}"
-        warmup = [int(prompts.supervised_datum(r, completion).model_input.length) for r in rows]
-    return TokenLengths(prompt, warmup)
 def sft_evals(spec: Spec) -> int:
     """How many times an SFT run measures its held-out rows: before training, every ``eval_every`` steps, and
     after the last step (once when it is also an ``eval_every`` step); 0 without held-out rows."""
@@ -739,6 +716,29 @@ def estimate_supervised(spec: Spec, datum_token_lengths: Sequence[int] | None,
         method="sft")
 
 
+@dataclass
+class TokenLengths:
+    """Measured lengths (tokens) per training row: ``prompt`` (the generation prompt) and ``warmup`` (the
+    supervised warm-up datum's ``model_input.length``; ``None`` without a warm-up)."""
+
+    prompt: list[int]
+    warmup: list[int] | None = None
+
+
+def measure_token_lengths(spec: Spec, rows: Sequence[Mapping[str, Any]], prompts: Any) -> TokenLengths:
+    """Token lengths of ``rows`` as the run renders them, for :func:`estimate_run`.
+
+    spec: the run's Spec. rows: training (or held-out) rows in load order. prompts: a
+    ``sailrl.runtime.prompts.PromptBuilder`` with the run's renderer. The warm-up datum is the prompt plus
+    ``training.warmup.completion`` (default: the reference field), as the loop builds it.
+    """
+    prompt = [int(prompts.model_input(r).length) for r in rows]
+    w = spec.training.warmup
+    warmup = None
+    if w is not None and w.steps > 0:
+        completion = w.completion or "{{ " + spec.prompt.reference_field + " }}"
+        warmup = [int(prompts.supervised_datum(r, completion).model_input.length) for r in rows]
+    return TokenLengths(prompt, warmup)
 
 
 # ------------------------------------------------------------------------------------------------ text
@@ -775,6 +775,9 @@ def render_estimate(e: RunEstimate) -> list[str]:
     """The lines of :meth:`RunEstimate.render`."""
     head = (f"Estimated cost of '{e.spec_name}' ({e.sampler} sampler, {e.model}): {e.steps} RL steps x "
             f"{e.groups_per_step} groups x {e.group_size} rollouts = {e.rollouts:,} rollouts")
+    if e.method == "sft":
+        head = (f"Estimated cost of '{e.spec_name}' ({e.sampler} backend, {e.model}): {e.steps} SFT steps x "
+                f"{e.groups_per_step} conversations = {e.steps * e.groups_per_step:,} conversations trained")
     extra = []
     if e.warmup_steps:
         extra.append(f"{e.warmup_steps} warm-up steps")
@@ -800,9 +803,6 @@ def render_estimate(e: RunEstimate) -> list[str]:
     lines.append(f"  {label}: {_span(e.total_tokens(), fmt_tokens)} tokens, "
                  + ("cost unknown (prices missing)" if e.total_usd is None else _span(e.total_usd, fmt_usd)))
     if e.step_upper_usd is not None:
-    if e.method == "sft":
-        head = (f"Estimated cost of '{e.spec_name}' ({e.sampler} backend, {e.model}): {e.steps} SFT steps x "
-                f"{e.groups_per_step} conversations = {e.steps * e.groups_per_step:,} conversations trained")
         lines.append(f"One RL step costs at most {fmt_usd(e.step_upper_usd)} (every completion at max_tokens, "
                      "every group trained).")
     if e.max_cost_usd is not None:
