@@ -309,12 +309,12 @@ def render_method_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, outpu
         schedule=spec.training.lr_schedule != "constant" or spec.training.lr_warmup_steps > 0,
         eval=spec.dataset.eval is not None,
         budget=spec.training.max_cost_usd is not None,
+        has_reward=spec.reward is not None,
+        conversation_doc="the messages in the row's sft.messages_field" if spec.sft and spec.sft.messages_field
+        else "the prompt, then sft.completion as the assistant's reply",
     )
 
 
 def default_output_path(spec_path: str | Path, spec: Spec) -> str:
     """``generated/<spec file stem>.py`` next to the current directory's ``generated/`` folder."""
     return (Path("generated") / (Path(spec_path).stem + ".py")).as_posix()
-        has_reward=spec.reward is not None,
-        conversation_doc="the messages in the row's sft.messages_field" if spec.sft and spec.sft.messages_field
-        else "the prompt, then sft.completion as the assistant's reply",
