@@ -117,9 +117,8 @@ def test_the_pretraining_script_reproduces_the_shipped_base():
     """make_tiny_arith.py with the settings recorded in the file gives the same model: p(answer) within 0.1.
 
     Bit-identical weights are not promised across CPUs, and 200 steps of training stopped early amplify the last
-    bits of the kernels' arithmetic: the shipped file records 0.3739 (made on the machine of milestone 2), an AMD
-    EPYC build machine gives 0.299 from the same script and seed. The band still tells this script's model from a
-    random base (< 0.001) and from one trained to the end (~0.98)."""
+    bits of the kernels' arithmetic (the figures on two CPUs: benchmarks/quickstart.md). The band still tells this
+    script's model from a random base (< 0.001) and from one trained to the end (~0.98)."""
     from safetensors import safe_open
 
     with safe_open(str(PRETRAINED_WEIGHTS["sailrl/tiny-arith"]), "pt") as f:
