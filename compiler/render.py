@@ -127,6 +127,8 @@ FEATURES: dict[str, str] = {
     "eval": "dataset.eval (a held-out split)",
     "budget": "training.max_cost_usd (the budget stop)",
     "episodes": "environment: (episodes of more than one turn: tools, feedback turns)",
+    "dynamic_sampling": "training.dynamic_sampling (more groups drawn until the step has groups_per_step with signal)",
+    "difficulty_filter": "training.difficulty_filter (rows whose groups keep coming out degenerate rest)",
 }
 
 
@@ -142,6 +144,8 @@ def features(spec: Spec) -> dict[str, bool]:
         "eval": spec.dataset.eval is not None,
         "budget": t.max_cost_usd is not None,
         "episodes": spec.environment is not None,
+        "dynamic_sampling": t.dynamic_sampling is not None,
+        "difficulty_filter": t.difficulty_filter is not None,
     }
 
 
@@ -157,6 +161,8 @@ READS: dict[str, tuple[str, ...]] = {
     "eval": ("eval_every",),
     "budget": (),
     "episodes": (),
+    "dynamic_sampling": ("dynamic_sampling",),
+    "difficulty_filter": ("difficulty_filter",),
 }
 
 

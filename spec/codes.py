@@ -116,6 +116,9 @@ _TABLE: tuple[Code, ...] = (
          "service serves (too large for the embedded backend)."),
     Code("S233", "judge-scale", "error", "A judge rule's scale is not binary, 0-1, 1-10 or labels each with a value "
          "from 0 to 1."),
+    # -- the rows a step draws (training.dynamic_sampling, training.difficulty_filter) -------------------------
+    Code("S234", "draws-need-synchronous", "error", "training.dynamic_sampling or training.difficulty_filter is set "
+         "with max_steps_off_policy above 0: the rows of later steps would be drawn before this step's are known."),
     # -- budget and prices (sailrl.compiler.cost_checks) ----------------------------------------------------
     Code("S241", "budget-needs-prices", "error", "training.max_cost_usd is set but a price the run pays is unknown "
          "(pricing:)."),

@@ -43,6 +43,8 @@ METHOD_KEYS: dict[tuple[str, ...], frozenset[str]] = {
     ("training", "kl_discount_factor"): frozenset({"rl"}),
     ("training", "max_steps_off_policy"): frozenset({"rl"}),
     ("training", "on_all_degenerate"): frozenset({"rl"}),
+    ("training", "dynamic_sampling"): frozenset({"rl", "distill"}),
+    ("training", "difficulty_filter"): frozenset({"rl", "distill"}),
     ("training", "warmup"): frozenset({"rl"}),
     ("sampling", "on_policy_mismatch"): frozenset({"rl", "distill"}),
     ("sampling", "on_policy_kl_threshold"): frozenset({"rl", "distill"}),

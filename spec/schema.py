@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sailrl.spec.base import SpecModel, Text, usual_range
+from sailrl.spec.draws import DifficultyFilterSpec, DynamicSamplingSpec
 from sailrl.spec.environment import EnvironmentSpec
 from sailrl.spec.errors import SpecValueError
 from sailrl.spec.methods import METHOD_WORDS, DistillSpec, DpoSpec, Method, SftSpec
@@ -220,6 +221,12 @@ class TrainingSpec(SpecModel):
         None, description="A checkpoint whose weights start the run (fresh optimizer, step 0)."
     )
     warmup: WarmupSpec | None = Field(None, description="Optional supervised warm-up before RL.")
+    dynamic_sampling: DynamicSamplingSpec | None = Field(
+        None, description="Draw more groups until the step has groups_per_step groups with signal (DAPO's dynamic "
+                          "sampling); needs max_steps_off_policy 0.")
+    difficulty_filter: DifficultyFilterSpec | None = Field(
+        None, description="Rest rows whose groups keep coming out degenerate (all right or all wrong); needs "
+                          "max_steps_off_policy 0.")
     checkpoint_ttl_s: int = Field(
         3600, ge=3600,
         description=(
@@ -376,6 +383,9 @@ class Spec(SpecModel):
                 data.pop(key, None)  # an unused section stays out, so a spec without it resolves as before
         if data.get("method") == "rl":
             data.pop("method")  # RL specs resolve (and compile) as they did before method: existed
+        for key in ("dynamic_sampling", "difficulty_filter"):
+            if data.get("training", {}).get(key, 0) is None:
+                data["training"].pop(key)  # options left out stay out: a spec without them compiles as before
         if data.get("pricing", {}).get("judge") == {"input": None, "output": None}:
             data["pricing"].pop("judge")  # judge prices appear only when written (a spec without compiles as before)
         return data

@@ -1,6 +1,7 @@
 """The ``training:`` section: group_size >= 2 (S214), num_substeps divides groups_per_step (S215), resume_from is a
-save_state checkpoint (S216), lr_warmup_steps < steps (S226), the learning rate against tinker_cookbook's advice
-(W120), kl_discount_factor without kl_penalty_coef (W102)."""
+save_state checkpoint (S216), lr_warmup_steps < steps (S226), dynamic_sampling / difficulty_filter only on a
+synchronous run (S234), the learning rate against tinker_cookbook's advice (W120), kl_discount_factor without
+kl_penalty_coef (W102)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def check_training(spec: SpecReader) -> None:
                      f"lr_warmup_steps ({warm}) must be fewer than training.steps ({total}): the learning rate "
                      "would never leave its warm-up",
                      f"Use at most {max(total - 1, 0)} warm-up steps (often 5-10% of the steps), or 0 for none.")
+    check_draws(spec)
     check_learning_rate(spec)
     discount = spec.number(("training", "kl_discount_factor"))
     coef = spec.number(("training", "kl_penalty_coef"))
@@ -51,6 +53,20 @@ def check_training(spec: SpecReader) -> None:
                   f"{'0' if coef is not None else 'not set (0)'}: it has no effect",
                   "Set training.kl_penalty_coef (usually 0.001-0.1) to use a KL penalty, or remove "
                   "kl_discount_factor.")
+
+
+def check_draws(spec: SpecReader) -> None:
+    """S234: dynamic sampling and the difficulty filter decide a step's rows from the groups of the steps before it,
+    so they need a synchronous run (an off-policy run draws later steps' rows before this step's are scored)."""
+    ahead = spec.integer(("training", "max_steps_off_policy"))
+    if not ahead or ahead <= 0:
+        return
+    for key in ("dynamic_sampling", "difficulty_filter"):
+        if spec.get(("training", key)) is not None:
+            spec.add(("training", key), "S234",
+                     f"training.{key} needs a synchronous run, and max_steps_off_policy is {ahead}: an off-policy "
+                     "run draws the rows of later steps before this step's groups are scored",
+                     f"Set training.max_steps_off_policy: 0, or remove training.{key}.")
 
 
 def check_learning_rate(spec: SpecReader) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 from sailrl.runtime.data.base import DatasetError
 from sailrl.spec.schema import Spec
 
-__all__ = ["WARMUP_SEED_OFFSET", "batches", "carve_eval", "rows_for_step", "shuffle_rows", "shuffle_seed"]
+__all__ = ["WARMUP_SEED_OFFSET", "batches", "carve_eval", "order_index", "rows_for_step", "shuffle_rows",
+           "shuffle_seed"]
 
 #: Added to the data seed for the supervised warm-up's own row order (RL's order is the same with or without one).
 WARMUP_SEED_OFFSET = 7919
@@ -60,6 +61,14 @@ def _epoch_order(n: int, seed: int, epoch: int) -> array | None:
     order = list(range(n))
     random.Random(f"sailrl-epoch:{seed}:{epoch}").shuffle(order)
     return array("q", order)
+
+
+def order_index(n: int, position: int, seed: int, *, reshuffle: bool = True) -> int:
+    """The index (into ``n`` training rows) at ``position`` (from 0) of the data order: the row that
+    :func:`rows_for_step` draws there. Positions run through the rows epoch after epoch, as there."""
+    epoch, offset = divmod(position, n)
+    order = _epoch_order(n, seed, epoch if reshuffle else 0)
+    return offset if order is None else order[offset]
 
 
 def rows_for_step(rows: Sequence[dict], step: int, groups_per_step: int, seed: int, *,

@@ -50,7 +50,8 @@ class Checkpoints:
 
     def __init__(self, *, spec: Spec, training_client: Any, run_dir: RunDirectory, records: Records,
                  warmup: Warmup, start_step: int, resume_command: str | None,
-                 snapshots: Callable[[int], dict[str, Any] | None] | None = None) -> None:
+                 snapshots: Callable[[int], dict[str, Any] | None] | None = None,
+                 draws: Callable[[int], dict[str, Any]] | None = None) -> None:
         self.spec = spec
         self.training_client = training_client
         self.run_dir = run_dir
@@ -60,6 +61,7 @@ class Checkpoints:
         self._resume_command = resume_command
         self._pending: tuple[int, list[tinker.Datum], asyncio.Future, bool] | None = None
         self._snapshots = snapshots  # the sampler's recent snapshots, recorded with each state (off-policy resume)
+        self._draws = draws  # the data order's cursor after a step (dynamic sampling, the difficulty filter)
         # the last RL / warm-up step whose update landed on the backend; above the recorded steps while a step's
         # record is not written yet
         self._landed = start_step - 1
@@ -145,21 +147,29 @@ class Checkpoints:
     # ------------------------------------------------------------------ saving
     async def save_state(self, step: int, *, name: str | None = None, extra: dict[str, Any] | None = None) -> str:
         """``save_state`` (weights + optimizer) after ``step`` steps, recorded in checkpoints.jsonl (with the
-        sampler checkpoints of the last ``max_steps_off_policy`` snapshots, which a resume samples from)."""
+        sampler checkpoints of the last ``max_steps_off_policy`` snapshots, which a resume samples from, and the
+        data order's cursor of dynamic sampling / the difficulty filter, which a resume draws from)."""
         self.run_dir.ensure()
         snapshots = self._snapshots(step) if self._snapshots is not None else None
-        loop_state = {"batch": step, **({"off_policy_snapshots": snapshots} if snapshots else {}), **(extra or {})}
+        loop_state = {"batch": step, **({"off_policy_snapshots": snapshots} if snapshots else {}),
+                      **self._draws_state(step), **(extra or {})}
         paths = await checkpoint_utils.save_checkpoint_async(
             self.training_client, name or f"{self.spec.name}-state-{step:06d}", str(self.run_dir.path),
             loop_state=loop_state, kind="state", store=CheckpointIndex(self.run_dir))
         return paths["state_path"]
+
+    def _draws_state(self, completed: int) -> dict[str, Any]:
+        """``{"row_draws": ...}``: the data order's cursor after ``completed`` steps, for a run with dynamic sampling
+        or the difficulty filter (a run that goes on past its final state draws from it too); else nothing."""
+        return {} if self._draws is None else {"row_draws": self._draws(completed)}
 
     async def save_final(self) -> str:
         """Save the final state and sampler weights (the adapter to use), then print the summary."""
         self.run_dir.ensure()
         paths = await checkpoint_utils.save_checkpoint_async(
             self.training_client, f"{self.spec.name}-final", str(self.run_dir.path),
-            loop_state={"batch": self.records.completed, "final": True}, kind="both",
+            loop_state={"batch": self.records.completed, "final": True,
+                        **self._draws_state(self.records.completed)}, kind="both",
             store=CheckpointIndex(self.run_dir))
         self.records.console.result(self.records.summary(paths["state_path"]))
         return paths["state_path"]

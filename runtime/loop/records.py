@@ -269,6 +269,13 @@ class Records:
         if m.get("skipped") and self.spec.training.on_all_degenerate == "skip":
             streaks["skipped"] = (f"step {step}: every group was degenerate (same reward within each group): no "
                                   "gradient, step skipped", "every group was degenerate, no gradient: steps skipped")
+        if m.get("sampling/short"):  # dynamic sampling spent max_extra_groups without filling the step
+            streaks["short"] = (
+                f"step {step}: after {int(m.get('sampling/extra_groups') or 0)} extra groups "
+                f"(training.dynamic_sampling.max_extra_groups) the step still lacked {int(m['sampling/short'])} of "
+                "groups_per_step groups with signal; it trains on the ones it has. Raise max_extra_groups, or "
+                "group_size or temperature for more varied groups",
+                "dynamic sampling spent max_extra_groups before the step had groups_per_step groups with signal")
         if (m.get("frac_truncated") or 0) > 0.5:
             max_tokens = self.spec.sampling.max_tokens
             streaks["truncated"] = (

@@ -7,6 +7,12 @@ backend: a sampling client), ``sample`` (every group of a step, started; ``run.r
 (rollouts started earlier, off-policy), ``evaluate`` (the held-out rows) and ``reference_client`` (the base model,
 for the KL penalty). Phase timings go to the step's record (:class:`sailrl.runtime.loop.records.Records`).
 
+A step's rows: ``rows`` (``rows_for_step``: a function of the seed and the step), or with
+``training.dynamic_sampling`` / ``training.difficulty_filter`` the next rows of the data order from a cursor
+(:mod:`sailrl.runtime.loop.draws`): ``more_rows`` draws a step's shortfall of groups with signal, ``extend`` adds
+the groups sampled for it to the step's batch, ``rest_rows`` rests the rows whose groups keep coming out
+degenerate; their counts go to the step's metrics (``sampling/*``) and the cursor to each saved state.
+
 :meth:`Sampler.group_builder` builds one group's tinker_cookbook ``EnvGroupBuilder``: single-turn rollouts, or with
 ``environment:`` episodes (``sailrl.runtime.rollouts.episode``; ``rollout_groups`` runs either).
 """
@@ -21,6 +27,7 @@ from typing import Any
 
 from sailrl.runtime.backends.backend import Backend
 from sailrl.runtime.data import rows_for_step, shuffle_seed
+from sailrl.runtime.loop.draws import StepDraws, extend_batch
 from sailrl.runtime.loop.errors import phase
 from sailrl.runtime.loop.records import Records
 from sailrl.runtime.loop.rewarder import Completions, Rewards, ScoreRequests
@@ -77,6 +84,8 @@ class Sampler:
         self._resumed: dict[int, str] = {}
         self._resume_step = 0
         self._older: dict[int, Any] = {}
+        #: a step's rows when they depend on the steps before it (dynamic sampling, the difficulty filter)
+        self.draws = StepDraws.of(spec, train_rows, records)
 
     def resume_snapshots(self, start_step: int, state: dict[str, Any] | None) -> None:
         """After a resume at ``start_step``: the snapshots the saved state recorded (:meth:`saved_snapshots`),
@@ -120,9 +129,28 @@ class Sampler:
 
     # ------------------------------------------------------------------ data
     def rows(self, step: int) -> list[dict[str, Any]]:
-        """The dataset rows of ``step``: a deterministic function of (seed, step), the same after a resume."""
+        """The dataset rows of ``step``: a deterministic function of (seed, step), the same after a resume. With
+        dynamic sampling or the difficulty filter: the next ``groups_per_step`` rows of the data order that are not
+        resting (:meth:`StepDraws.rows`: deterministic in the seed and the steps before; a saved state records
+        the cursor)."""
+        if self.draws is not None:
+            return self.draws.rows(step)
         return rows_for_step(self.train_rows, step - 1, self.spec.training.groups_per_step, shuffle_seed(self.spec),
                              reshuffle=self.spec.dataset.shuffle)
+
+    def more_rows(self, step: int, batch: RolloutBatch, max_extra_groups: int) -> list[dict[str, Any]]:
+        """Dynamic sampling: the rows ``step`` draws next for the groups with signal it lacks
+        (:meth:`StepDraws.more_rows`); ``[]`` when it has ``groups_per_step`` or ``max_extra_groups`` is spent."""
+        assert self.draws is not None
+        return self.draws.more_rows(step, batch, max_extra_groups)
+
+    def rest_rows(self, step: int, batch: RolloutBatch, difficulty_filter: dict[str, Any]) -> list[int]:
+        """The difficulty filter: rest the rows whose groups keep coming out degenerate
+        (:meth:`StepDraws.rest_rows`)."""
+        assert self.draws is not None
+        return self.draws.rest_rows(step, batch, difficulty_filter)
+
+    extend = staticmethod(extend_batch)
 
     def steps_to_sample(self, step: int, max_steps_off_policy: int, started: Any) -> list[int]:
         """Steps ``step .. step + max_steps_off_policy`` (within the run) whose rollouts have not started."""

@@ -114,6 +114,13 @@ class Range:
         return self.low - slack <= x <= self.high + slack
 
 
+def extra_groups(spec: Spec) -> int:
+    """The most groups a step draws beyond ``groups_per_step`` (``training.dynamic_sampling.max_extra_groups``;
+    0 without dynamic sampling)."""
+    d = spec.training.dynamic_sampling
+    return 0 if d is None else int(d.max_extra_groups)
+
+
 def _top_sum(lengths: Sequence[int], k: int) -> int:
     """Sum of the ``k`` largest lengths; rows repeat when ``k`` exceeds their number (a bound, not exact)."""
     if not lengths or k <= 0:
@@ -234,7 +241,9 @@ class CostModel:
         return self.spec.dataset.eval is not None and every_due(self.spec.training.eval_every, step)
 
     def step_token_bound(self, step: int | None = None) -> dict[str, float]:
-        """Most tokens one RL step can use, by kind: every rollout samples ``max_tokens`` and every group trains.
+        """Most tokens one RL step can use, by kind: every rollout samples ``max_tokens`` and every group trains;
+        with ``training.dynamic_sampling`` the step draws all ``max_extra_groups`` extra groups (only
+        ``groups_per_step`` of them train).
 
         step: numbered from 1; eval kinds are included when it is an eval step (``None``: when ``eval_every`` is 1).
         Prompt tokens are the ``groups_per_step`` longest prompts x group_size, or 0 when prompt lengths were not
@@ -242,9 +251,11 @@ class CostModel:
         """
         t, s = self.spec.training, self.spec.sampling
         g, gs = t.groups_per_step, t.group_size
+        drawn = g + extra_groups(self.spec)
         prompts = gs * _top_sum(self.prompt_token_lengths or [], g)
         rollouts = g * gs
-        out = {"prompt": float(prompts), "sampled": float(rollouts * s.max_tokens),
+        out = {"prompt": float(gs * _top_sum(self.prompt_token_lengths or [], drawn)),
+               "sampled": float(drawn * gs * s.max_tokens),
                "trained": float(prompts + rollouts * max(s.max_tokens - 1, 0))}
         if t.kl_penalty_coef > 0:
             out["reference"] = float(prompts + rollouts * s.max_tokens)
@@ -253,14 +264,15 @@ class CostModel:
         episode = EpisodeBound.of(self.spec)
         if episode is not None:  # every episode at max_turns: later turns re-send the conversation
             longest = sorted(self.prompt_token_lengths or [0], reverse=True)[:g]
-            out["prompt"] = gs * sum(episode.prompt_tokens(n) for n in longest) if self.prompt_token_lengths else 0.0
-            out["sampled"] = rollouts * episode.sampled_tokens()
+            sampled = sorted(self.prompt_token_lengths or [0], reverse=True)[:drawn]
+            out["prompt"] = gs * sum(episode.prompt_tokens(n) for n in sampled) if self.prompt_token_lengths else 0.0
+            out["sampled"] = drawn * gs * episode.sampled_tokens()
             datum = gs * sum(episode.datum_tokens(n) for n in longest)
             out["trained"] = datum - rollouts
             if t.kl_penalty_coef > 0:
                 out["reference"] = datum
         due = self.eval_due(step) if step is not None else (self.spec.dataset.eval is not None and t.eval_every == 1)
-        judged = rollouts  # every rollout judged by every judge rule (the cache only lowers this)
+        judged = drawn * gs  # every rollout judged by every judge rule (the cache only lowers this)
         if due and self.eval_prompt_token_lengths is not None:
             out["eval_prompt"] = float(sum(self.eval_prompt_token_lengths))
             out["eval_sampled"] = float(len(self.eval_prompt_token_lengths) * s.max_tokens)
@@ -583,6 +595,17 @@ def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
         comp = Range(comp.low, comp.high, None)
         notes.append(episode.words())
 
+    extra = extra_groups(spec)
+    if extra:  # dynamic sampling: the high end draws every extra group every step; expected: as many as lack signal
+        high, expect = (g + extra) / g, min(1.0 / kept, (g + extra) / g)
+        for kind in ("prompt", "sampled"):
+            if kind in tokens:
+                r = tokens[kind]
+                tokens[kind] = Range(r.low, r.high * high, None if r.expected is None else r.expected * expect)
+        notes.append(f"dynamic sampling: the high end counts every step drawing all {extra} extra groups beyond "
+                     f"groups_per_step (the upper bound); expected: {expect:.2f}x the groups, as many as the expected "
+                     "share of groups with signal needs; only groups_per_step groups a step train")
+
     eval_steps = 0
     eval_rows = 0
     if spec.dataset.eval is not None and t.eval_every > 0:
@@ -609,7 +632,7 @@ def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
 
     rules = judge_rules(spec)
     if rules:
-        judged = rollouts + eval_steps * eval_rows
+        judged = rollouts * (g + extra) // g + eval_steps * eval_rows
         groups = steps * g + eval_steps * eval_rows  # at least one judgement per group (the others may be cached)
         prompt_r = output_r = Range(0.0, 0.0, 0.0)
         for r in rules:
