@@ -161,7 +161,9 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
                                    options.spec_dir)
     backend = await opening.connect(spec, spec_path=options.spec_path, spec_dir=options.spec_dir, console=console)
     resume_path = start.state_path or spec.training.resume_from
-    training_client, lora_rank = await opening.open_training_client(backend, spec, resume_path, console)
+    init = None if resume_path else opening.init_weights(spec, options.spec_dir)  # an earlier run's final state
+    backend = await opening.connect(spec, spec_path=options.spec_path, spec_dir=options.spec_dir, console=console)
+    training_client, lora_rank = await opening.open_training_client(backend, spec, resume_path, console, init=init)
     episode = _episode_parts(spec, options.spec_dir)  # tools first: their declaration is part of every prompt
     inputs = opening.load_inputs(spec, backend, training_client, options.spec_dir, console,
                                  tool_specs=[t.to_spec() for t in episode.get("tools", [])])
@@ -172,7 +174,7 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     run_id, warmup_completed = opening.write_run_dir(
         run_dir, spec, start, resume=options.resume, overwrite=options.overwrite, spec_sha256=options.spec_sha256,
         spec_path=options.spec_path, overrides=options.overrides, script_text=options.script_text,
-        is_local=backend.is_local, code_sha256=code_sha256)
+        is_local=backend.is_local, code_sha256=code_sha256, init=init)
     run = _assemble(spec, options, console, run_dir, backend, training_client, lora_rank, inputs, run_id,
                     start, warmup_completed, episode)
     run.teacher = teacher

@@ -4,7 +4,8 @@
    nothing written.
 2. :func:`connect`: keys, backend, and (remote) a bounded first request to Tinker.
 3. :func:`open_training_client`: ``--resume`` state + optimizer > ``training.resume_from`` > ``training.init_from``
-   weights > a fresh LoRA; the checkpoint's LoRA rank wins over the spec's.
+   weights (a checkpoint path, or an earlier run's directory: :func:`init_weights`, resolved before anything is
+   written) > a fresh LoRA; the checkpoint's LoRA rank wins over the spec's.
 4. :func:`load_inputs`: tokenizer, renderer, reward rules, dataset rows, prompts.
 5. :func:`write_run_dir`: only now is anything written (``config.json``, ``train.py``, logs of steps to re-run
    dropped).
@@ -38,6 +39,7 @@ from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.runtime.rundir.checkpoint_store import note_run_directory
 from sailrl.runtime.rundir.directory import WARMUP_FILE, RunDirectory
+from sailrl.runtime.rundir.init_from import InitWeights, resolve_init_from
 from sailrl.runtime.rundir.writes import RunDirectoryError
 from sailrl.spec.errors import ConfigError
 from sailrl.spec.models import default_renderer
@@ -204,10 +206,23 @@ def quiet_archive_deprecation() -> None:
 
 
 # ---------------------------------------------------------------- 3. training client
+def init_weights(spec: Spec, spec_dir: Path | None) -> InitWeights | None:
+    """The weights ``training.init_from`` names (None when unset): a checkpoint path as given, or a run directory
+    (relative to ``spec_dir``, the spec's folder) read for its final saved state; an
+    :class:`~sailrl.runtime.rundir.init_from.InitFromError` when that folder holds no finished run of this model
+    and LoRA rank on this backend. Reads only; call it before anything is written."""
+    if not spec.training.init_from:
+        return None
+    return resolve_init_from(spec.training.init_from, spec_dir, model=spec.model.name,
+                             lora_rank=spec.model.lora_rank, local=spec.sampling.sampler == "local")
+
+
 async def open_training_client(backend: Backend, spec: Spec, resume_path: str | None,
-                               console: Console) -> tuple[Any, int]:
+                               console: Console, *, init: InitWeights | None = None,
+                               spec_dir: Path | None = None) -> tuple[Any, int]:
     """The training client and the LoRA rank it trains: from ``resume_path`` (state + optimizer) when given, else
-    a fresh LoRA, loaded with ``training.init_from``'s weights when set."""
+    a fresh LoRA, loaded with ``training.init_from``'s weights when set (``init``, from :func:`init_weights`;
+    resolved here against ``spec_dir`` when not given)."""
     service, m, t = backend.service_client, spec.model, spec.training
     if resume_path:
         training_client = await call_with_deadline(
@@ -222,7 +237,10 @@ async def open_training_client(backend: Backend, spec: Spec, resume_path: str | 
             f"create a LoRA training client for {m.name}") if not backend.is_local \
             else await service.create_lora_training_client_async(**kwargs)
         if t.init_from:
-            await (await training_client.load_state_async(t.init_from)).result_async()
+            init = init or init_weights(spec, spec_dir)
+            await (await training_client.load_state_async(init.state_path)).result_async()
+            if init.run_dir is not None:
+                console.print(f"starting from the final weights of {init.run_dir} ({init.state_path})")
     lora_rank = m.lora_rank
     if resume_path:  # the checkpoint decides the adapter's shape, whatever the spec now says
         info = await training_client.get_info_async()
@@ -298,17 +316,22 @@ async def probe_judges(inputs: Inputs, reference_field: str | None) -> None:
 # ---------------------------------------------------------------- 5. write
 def write_run_dir(run_dir: RunDirectory, spec: Spec, start: ResumePoint, *, resume: bool, overwrite: bool,
                   spec_sha256: str, spec_path: str, overrides: list[str], script_text: str | None,
-                  is_local: bool, code_sha256: dict[str, str] | None = None) -> tuple[str, int]:
+                  is_local: bool, code_sha256: dict[str, str] | None = None,
+                  init: InitWeights | None = None) -> tuple[str, int]:
     """Write ``config.json`` (and ``train.py``), drop the logs of steps to re-run; returns the run id (it names
-    this run's Sail adapters) and the warm-up steps done. ``code_sha256``: the rule and tool files the run froze."""
+    this run's Sail adapters) and the warm-up steps done. ``code_sha256``: the rule and tool files the run froze;
+    ``init``: the weights the run starts from (``init_from`` in ``config.json``: the state path, and the run
+    directory it was read from)."""
     t = spec.training
     if not resume and overwrite:
         run_dir.clear_records()
     old_config = run_dir.read_config() if resume else None
     run_id = (old_config or {}).get("run_id") or uuid.uuid4().hex[:8]
+    init_record = init.record() if init else (old_config or {}).get("init_from")  # a resumed run keeps its origin
     run_dir.write_config(spec.resolved(), spec_sha256, {"sailrl_version": __version__, "spec_path": spec_path,
                                                         "run_id": run_id, "overrides": list(overrides),
-                                                        "code_sha256": dict(code_sha256 or {})})
+                                                        "code_sha256": dict(code_sha256 or {}),
+                                                        **({"init_from": init_record} if init_record else {})})
     if script_text is not None:
         run_dir.write_script(script_text)
     if is_local:  # `sailrl clean` keeps the checkpoints this run directory's --resume needs

@@ -81,21 +81,23 @@ def finished_state(run_dir: RunDirectory) -> tuple[dict[str, Any] | None, dict[s
     return config, (last if last is not None and last.get("final") else None)
 
 
-def mismatch(where: str, *, model: Any, lora_rank: Any, state_path: str | None, spec_model: str, spec_rank: int,
-             spec_local: bool) -> InitFromError | None:
-    """S262 when the weights of ``where`` (a run of ``model`` with LoRA ``lora_rank``, its state at
-    ``state_path``; None: not saved yet) cannot load into this spec's model, LoRA rank or backend."""
+def mismatch(where: str, *, model: Any, lora_rank: Any, source_local: bool | None, spec_model: str, spec_rank: int,
+             spec_local: bool, state_path: str | None = None) -> InitFromError | None:
+    """S262 when the weights of ``where`` (a run of ``model`` with LoRA ``lora_rank`` on the embedded backend
+    (``source_local``) or Tinker; its state at ``state_path`` when saved) cannot load into this spec's model, LoRA
+    rank or backend. None for a value not known."""
     if model is not None and model != spec_model:
-        return InitFromError("S262", f"{where} trained model {model!r}, and this spec trains {spec_model!r}: a LoRA "
-                             "adapter loads only into the model it was trained on",
+        return InitFromError("S262", f"the weights of {where} are for model {model!r}, and this spec trains "
+                             f"{spec_model!r}: a LoRA adapter loads only into the model it was trained on",
                              f"Set model.name: {model} here, or start from a run of {spec_model}.")
     if lora_rank is not None and lora_rank != spec_rank:
-        return InitFromError("S262", f"{where} trained a LoRA of rank {lora_rank}, and this spec's model.lora_rank "
-                             f"is {spec_rank}: the adapter's shape is the rank it was trained with",
+        return InitFromError("S262", f"the weights of {where} are a LoRA of rank {lora_rank}, and this spec's "
+                             f"model.lora_rank is {spec_rank}: an adapter's shape is the rank it was trained with",
                              f"Set model.lora_rank: {lora_rank} here.")
-    if state_path is not None and state_path.startswith("local://") != spec_local:
+    if source_local is not None and source_local != spec_local:
         there, here = ("the embedded backend", "Tinker") if not spec_local else ("Tinker", "the embedded backend")
-        return InitFromError("S262", f"{where} saved its weights on {there} ({state_path}), and this spec trains on "
+        saved = f" ({state_path})" if state_path else ""
+        return InitFromError("S262", f"the weights of {where} are saved on {there}{saved}, and this spec trains on "
                              f"{here}: a state loads only where it was saved",
                              "Train both stages on the same backend (sampling.sampler: local for the embedded one).")
     return None
@@ -137,8 +139,10 @@ def resolve_init_from(value: str, spec_dir: Path | str | None, *, model: str, lo
         raise InitFromError("S261", f"the run in {where} has not finished: it has saved no final state",
                             f"Finish it first ({finish}), or name a finished run.")
     m = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+    state = final["state_path"]
     problem = mismatch(f"the run in {where}", model=m.get("name"), lora_rank=m.get("lora_rank"),
-                       state_path=final["state_path"], spec_model=model, spec_rank=lora_rank, spec_local=local)
+                       source_local=state.startswith("local://"), state_path=state, spec_model=model,
+                       spec_rank=lora_rank, spec_local=local)
     if problem is not None:
         raise problem
-    return InitWeights(final["state_path"], path)
+    return InitWeights(state, path)
