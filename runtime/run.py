@@ -159,7 +159,6 @@ async def open_run(spec: Spec, options: RunOptions) -> Run:
     # The rules' and tools' files are read once, before any worker loads them: the reward cannot change mid-run.
     code_sha256 = freeze_spec_code(spec.reward.rules if spec.reward else [], spec.environment.tools if spec.environment else [],
                                    options.spec_dir)
-    backend = await opening.connect(spec, spec_path=options.spec_path, spec_dir=options.spec_dir, console=console)
     resume_path = start.state_path or spec.training.resume_from
     init = None if resume_path else opening.init_weights(spec, options.spec_dir)  # an earlier run's final state
     backend = await opening.connect(spec, spec_path=options.spec_path, spec_dir=options.spec_dir, console=console)
