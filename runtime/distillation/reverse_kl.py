@@ -43,9 +43,10 @@ async def teacher_logprobs(teacher: Any, data: Sequence[tinker.Datum]) -> list[l
         values = list(logprobs)
         if len(values) == seq.length:  # the first token has no logprob (None): drop it
             values = values[1:]
-        if len(values) != seq.length - 1:
-            raise ValueError(f"the teacher returned {len(values)} logprobs for a sequence of {seq.length} tokens")
-        out.append([0.0 if v is None else float(v) for v in values])
+        if len(values) != seq.length - 1 or any(v is None for v in values):
+            raise ValueError(f"the teacher returned {len(values)} logprobs for a sequence of {seq.length} tokens "
+                             "(expected one per token, None only for the first)")
+        out.append([float(v) for v in values])
     return out
 
 
