@@ -172,9 +172,10 @@ async def open_supervised_run(spec: Spec, options: RunOptions) -> SupervisedRun:
     run_dir = RunDirectory(run_dir_path(spec, options.spec_dir))
     start = opening.resume_point(run_dir, spec, resume=options.resume, overwrite=options.overwrite,
                                  spec_sha256=options.spec_sha256, console=console)
-    backend = await opening.connect(spec, spec_path=options.spec_path, spec_dir=options.spec_dir, console=console)
     resume_path = start.state_path or spec.training.resume_from
-    training_client, _ = await opening.open_training_client(backend, spec, resume_path, console)
+    init = None if resume_path else opening.init_weights(spec, options.spec_dir)  # an earlier run's final state
+    backend = await opening.connect(spec, spec_path=options.spec_path, spec_dir=options.spec_dir, console=console)
+    training_client, _ = await opening.open_training_client(backend, spec, resume_path, console, init=init)
     tokenizer, renderer = opening.tokenizer_and_renderer(spec, backend, training_client, options.spec_dir)
     prompts = PromptBuilder(spec.prompt, renderer) if spec.prompt is not None else None
     reward_fn = None
@@ -191,7 +192,8 @@ async def open_supervised_run(spec: Spec, options: RunOptions) -> SupervisedRun:
     # Everything opened: now the run directory is written.
     opening.write_run_dir(run_dir, spec, start, resume=options.resume, overwrite=options.overwrite,
                           spec_sha256=options.spec_sha256, spec_path=options.spec_path,
-                          overrides=options.overrides, script_text=options.script_text, is_local=backend.is_local)
+                          overrides=options.overrides, script_text=options.script_text, is_local=backend.is_local,
+                          init=init)
     records = StepRecords(spec=spec, run_dir=run_dir, console=console, cost=CostModel.from_spec(spec),
                           completed=start.completed, is_local=backend.is_local)
     checkpoints = SupervisedCheckpoints(spec=spec, training_client=training_client, run_dir=run_dir,
