@@ -121,6 +121,8 @@ def step_line(step: int, total: int, metrics: dict[str, Any], rule_names: Sequen
     parts = [f"step {step:4d}/{total}", f"{reward} = {rules}" if rules else reward]
     if metrics.get("correct") is not None:
         parts.append(f"correct {_pct(metrics['correct'])}")
+    if isinstance(metrics.get("distill/reverse_kl"), float):  # method distill
+        parts.append(f"KL to teacher {metrics['distill/reverse_kl']:.3f}")
     parts.append(f"degenerate {100 * (metrics.get('degenerate_frac') or 0):3.0f}%")
     parts.append(f"truncated {100 * (metrics.get('frac_truncated') or 0):3.0f}%")
     episodes = _episodes(metrics)
@@ -185,6 +187,10 @@ def summary_lines(history: Sequence[dict[str, Any]], *, show_cost: bool = True) 
     first, last, n = _window_mean(history, "correct", 5)
     if n:
         lines.append(_first_last("correct", first, last, n, _steps(history, "correct"), ".3f"))
+    first, last, n = _window_mean(history, "distill/reverse_kl", 5)
+    if n:  # method distill: the student's reverse KL to its teacher
+        lines.append(_first_last("reverse KL to the teacher", first, last, n, _steps(history, "distill/reverse_kl"),
+                                 ".3f"))
     if history:
         end = history[-1]
         tokens = {k: end.get(f"tokens_cum/{k}") for k in TOKEN_KINDS if end.get(f"tokens_cum/{k}")}
