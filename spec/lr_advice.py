@@ -3,7 +3,7 @@
 ``RECOMMENDED_LORA_LR`` holds ``tinker_cookbook.hyperparam_utils.get_lr(model, is_lora=True)`` for every model whose
 hidden size tinker_cookbook 0.5.8 lists (``_KNOWN_HIDDEN_SIZES``) and whose family it has calibrated (Llama, Qwen), so
 ``sailrl validate`` advises without importing transformers and without the network (``get_lr`` reads a config from
-the hub for any other model). ``tests/test_lr_advice.py`` recomputes every value with ``get_lr`` and fails when
+the hub for any other model). ``tests/spec/test_lr_advice.py`` recomputes every value with ``get_lr`` and fails when
 tinker_cookbook changes them. ``get_lr`` is calibrated on supervised LoRA fine-tuning ("LoRA Without Regret": 10x
 the full fine-tuning rate); RL recipes often run a few times lower.
 """

@@ -2,7 +2,7 @@
 
 ``COOKBOOK_RENDERERS`` mirrors the names ``tinker_cookbook.renderers.get_renderer`` (tinker-cookbook 0.5.8)
 accepts. It is a static tuple because importing ``tinker_cookbook.renderers`` imports torch (~5 s), which
-``sailrl validate`` must not pay; ``tests/test_spec_errors.py`` parses the installed tinker_cookbook source and
+``sailrl validate`` must not pay; ``tests/spec/test_spec_errors.py`` parses the installed tinker_cookbook source and
 fails when the two drift apart. ``SAILRL_RENDERERS`` are sailrl's own (``chat_template``: the tokenizer's chat
 template, see ``sailrl.runtime.backends.chat_template``; ``role_colon_tools``: role_colon with tool calls, see
 ``sailrl.runtime.backends.role_colon_tools``). ``KNOWN_RENDERERS`` is both.

@@ -72,7 +72,7 @@ def test_run_with_a_malformed_key_is_one_line_and_writes_nothing(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     from pathlib import Path
 
-    quickstart = Path(__file__).resolve().parents[1] / "spec" / "examples" / "quickstart.yaml"
+    quickstart = Path(__file__).resolve().parents[2] / "spec" / "examples" / "quickstart.yaml"
     rc = main(["run", str(quickstart), "--sampler", "sail", "--set", f"output.run_dir={tmp_path / 'run'}"])
     err = capsys.readouterr().err.strip()
     assert rc == 1

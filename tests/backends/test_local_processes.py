@@ -21,7 +21,7 @@ from sailrl.runtime.backends.local.sampler_process import SamplerProcessError
 from sailrl.runtime.backends.local.trainer_process import TrainerProcessError
 from sailrl.spec.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = "sailrl/tiny-arith"
 
 

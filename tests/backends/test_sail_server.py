@@ -27,7 +27,7 @@ from tests.fakes.sail_server import (
     policy_sampler,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = adapter_config_for("sailrl/tiny", 4, train_attn=True, train_mlp=True, train_unembed=True)
 POLL = PollPolicy(min_interval_s=0.01, response_deadline_s=30.0, request_timeout_s=30.0, max_attempts=1)
 

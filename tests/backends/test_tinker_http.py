@@ -22,7 +22,7 @@ from sailrl.runtime.backends.models import get_tokenizer
 from sailrl.runtime.backends.tinker_service import service_client
 from tests.fakes.skyrl_server import MODEL, SkyRLServer, unpatch_sdk
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 #: The quickstart at a smaller shape: 4 prompts x 4 rollouts a step, a saved state each step.
 SMALL = {"  steps: 100": "  steps: 3", "  group_size: 8": "  group_size: 4", "  groups_per_step: 16": "  groups_per_step: 4",

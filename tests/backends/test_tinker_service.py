@@ -1,5 +1,5 @@
 """A Tinker service other than Thinking Machines' (``runtime/backends/tinker_service.py``): which URL counts as another server,
-the key the SDK gets, sampling replies without ``sample_sequence_ids``. The server itself: tests/test_tinker_http.py."""
+the key the SDK gets, sampling replies without ``sample_sequence_ids``. The server itself: tests/backends/test_tinker_http.py."""
 
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ def test_another_server_unreachable_at_start_is_one_line_with_no_key_set(tmp_pat
 
     monkeypatch.setenv("TINKER_BASE_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("SAILRL_CONNECT_TIMEOUT_S", "2")
-    spec = Path(__file__).resolve().parent.parent / "spec/examples/quickstart.yaml"
+    spec = Path(__file__).resolve().parents[2] / "spec/examples/quickstart.yaml"
     code = main(["run", str(spec), "--sampler", "tinker", "--set", f"output.run_dir={tmp_path / 'run'}"])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err and "TINKER_API_KEY" not in err

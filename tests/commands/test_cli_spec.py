@@ -12,7 +12,7 @@ from sailrl.compiler.validate import validate_file
 from sailrl.spec.loader import parse_yaml
 from sailrl.spec.models import BUILTIN_MODELS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- validate ----------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import torch
 from sailrl.cli import main
 from tests.fakes.tiny_models import save_model_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {"TINKER_API_KEY": "tml-FAKESECRETtinker0123456789", "SAIL_API_KEY": "sail-FAKESECRETsail0123456789",
            "HF_TOKEN": "hf_FAKESECRETtoken0123456789"}
 

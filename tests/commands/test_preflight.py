@@ -20,7 +20,7 @@ from sailrl.preflight import PreflightError, build_report, constant_reward, plan
 from sailrl.runtime.backends.models import get_tokenizer
 from sailrl.spec.schema import Spec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "spec" / "examples"
 QUICKSTART = EXAMPLES / "quickstart.yaml"
 QUICKSTART_REWARD = {"rules": [

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import MINIMAL_SPEC
+from tests.conftest import MINIMAL_SPEC
 
 from sailrl.runtime.backends.local.lora import attach_lora
 from sailrl.runtime.backends.local.sources import ResolvedModel, load_model
@@ -24,7 +24,7 @@ from sailrl.runtime.rundir.directory import run_dir_path
 from sailrl.spec.loader import load_spec
 from tests.fakes.tiny_models import save_model_dir, tiny_config, write_llama_gguf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_run_directory_is_resolved(tmp_path: Path) -> None:

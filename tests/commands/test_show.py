@@ -10,11 +10,7 @@ from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 from sailrl.cli import main
 from sailrl.commands.show import visible
 from sailrl.runtime.rundir.rollout_log import ROLLOUTS_FILE, RolloutLog
-
-
-class CharTokenizer:
-    def decode(self, tokens):
-        return "".join(chr(t) for t in tokens)
+from tests.fakes.tokenizer import CharTokenizer
 
 
 def ids(text: str) -> list[int]:

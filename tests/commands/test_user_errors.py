@@ -14,7 +14,7 @@ from sailrl.runtime.backends.backend import BackendError, open_backend
 from sailrl.spec.errors import SpecErrors
 from sailrl.spec.loader import load_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "spec/examples/quickstart.yaml"
 CONFIG = {k: v for k, v in load_spec(QUICKSTART).spec.resolved().items() if k != "examples"}  # as scripts hold it
 SPEC_DIR = QUICKSTART.parent

@@ -18,7 +18,7 @@ from sailrl.compiler.render import literal, render_script, string_literal
 from sailrl.compiler.words import reward_words
 from sailrl.spec.loader import load_spec, load_spec_text
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "spec" / "examples").glob("*.yaml"))
 
 

@@ -31,7 +31,7 @@ from sailrl.cli import main as sailrl_main
 from sailrl.compiler.validate import validate_file
 from sailrl.spec.errors import SpecErrors
 
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "reward-rules.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "reward-rules.md"
 
 # The spec around every snippet; the guide's error locations count from here (the snippet starts at line 6).
 HEADER = """\

@@ -9,7 +9,7 @@ import pytest
 from sailrl.compiler.validate import problems
 from sailrl.spec.loader import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = (ROOT / "spec" / "examples" / "quickstart.yaml").read_text(encoding="utf-8")
 BASE = QUICKSTART[: QUICKSTART.index("\nexamples:")].replace("data/addition.jsonl", "addition.jsonl")
 

@@ -26,8 +26,8 @@ from sailrl.runtime.rollouts.episode import EpisodeGroupBuilder, build_tools
 from sailrl.runtime.rollouts.rollout import SamplingPolicy
 from sailrl.spec.environment import EnvironmentSpec
 from sailrl.spec.renderers import template_tool_support
-from tests.test_episode_spec import BASE
-from tests.test_episodes import REWARD
+from tests.compiler.test_episode_spec import BASE
+from tests.rollouts.test_episodes import REWARD
 
 #: A small Hermes-style template that declares tools itself and writes calls as <tool_call> JSON blocks.
 TOOLS_TEMPLATE = (

@@ -17,7 +17,7 @@ from sailrl.compiler.render import FEATURES, features, render_script
 from sailrl.compiler.validate import validate_file
 from sailrl.compiler.words import reward_words
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOLDENS = ROOT / "tests" / "goldens"
 SPECS = sorted(GOLDENS.glob("*.yaml"))
 

@@ -19,7 +19,7 @@ from sailrl.compiler.words import reward_words
 from sailrl.launch import build_spec, write_into_config
 from sailrl.runtime.rewards.rules import RewardFunction
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted([*ROOT.glob("generated/*.py"), *(s.with_suffix(".py") for s in ROOT.glob("tests/goldens/*.yaml"))])
 FIRST_SCREEN = 60  # lines
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import MINIMAL_SPEC
+from tests.conftest import MINIMAL_SPEC
 
 from sailrl.cli import main
 from sailrl.compiler.validate import problems, validate_file, validate_text
@@ -268,7 +268,7 @@ def test_every_place_that_makes_a_spec_error_sets_a_known_code():
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     missing = []
     for folder in ("spec", "compiler", "runtime", "sailrl"):
         for path in sorted((root / folder).rglob("*.py")):

@@ -59,6 +59,6 @@ def test_rows_without_the_field_are_not_counted_as_template_failures(tmp_path):
 
 
 def test_the_starter_and_examples_stay_valid():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for spec in sorted((root / "spec" / "examples").glob("*.yaml")):
         validate_file(spec)

@@ -12,7 +12,7 @@ import pytest
 from sailrl.cli import main
 from sailrl.runtime.loop.records import Streaks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "spec/examples/quickstart.yaml"
 GAMED = ("rule 'correct' can be gamed: it scores 6 adversarial completion(s) as correct -- every option listed: "
          "'The answer is \\boxed{43, 42}.'; two answers: 'The answer is \\boxed{43 or 42}.'; the right answer "

@@ -17,7 +17,7 @@ ROWS = [
     {"question": "9+0", "answer": "9"},
     {"question": "2+5", "answer": "007"},
 ]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def make_spec(source: str, **dataset) -> Spec:

@@ -17,7 +17,7 @@ from sailrl.cli import main
 from sailrl.runtime.data import DatasetError, RowList, load_rows, readers, sources
 from sailrl.spec.schema import Spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "spec" / "examples" / "quickstart.yaml"
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from sailrl.cli import main as cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 SPEC = """

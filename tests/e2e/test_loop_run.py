@@ -19,7 +19,7 @@ from sailrl.runtime.rollouts.rollout import rollout_groups
 from sailrl.runtime.run import Run, RunOptions, open_run
 from sailrl.spec.loader import load_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "spec/examples/quickstart.yaml"
 SMALL = ["training.groups_per_step=2", "training.group_size=4", "sampling.max_tokens=12", "training.warmup=null"]
 

@@ -217,7 +217,7 @@ def test_a_key_that_reaches_a_tool_result_is_removed_before_anything_is_written(
     shown = capsys.readouterr().out
     assert "[secret removed]" in shown and not any(v in shown for v in PLANTED.values())
 
-    from tests.test_studio_api import client_for
+    from tests.studio.test_studio_api import client_for
 
     served = client_for(spec_dir / "spec.yaml", spec_dir / "run").get(
         "/api/run/rollouts", params={"run": "run", "step": 1}).text

@@ -17,7 +17,7 @@ import pytest
 
 from sailrl.spec.loader import load_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "spec/examples/quickstart.yaml"
 #: `correct` gain (mean of the last 5 RL steps minus the first 5) of the full quickstart per model.seed, measured.
 SEED_GAINS = {0: 0.302, 1: 0.410, 2: 0.446, 3: 0.364}

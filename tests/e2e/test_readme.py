@@ -13,7 +13,7 @@ import pytest
 
 from sailrl.compiler.validate import validate_text
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 

@@ -1,7 +1,7 @@
 """A spec folder with ``environment:`` (the calculator, a user tool, a feedback turn) and a run folder whose
 ``rollouts.jsonl`` was written by the runtime's ``RolloutLog`` from real episodes: the runtime's
 ``EpisodeGroupBuilder`` (its tools, the user tool in its worker process, its feedback turns and rules) driven by a
-scripted policy at the sampling-client boundary, as tests/test_episodes.py drives it. Nothing of the log's format is
+scripted policy at the sampling-client boundary, as tests/rollouts/test_episodes.py drives it. Nothing of the log's format is
 written by hand.
 
 The episodes (one step, three groups of two):

@@ -16,13 +16,9 @@ from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.runtime.rundir.rollout_log import RolloutLog
 from sailrl.spec.loader import load_spec
+from tests.fakes.tokenizer import CharTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class CharTokenizer:
-    def decode(self, tokens):
-        return "".join(chr(t) for t in tokens)
 
 
 def make_project(folder: Path) -> Path:

@@ -21,13 +21,9 @@ from sailrl.runtime.loop.collapse import (
     degenerate_streak,
     dominant_completion,
 )
+from tests.fakes.tokenizer import CharTokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-class CharTokenizer:
-    def decode(self, tokens):
-        return "".join(chr(t) for t in tokens)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def group(*completions: str, logged: bool = True) -> TrajectoryGroup:

@@ -14,7 +14,7 @@ import pytest
 
 from sailrl.runtime.loop.console import PIPE_WIDTH, RunConsole, make_console, panel_expand
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_console_without_a_terminal_does_not_wrap(monkeypatch) -> None:

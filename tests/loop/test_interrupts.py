@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 SMALL = ["training.groups_per_step=4", "training.group_size=4", "sampling.max_tokens=6",
          "training.warmup.batch_size=8"]

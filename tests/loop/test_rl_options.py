@@ -27,7 +27,7 @@ from sailrl.runtime import rl
 from sailrl.spec.loader import load_spec
 from sailrl.spec.schema import Spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "spec/examples/quickstart.yaml"
 
 

@@ -25,7 +25,7 @@ from sailrl.runtime.loop.errors import AllDegenerateError, OnPolicyMismatch, Run
 from sailrl.spec.errors import ServiceError
 from sailrl.spec.loader import load_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "spec/examples/quickstart.yaml"
 SMALL = ["training.steps=3", "training.groups_per_step=4", "training.group_size=4", "training.warmup=null"]
 REQUEST = httpx.Request("POST", "https://tinker.example/api/v1/forward_backward")

@@ -17,7 +17,7 @@ from sailrl.runtime.rundir import directory as rundir
 from sailrl.runtime.rundir import rollout_log
 from sailrl.runtime.rundir.writes import RunWriteError, write_error
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETS = ["training.groups_per_step=2", "training.group_size=4", "sampling.max_tokens=12", "training.warmup=null",
         "training.steps=5", "training.save_every=2"]
 #: metrics that are timings (they differ from run to run by nature)

@@ -12,7 +12,7 @@ from sailrl.runtime.rollouts.episode import EpisodeGroupBuilder, tool_specs
 from sailrl.runtime.tools import calculator
 from sailrl.spec.environment import EnvironmentSpec
 from sailrl.spec.loader import load_spec
-from tests.test_episodes import RENDERER, TOK
+from tests.rollouts.test_episodes import RENDERER, TOK
 
 ENV = "\nenvironment:\n  max_turns: 3\n  tools:\n    - builtin: calculator\n    - builtin: python\n"
 

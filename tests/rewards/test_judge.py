@@ -39,7 +39,7 @@ from sailrl.spec.errors import SpecErrors
 from sailrl.spec.rewards import RewardSpec
 from tests.fakes.sail_server import FakeSailServer, point_sail_sdk_at
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 RUBRIC = "The reply answers {{ question }} politely."
 
@@ -551,7 +551,7 @@ def test_the_compiled_script_shows_the_judge_only_for_a_spec_with_one() -> None:
     from sailrl.compiler.words import reward_words
     from sailrl.spec.loader import load_spec
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
 
     def compiled(name: str) -> str:
         path = root / "spec/examples" / name
@@ -599,7 +599,7 @@ def test_sailrl_explain_says_the_judge_rule_in_words_and_prices_its_tokens(capsy
 
     from sailrl.cli import main
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     assert main(["explain", str(root / "spec/examples/judge_sail.yaml")]) == 0
     out = capsys.readouterr().out
     assert "explained: a judge model (moonshotai/Kimi-K2.6 on sail, temperature 0, at most 256 tokens" in out
@@ -635,7 +635,7 @@ def test_an_unreadable_score_is_named_on_one_line():
 
 
 def test_a_rubric_that_cannot_render_is_named_at_the_rubric_not_as_an_unreachable_judge():
-    golden = Path(__file__).parent / "goldens" / "judge.yaml"
+    golden = Path(__file__).resolve().parents[1] / "goldens" / "judge.yaml"
     text = golden.read_text().replace("{{ question }}. A good", "{% for x in range(10**9) %}x{% endfor %}. A good")
     from sailrl.commands.validate import judge_connector
 

@@ -18,7 +18,7 @@ from sailrl.runtime.backends.judge_clients import connect_judges
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.rewards import RewardSpec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JUDGE_LOCAL = ROOT / "spec" / "examples" / "judge_local.yaml"
 
 

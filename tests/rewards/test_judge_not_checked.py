@@ -27,8 +27,8 @@ from sailrl.studio.session import Studio
 from tests.fakes.sail_server import FakeSailServer, point_sail_sdk_at
 from tests.fakes.studio_project import make_project
 from tests.fakes.studio_serve import serve_studio
-from tests.test_preflight import EXAMPLES, QUICKSTART_REWARD, ScriptedPolicy
-from tests.test_studio_browser import TOKEN, browser, page, wait_for  # noqa: F401 -- fixtures
+from tests.commands.test_preflight import EXAMPLES, QUICKSTART_REWARD, ScriptedPolicy
+from tests.studio.test_studio_browser import TOKEN, browser, page, wait_for  # noqa: F401 -- fixtures
 
 JUDGE_RULE = {"name": "polite", "kind": "judge", "rubric": "The reply answers {{ question }} politely.",
               "judge": {"model": "judge-m", "sampler": "sail", "retries": 0}}

@@ -392,7 +392,7 @@ def test_fields_that_cannot_be_sent_fail_that_call_and_keep_the_worker(spec_dir:
     assert fn.score("yes", {}).total == 0.5
 
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "python-reward"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "python-reward"
 
 
 def test_the_documented_example_is_the_guides_and_validates() -> None:

@@ -24,7 +24,7 @@ from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.models import BUILTIN_MODELS, TINY_JUDGE_RUBRIC, default_renderer
 from tests.fakes.recipes import recipe, weights_metadata
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "spec/examples/judge_local.yaml"
 WEIGHTS = PRETRAINED_WEIGHTS["sailrl/tiny-judge"]
 

@@ -22,7 +22,7 @@ from sailrl.runtime.tools.sailbox import SailboxPythonTool, remote_command
 from sailrl.spec.environment import EnvironmentSpec
 from tests.fakes.sailbox_server import fake_sailbox_server  # noqa: F401 - the fixture
 from tests.fakes.sandbox import require_sandbox
-from tests.test_episodes import STOP, TOK, _run
+from tests.rollouts.test_episodes import STOP, TOK, _run
 
 
 def _error(content: str) -> dict:
@@ -40,14 +40,13 @@ def test_a_last_expression_is_printed_as_a_shell_shows_it(capsys):
 
 
 def test_an_error_names_the_snippets_line():
-    try:
+    with pytest.raises(ZeroDivisionError) as exc:
         snippet.run_code("a = 1\n\ndef f():\n    return 1 / 0\nf()")
-    except ZeroDivisionError as exc:
-        assert snippet.error_text(exc) == "ZeroDivisionError: division by zero (line 4)"
-    try:
+    assert snippet.error_text(exc.value) == "ZeroDivisionError: division by zero (line 4)"
+    with pytest.raises(SyntaxError) as exc:
         snippet.run_code("x = (")
-    except SyntaxError as exc:
-        assert snippet.error_text(exc).startswith("SyntaxError: ") and snippet.error_text(exc).endswith("(line 1)")
+    text = snippet.error_text(exc.value)
+    assert text.startswith("SyntaxError: ") and text.endswith("(line 1)")
 
 
 # ------------------------------------------------------------------------------------------------ bubblewrap sandbox

@@ -15,7 +15,7 @@ from sailrl.cli import main
 from sailrl.runtime.backends.local import LocalServiceClient
 from tests.fakes.sail_server import fixed_policy_sampler, local_checkpoint_clients, policy_sampler
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "spec/examples/quickstart.yaml"
 pytestmark = pytest.mark.slow
 

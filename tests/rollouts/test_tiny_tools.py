@@ -22,7 +22,7 @@ from sailrl.spec.loader import load_spec
 from sailrl.spec.models import BUILTIN_MODELS, default_renderer
 from tests.fakes.recipes import recipe, weights_metadata
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "spec/examples/calculator.yaml"
 WEIGHTS = PRETRAINED_WEIGHTS["sailrl/tiny-tools"]
 

@@ -23,14 +23,7 @@ from sailrl.runtime.rundir.rollout_log import (
     read_rollouts,
     rule_verdicts,
 )
-
-
-class CharTokenizer:
-    """Token id = code point: decode is exact and needs no vocabulary."""
-
-    def decode(self, tokens):
-        return "".join(chr(t) for t in tokens)
-
+from tests.fakes.tokenizer import CharTokenizer
 
 TOK = CharTokenizer()
 

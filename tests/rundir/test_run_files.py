@@ -23,7 +23,7 @@ from sailrl.runtime.rundir import rollout_log
 from sailrl.runtime.rundir.directory import MAX_LINE_BYTES, RunDirectory, RunFileError, open_run_file, read_run_bytes
 from sailrl.runtime.rundir.rollout_log import ROLLOUTS_FILE, RolloutLog, logged_steps, read_rollouts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120  # a command that reads a FIFO blocks forever; one that reads /dev/zero never ends
 MEMORY_LIMIT = 8 * 2**30
 

@@ -69,7 +69,7 @@ def test_fatal_is_an_attribute_of_the_class():
     assert _is_fatal(CheckpointURLRefused("no", status_code=403)) and not _is_fatal(SailRolloutError("expired", reasons=[],
                                                                                      attempts=1, response_ids=[]))
     assert not _is_fatal(ValueError("x")) and SailrlError.fatal is False
-    source = (ROOT / "runtime" / "rollout.py").read_text(encoding="utf-8")
+    source = (ROOT / "runtime" / "rollouts" / "rollout.py").read_text(encoding="utf-8")
     calls = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call) and getattr(n.func, "id", "") ==
              "isinstance" and any(w in ast.unparse(n.args[1]) for w in ("Sail", "Local", "Checkpoint"))]
     assert not calls, "rollout.py decides fatality by an isinstance list again"

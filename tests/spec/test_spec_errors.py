@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from conftest import MINIMAL_SPEC
+from tests.conftest import MINIMAL_SPEC
 
 from sailrl.compiler.validate import validate_file, validate_text
 from sailrl.spec.errors import SpecError, SpecErrors

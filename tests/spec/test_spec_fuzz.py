@@ -32,7 +32,7 @@ from sailrl.compiler.words import reward_words
 from sailrl.spec.codes import CODES
 from sailrl.spec.errors import SpecErrors
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "spec" / "examples"
 SOURCES = [*sorted(EXAMPLES.glob("*.yaml")), ROOT / "spec" / "starter.yaml"]
 CASES = 240

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import MINIMAL_SPEC
+from tests.conftest import MINIMAL_SPEC
 
 from sailrl.cli import main
 from sailrl.compiler.validate import validate_file, validate_text

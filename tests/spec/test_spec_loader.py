@@ -15,7 +15,7 @@ from sailrl.spec.loader import load_spec, load_spec_text, parse_yaml, resolve_pl
 from sailrl.spec.models import BUILTIN_MODELS
 from sailrl.spec.schema import Spec
 
-SPEC_DIR = Path(__file__).resolve().parent.parent / "spec"
+SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def test_shipped_example_specs_validate(name):
 
 
 def test_starter_spec_validates():
-    # (`sailrl init` copies data/addition.jsonl beside it; tests/test_cli_spec.py validates that as a file)
+    # (`sailrl init` copies data/addition.jsonl beside it; tests/commands/test_cli_spec.py validates that as a file)
     spec = validate_text((SPEC_DIR / "starter.yaml").read_text(encoding="utf-8"), "<starter>").spec
     assert spec.model.name in BUILTIN_MODELS and spec.sampling.sampler == "local"  # no download, no keys
     assert spec.dataset.source == "data/addition.jsonl"

@@ -1,5 +1,5 @@
 """Issue 20: the studio's rollout view shows a judge rule's answer and the score taken from it, in a real browser
-(Debian's Chromium driven by Playwright, as tests/test_studio_browser.py; skipped without a browser)."""
+(Debian's Chromium driven by Playwright, as tests/studio/test_studio_browser.py; skipped without a browser)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from sailrl.studio.session import Studio
 from tests.fakes.studio_project import make_project, write_steps
 from tests.fakes.studio_serve import serve_studio
-from tests.test_studio_browser import TOKEN, browser, page, wait_for  # noqa: F401 -- fixtures
+from tests.studio.test_studio_browser import TOKEN, browser, page, wait_for  # noqa: F401 -- fixtures
 
 ANSWER = "Polite & short: <b>fine</b>. <score>yes</score>"
 

@@ -2,7 +2,7 @@
 arguments, the tool's result or error, feedback turns), the rules' verdicts on the scored text and why the episode
 ended; everything the model or a tool wrote is text, never markup. The run is logged by the runtime's RolloutLog
 from real episodes (tests/fakes/episode_project.py); the browser is Debian's Chromium driven by Playwright, as in
-tests/test_studio_browser.py (skipped without a browser, a failure with CI=true)."""
+tests/studio/test_studio_browser.py (skipped without a browser, a failure with CI=true)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sailrl.studio.security import cookie_name
 from sailrl.studio.session import Studio
 from tests.fakes.episode_project import LOOKUP_RESULT, make_episode_project
 from tests.fakes.studio_serve import serve_studio
-from tests.test_studio_browser import TOKEN, browser, page, shots, wait_for  # noqa: F401 -- fixtures
+from tests.studio.test_studio_browser import TOKEN, browser, page, shots, wait_for  # noqa: F401 -- fixtures
 
 pytestmark = pytest.mark.slow
 

@@ -33,7 +33,7 @@ from tests.fakes.studio_project import make_project
 PORT = 8765
 BASE = f"http://127.0.0.1:{PORT}"
 TOKEN = "test-token-abc"
-FAKE_RUN = Path(__file__).resolve().parent / "fakes" / "studio_fake_run.py"
+FAKE_RUN = Path(__file__).resolve().parents[1] / "fakes" / "studio_fake_run.py"
 
 
 def _client(spec: Path, *, command=None, token: bool = True) -> TestClient:
@@ -280,8 +280,8 @@ def test_the_run_outlives_the_studio(project, tmp_path):
     script = tmp_path / "serve.py"
     script.write_text(
         "import sys, json\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
-        "from tests.test_studio_teacher import _client, _fake\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+        "from tests.studio.test_studio_teacher import _client, _fake\n"
         "from pathlib import Path\n"
         "spec = Path(sys.argv[1])\n"
         "c = _client(spec, command=_fake(2))\n"

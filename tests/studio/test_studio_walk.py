@@ -18,8 +18,8 @@ import pytest
 from sailrl.studio.session import Studio
 from tests.fakes.studio_project import make_project
 from tests.fakes.studio_serve import serve_studio
-from tests.test_studio_browser import TOKEN, browser, csp_violations, open_page, shots  # noqa: F401 -- fixtures
-from tests.test_studio_teacher import _working_spec
+from tests.studio.test_studio_browser import TOKEN, browser, csp_violations, open_page, shots  # noqa: F401 -- fixtures
+from tests.studio.test_studio_teacher import _working_spec
 
 RUN_MS = 300_000
 

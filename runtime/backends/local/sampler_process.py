@@ -7,7 +7,7 @@ a time, in the order the parent sends them, so the draws of its ``torch.Generato
 used by requests without ``SamplingParams.seed``) come in the same order as in-process sampling's. The parent's
 ``SampleBatcher`` still coalesces concurrent ``sample`` calls into one batch; the batch job on the parent's
 sampling worker thread sends it here and waits. The samples equal in-process sampling's for the same checkpoint,
-requests and seeds (``tests/test_local_processes.py``).
+requests and seeds (``tests/backends/test_local_processes.py``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ calls the SDK's ``__init__`` (there is no server session), so an SDK method it i
 SDK on a missing connection; :func:`refuse_the_rest` replaces every public SDK method a local class does not define
 with one of the same signature that raises ``NotImplementedError`` naming the method, and the SDK's ``holder``-like
 properties with ones that raise ``AttributeError`` the same way; each refusal's ``refuses`` attribute names what
-it stands for. ``tests/test_local_drift.py`` checks the result.
+it stands for. ``tests/backends/test_local_drift.py`` checks the result.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Everything runs on this machine with no keys: a built-in model (``sailrl/tiny``,
 seed; ``sailrl/tiny-arith``, shipped weights; byte tokenizer), a local Hugging Face model folder, a GGUF file, or
 a hub model (cached, or downloaded once; see ``sources``). Device, dtype and torch threads follow
 ``device.py`` (``SAILRL_DEVICE``, ``SAILRL_DTYPE``, ``SAILRL_THREADS``). Method names, parameters and
-return kinds follow tinker 0.35, inside the range pyproject.toml pins (``tests/test_local_drift.py`` checks them
+return kinds follow tinker 0.35, inside the range pyproject.toml pins (``tests/backends/test_local_drift.py`` checks them
 against the installed SDK): the creation methods return the client itself (they wait for it), their ``*_async``
 variants are coroutines returning it, and every client is an instance of its SDK class (``sdk``). The constructor
 takes the SDK's arguments too (``user_metadata``, ``project_id``, ``display_name``, ``base_url``, ``api_key``,

@@ -5,7 +5,7 @@ queued jobs on the training worker thread call a ``RemoteTrainer``, which sends 
 save, load, adapter copy) to the child and waits. Datums are checked and turned into tensors in the parent
 (``trainer.prepare_data``), so a bad datum fails there, as in process. The child runs the same ``LoraTrainer``
 methods in the order they were queued, so a run trains to the same weights either way
-(``tests/test_local_processes.py``).
+(``tests/backends/test_local_processes.py``).
 """
 
 from __future__ import annotations
