@@ -218,7 +218,12 @@ class TrainingSpec(SpecModel):
         None, description="A save_state checkpoint (tinker://.../weights/...) to resume from, optimizer state included."
     )
     init_from: Text | None = Field(
-        None, description="A checkpoint whose weights start the run (fresh optimizer, step 0)."
+        None,
+        description=(
+            "The weights that start the run (fresh optimizer, step 1): a save_state checkpoint (tinker://.../weights/"
+            "... or local://.../weights/...), or an earlier run's directory, relative to the spec (its final saved "
+            "state; it must hold a finished run of this model and LoRA rank)."
+        ),
     )
     warmup: WarmupSpec | None = Field(None, description="Optional supervised warm-up before RL.")
     dynamic_sampling: DynamicSamplingSpec | None = Field(
