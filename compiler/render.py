@@ -25,6 +25,7 @@ from typing import Any
 
 import jinja2
 
+from sailrl.spec.methods import METHOD_KEYS
 from sailrl.spec.schema import Spec
 from sailrl.spec.version import __version__
 
@@ -282,6 +283,9 @@ def render_method_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, outpu
     """The script of a method other than RL, from ``templates/<method>.py.j2``: the same header, ``TRAINING``
     (:data:`METHOD_READS`) and ``CONFIG`` as the RL script, the method's own ``main()``."""
     resolved = spec.resolved()
+    for path, methods in METHOD_KEYS.items():  # the script shows only what its method reads
+        if spec.method not in methods and len(path) == 2 and isinstance(resolved.get(path[0]), dict):
+            resolved[path[0]].pop(path[1], None)
     if spec.reward is not None:
         resolved["reward"]["rules"] = [r.model_dump(mode="json", by_alias=True, exclude_unset=True)
                                        for r in spec.reward.rules]

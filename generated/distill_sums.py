@@ -173,15 +173,9 @@ CONFIG = {
     "training": TRAINING | {
         "group_size": 8,  # training.group_size
         "groups_per_step": 16,  # training.groups_per_step
-        "advantage_scale": "none",  # training.advantage_scale
-        "kl_penalty_coef": 0.0,  # training.kl_penalty_coef
-        "kl_discount_factor": 0.0,  # training.kl_discount_factor
-        "max_steps_off_policy": 0,  # training.max_steps_off_policy
         "max_cost_usd": None,  # training.max_cost_usd
-        "on_all_degenerate": "skip",  # training.on_all_degenerate
         "resume_from": None,  # training.resume_from
         "init_from": None,  # training.init_from
-        "warmup": None,  # training.warmup
         "checkpoint_ttl_s": 3600,  # training.checkpoint_ttl_s
     },
     "sampling": {

@@ -127,20 +127,9 @@ CONFIG = {
         "batch_size": 8,  # sft.batch_size
     },
     "training": TRAINING | {
-        "group_size": 4,  # training.group_size
-        "groups_per_step": 16,  # training.groups_per_step
-        "loss_fn": "importance_sampling",  # training.loss_fn
-        "loss_fn_config": None,  # training.loss_fn_config
-        "num_substeps": 1,  # training.num_substeps
-        "advantage_scale": "none",  # training.advantage_scale
-        "kl_penalty_coef": 0.0,  # training.kl_penalty_coef
-        "kl_discount_factor": 0.0,  # training.kl_discount_factor
-        "max_steps_off_policy": 0,  # training.max_steps_off_policy
         "max_cost_usd": None,  # training.max_cost_usd
-        "on_all_degenerate": "skip",  # training.on_all_degenerate
         "resume_from": None,  # training.resume_from
         "init_from": None,  # training.init_from
-        "warmup": None,  # training.warmup
         "checkpoint_ttl_s": 3600,  # training.checkpoint_ttl_s
     },
     "sampling": {
@@ -151,8 +140,6 @@ CONFIG = {
         "stop": None,  # sampling.stop
         "completion_window": "balanced",  # sampling.completion_window
         "poll_deadline_s": 1200.0,  # sampling.poll_deadline_s
-        "on_policy_mismatch": "warn",  # sampling.on_policy_mismatch
-        "on_policy_kl_threshold": 0.01,  # sampling.on_policy_kl_threshold
     },
     "pricing": {
         "tinker": {"train": None, "prefill": None, "sample": None},  # pricing.tinker
