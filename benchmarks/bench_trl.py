@@ -52,12 +52,12 @@ import torch
 from tinker import types
 
 from sailrl.runtime.backends.local import LocalServiceClient
-from sailrl.runtime.backends.local import decoder as decoder_mod
-from sailrl.runtime.backends.local import generation as gen_mod
+from sailrl.runtime.backends.local.engine import decoder as decoder_mod
+from sailrl.runtime.backends.local.engine import generation as gen_mod
 from sailrl.runtime.backends.local import sampling as sampling_mod
-from sailrl.runtime.backends.local import trainer as trainer_mod
-from sailrl.runtime.backends.local.lora import LORA_ALPHA, lora_target_modules
-from sailrl.runtime.backends.local.tiny import resolve_base_model
+from sailrl.runtime.backends.local.engine import trainer as trainer_mod
+from sailrl.runtime.backends.local.engine.lora import LORA_ALPHA, lora_target_modules
+from sailrl.runtime.backends.local.weights.tiny import resolve_base_model
 
 try:
     import trl

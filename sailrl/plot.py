@@ -9,6 +9,11 @@ The x axis is each line's ``step`` field as written (integer ticks). Lines that 
 every series has its own colour, line style and marker, and a legend names it; the total is a wide translucent
 band drawn under the rule lines, so a rule equal to the total shows on top of it. Eval points (``eval/reward/total``)
 are drawn as large hollow diamonds at the steps they were measured.
+
+A run of another method draws that method's curves instead (:func:`build_method_figure`, the panels of
+:data:`~sailrl.runtime.rundir.method_logs.METHOD_PANELS`): SFT its train and held-out NLL, DPO its loss, implicit
+rewards and accuracy, a distillation its reverse KL to the teacher above its reward and pass rate. A held-out
+metric measured before training (``eval/<name>_start``, in step 1's line) is drawn at step 0.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sailrl.runtime.rundir.directory import RunDirectory
+from sailrl.runtime.rundir.directory import CONFIG_FILE, RunDirectory, RunFileError
+from sailrl.runtime.rundir.method_logs import METHOD_PANELS, METHOD_WORDS, run_method
 
 # (line style, marker) per rule line, in order; colours come from the tab10 cycle.
 RULE_STYLES = [("--", "s"), ("-.", "^"), (":", "v"), ((0, (5, 1, 1, 1, 1, 1)), "P"), ((0, (1, 1)), "X"),
@@ -106,13 +112,68 @@ def build_figure(metrics: list[dict[str, Any]], title: str = "") -> Any:
     return fig
 
 
-def plot_run(run_dir: Path, out: Path) -> None:
-    """Write the PNG of :func:`build_figure` for ``run_dir/metrics.jsonl`` to ``out``.
+def build_method_figure(metrics: list[dict[str, Any]], method: str, title: str = "") -> Any:
+    """A matplotlib ``Figure`` of a run of ``method`` (``sft``, ``dpo``, ``distill``): one panel per
+    :data:`METHOD_PANELS` entry, sharing the step axis, each series labelled; a series without a finite value is
+    left out. A key under ``eval/`` is drawn as hollow diamonds at the steps that measured it, its
+    ``eval/<name>_start`` value at step 0. Raises ``ValueError`` when no line has an integer ``step``."""
+    # lazy: matplotlib takes about a second; a run without steps is reported before it loads
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator  # lazy: see above
 
-    Raises ``ValueError`` when the file has no steps.
+    metrics = [m for m in metrics if isinstance(m.get("step"), int) and not isinstance(m.get("step"), bool)]
+    if not metrics:
+        raise ValueError("metrics.jsonl has no steps yet")
+    panels = METHOD_PANELS[method]
+    steps = [m["step"] for m in metrics]
+    markevery = 1 if len(steps) <= MARK_ALL_UP_TO else max(1, len(steps) // 30)
+    fig = Figure(figsize=(9, 2.6 * len(panels) + 1))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    n = 0
+    for ax, panel in zip(axes, panels):
+        for key, label in panel.series:
+            color, (linestyle, marker) = RULE_COLORS[n % len(RULE_COLORS)], RULE_STYLES[n % len(RULE_STYLES)]
+            n += 1
+            if key.startswith("eval/"):
+                points = [(0, _value(m, key + "_start")) for m in metrics[:1]]
+                points += [(m["step"], _value(m, key)) for m in metrics]
+                points = [(x, y) for x, y in points if not math.isnan(y)]
+                if points:
+                    ax.plot([x for x, _ in points], [y for _, y in points], label=label, color=color,
+                            linestyle=":", linewidth=1.2, marker="D", markersize=7, fillstyle="none",
+                            markeredgewidth=1.6, zorder=4)
+                continue
+            ys = [_value(m, key) for m in metrics]
+            if not all(math.isnan(y) for y in ys):
+                ax.plot(steps, ys, label=label, color=color, linestyle=linestyle, marker=marker, fillstyle="none",
+                        linewidth=1.5, markevery=markevery, markersize=4, zorder=3)
+        ax.set_ylabel(panel.ylabel, fontsize=9)
+        if panel.ylim is not None:
+            ax.set_ylim(*panel.ylim)
+        ax.grid(alpha=0.3)
+        if ax.get_lines():
+            ax.legend(loc="best", fontsize=8, framealpha=0.85)
+    axes[-1].set_xlabel("step")
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(f"{title}: {METHOD_WORDS[method]}" if title else METHOD_WORDS[method])
+    fig.tight_layout()
+    return fig
+
+
+def plot_run(run_dir: Path, out: Path) -> None:
+    """Write the PNG of ``run_dir/metrics.jsonl`` to ``out``: :func:`build_figure` for an RL run,
+    :func:`build_method_figure` for a run of another method (the method its ``config.json`` names).
+
+    Raises ``ValueError`` when the file has no steps or the config cannot be read.
     """
     try:
-        fig = build_figure(RunDirectory(run_dir).read_metrics(), title=Path(run_dir).name)
+        method = run_method(run_dir) if (Path(run_dir) / CONFIG_FILE).is_file() else "rl"
+    except (ValueError, RunFileError) as exc:
+        raise ValueError(f"{Path(run_dir) / CONFIG_FILE} cannot be read: {exc}") from None
+    metrics = RunDirectory(run_dir).read_metrics()
+    try:
+        fig = (build_figure(metrics, title=Path(run_dir).name) if method == "rl"
+               else build_method_figure(metrics, method, title=Path(run_dir).name))
     except ValueError:
         raise ValueError(f"{run_dir}/metrics.jsonl has no steps yet") from None
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -283,16 +283,16 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
               "its group is dropped and counted."),
     ErrorCode("E143", "sailrl.runtime.backends.sail.completer.SailRequestRejected", "Sail refused the request itself; stops "
               "the run."),
-    ErrorCode("E150", "sailrl.runtime.backends.local.sources.BaseModelError", "The local backend cannot load the base "
+    ErrorCode("E150", "sailrl.runtime.backends.local.weights.sources.BaseModelError", "The local backend cannot load the base "
               "model."),
-    ErrorCode("E151", "sailrl.runtime.backends.local.child.LocalProcessError", "A local backend child process stopped; stops "
+    ErrorCode("E151", "sailrl.runtime.backends.local.processes.child.LocalProcessError", "A local backend child process stopped; stops "
               "the run."),
-    ErrorCode("E152", "sailrl.runtime.backends.local.sampler_process.SamplerProcessError", "The local sampling process "
+    ErrorCode("E152", "sailrl.runtime.backends.local.processes.sampler_process.SamplerProcessError", "The local sampling process "
               "stopped."),
-    ErrorCode("E153", "sailrl.runtime.backends.local.trainer_process.TrainerProcessError", "The local training process "
+    ErrorCode("E153", "sailrl.runtime.backends.local.processes.trainer_process.TrainerProcessError", "The local training process "
               "stopped."),
-    ErrorCode("E154", "sailrl.runtime.backends.local.losses.LossInputError", "A datum lacks what its loss_fn needs."),
-    ErrorCode("E155", "sailrl.runtime.backends.local.checkpoints.CheckpointPathError", "A local:// checkpoint path is "
+    ErrorCode("E154", "sailrl.runtime.backends.local.engine.losses.LossInputError", "A datum lacks what its loss_fn needs."),
+    ErrorCode("E155", "sailrl.runtime.backends.local.weights.checkpoints.CheckpointPathError", "A local:// checkpoint path is "
               "malformed or missing."),
     ErrorCode("E200", "sailrl.export.runinfo.ExportError", "sailrl export cannot export the run as asked."),
     ErrorCode("E210", "sailrl.studio.security.PathRefused", "The studio refuses a path outside its folders."),

@@ -115,9 +115,9 @@ def local_checkpoint_dir() -> Path:
 
 def local_device(model_name: str) -> str:
     """``$SAILRL_DEVICE`` if set; else the CPU for the built-in models; else CUDA when present; else the CPU
-    (``sailrl.runtime.backends.local.device.local_device``)."""
+    (``sailrl.runtime.backends.local.weights.device.local_device``)."""
     # lazy: runtime.backends.local imports torch (seconds); `sailrl clean` imports this module for the store folder
-    from sailrl.runtime.backends.local.device import local_device as _local_device
+    from sailrl.runtime.backends.local.weights.device import local_device as _local_device
 
     return _local_device(model_name)
 
@@ -134,14 +134,14 @@ def open_backend(spec: Spec, *, sampler: str, checkpoint_dir: Path | None = None
     if sampler == "local":
         # lazy: runtime.backends.local imports torch (seconds); `sailrl clean` imports this module for the store folder
         from sailrl.runtime.backends.local import LocalServiceClient
-        from sailrl.runtime.backends.local.sources import check_model_source  # lazy: see above
+        from sailrl.runtime.backends.local.weights.sources import check_model_source  # lazy: see above
 
         # A folder without config.json, a damaged GGUF, an unreachable hub, no chat template, too little memory:
         # a ModelError in one line, before anything is written (a hub model is downloaded here once).
         model_dir = Path(spec_path).parent if spec_path else None
         device = local_device(spec.model.name)
         check_model_source(spec.model.name, spec.model.renderer, base_dir=model_dir, device=device)
-        from sailrl.runtime.backends.local.device import use_local_processes  # lazy: see above
+        from sailrl.runtime.backends.local.weights.device import use_local_processes  # lazy: see above
 
         store = writable_folder(checkpoint_dir or local_checkpoint_dir(), "the embedded backend's checkpoint folder",
                                 "set SAILRL_HOME to a folder you can write (checkpoints go to "

@@ -42,7 +42,7 @@ def get_tokenizer(model_name: str, base_dir: str | os.PathLike | None = None) ->
     from tinker_cookbook import tokenizer_utils
 
     # lazy: the same
-    from sailrl.runtime.backends.local.sources import (
+    from sailrl.runtime.backends.local.weights.sources import (
         ResolvedModel,
         byte_tokenizer,
         load_tokenizer,

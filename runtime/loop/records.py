@@ -298,7 +298,7 @@ class Records:
             lines.append(f"final adapter: {sampler}")
             if self.is_local:
                 # lazy: sailrl.runtime.backends.local loads torch; only a local run (which has loaded it) gets here
-                from sailrl.runtime.backends.local.checkpoints import LocalPath
+                from sailrl.runtime.backends.local.weights.checkpoints import LocalPath
 
                 p = LocalPath.parse(sampler)
                 lines.append(f"  (a PEFT adapter directory: {local_checkpoint_dir() / p.run_id / p.kind / p.name})")

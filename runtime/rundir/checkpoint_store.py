@@ -2,7 +2,7 @@
 
 The store is ``$SAILRL_HOME/checkpoints`` (:func:`sailrl.runtime.backends.backend.local_checkpoint_dir`): one folder per
 training client (a *store run*, e.g. ``tiny-3f9a1c2e``) holding ``sampler_weights/<name>/`` and ``weights/<name>/``
-checkpoints (``sailrl.runtime.backends.local.checkpoints``) and their ``.tar`` archives. Every run of the embedded backend
+checkpoints (``sailrl.runtime.backends.local.weights.checkpoints``) and their ``.tar`` archives. Every run of the embedded backend
 adds one store run (~40 MB for the quickstart: a sampler checkpoint per step); nothing is removed automatically.
 
 A checkpoint is **needed** when a run directory's ``--resume`` would load it: the last saved state in the run

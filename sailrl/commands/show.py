@@ -16,6 +16,12 @@ Text from the model is shown literally: rich markup is not interpreted and contr
 overrides, zero-width characters) are printed as escapes. Colour only on a terminal (and never with NO_COLOR);
 piped output is plain text. Exit codes: 0 shown; 1 not a run directory (missing, a file, no config.json), no
 rollouts logged, no such step or kind, unknown rule (with a did-you-mean); 2 usage error.
+
+A run of a method that samples no rollouts (``method: sft`` or ``dpo``) is shown by its steps' metrics instead:
+how the method's metrics moved (first to last, the held-out ones from before training), then a table of the first
+step, every step that measured the held-out rows and the last (``--step N``: every metric of that step). A
+distillation run's rollouts are shown as an RL run's, with the step's reverse KL to the teacher; its groups all
+train, so none is called degenerate, and the advantage shown is the rules' part of each token's advantage.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from rich.table import Table
 from rich.text import Text
 
 from sailrl.runtime.loop.console import panel_expand
-from sailrl.runtime.rundir.directory import CONFIG_FILE
+from sailrl.runtime.rundir.directory import CONFIG_FILE, METRICS_FILE, RunDirectory, RunFileError
+from sailrl.runtime.rundir.method_logs import METHOD_WORDS, method_keys, run_method
 from sailrl.runtime.rundir.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
 from sailrl.spec.errors import UserError
 from sailrl.spec.messages import did_you_mean_text
@@ -175,10 +182,12 @@ def rule_names(records: list[dict[str, Any]]) -> list[str]:
     return list(names)
 
 
-def _summary(step: int, kind: str, records: list[dict[str, Any]], rules: list[str]) -> list[str]:
+def _summary(step: int, kind: str, records: list[dict[str, Any]], rules: list[str],
+             method: str = "rl") -> list[str]:
     groups: dict[Any, bool | None] = {}
-    for r in records:
-        groups[r.get("group")] = r.get("degenerate") if isinstance(r.get("degenerate"), bool) else None
+    for r in records:  # a distillation trains every group: the teacher tells rollouts of equal reward apart
+        degenerate = r.get("degenerate") if method != "distill" else None
+        groups[r.get("group")] = degenerate if isinstance(degenerate, bool) else None
     totals = [r["total"] for r in records if _is_num(r.get("total"))]
     mean = sum(totals) / len(totals) if totals else None
     truncated = sum(1 for r in records if r.get("truncated"))
@@ -239,11 +248,16 @@ def _episode(console: Any, episode: dict[str, Any]) -> None:
 
 def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *, best: bool = False,
            worst: bool = False, rule: str | None = None, limit: int | None = DEFAULT_LIMIT,
-           show_prompt: str = "short") -> None:
-    """Print the summary and the rollouts of one step on a rich ``console``."""
+           show_prompt: str = "short", method: str = "rl", step_metrics: dict[str, Any] | None = None) -> None:
+    """Print the summary and the rollouts of one step on a rich ``console``. ``method``: the run's; a
+    distillation's summary adds the step's reverse KL from ``step_metrics`` (its ``metrics.jsonl`` line)."""
     rules = [rule] if rule else rule_names(records)
-    for line in _summary(step, kind, records, rule_names(records) if rule is None else [rule]):
+    for line in _summary(step, kind, records, rule_names(records) if rule is None else [rule], method):
         console.print(Text(line))
+    if method == "distill" and kind == "train":
+        kl = (step_metrics or {}).get("distill/reverse_kl")
+        console.print(Text(f"reverse KL to the teacher: {_num(kl)} nats per sampled token (distill/reverse_kl)"))
+        console.print(Text("distillation: every group trains; the advantage shown is the rules' part"))
     shown = order(records, best=best, worst=worst, rule=rule)
     if limit is not None:
         shown = shown[:limit]
@@ -259,7 +273,7 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
                 f" · {_num(r.get('num_tokens'), 'd')} tokens")
         if r.get("truncated"):
             head += " · truncated"
-        if r.get("degenerate"):
+        if r.get("degenerate") and method != "distill":
             head += " · degenerate group"
         if several_samplers:
             head += f" · sampler step {_num(r.get('sampler_step'), 'd')}"
@@ -307,10 +321,74 @@ def render(console: Any, step: int, kind: str, records: list[dict[str, Any]], *,
                                     expand=panel_expand(console)))
 
 
+def _method_of(run_dir: Any) -> str:
+    """The run's method (``"rl"`` when ``run_dir`` is no run directory: :func:`choose` says why)."""
+    from pathlib import Path
+
+    if not (Path(run_dir) / CONFIG_FILE).is_file():
+        return "rl"
+    try:
+        return run_method(run_dir)
+    except (ValueError, RunFileError) as exc:
+        raise ShowError(f"{Path(run_dir) / CONFIG_FILE} cannot be read: {exc}") from None
+
+
+def _step_line(metrics: list[dict[str, Any]], step: int) -> dict[str, Any]:
+    return next((m for m in reversed(metrics) if m.get("step") == step), {})
+
+
+def steps_view(run_dir: Any, method: str, step: int | None) -> list[str]:
+    """The lines ``show`` prints for a run that logs no rollouts (SFT, DPO): how its method's metrics moved, then
+    the first step, the steps that measured the held-out rows and the last, one row each (``step``: every metric
+    of that step). Raises :class:`ShowError` when no step is logged or ``step`` is not."""
+    metrics = [m for m in RunDirectory(run_dir).read_metrics()
+               if isinstance(m.get("step"), int) and not isinstance(m.get("step"), bool)]
+    if not metrics:
+        raise ShowError(f"{run_dir}/{METRICS_FILE} holds no step yet: this {method} run logs each step's metrics "
+                        "there when the step ends")
+    steps = sorted({m["step"] for m in metrics})
+    head = (f"{run_dir}: method {method} ({METHOD_WORDS[method]}), {len(steps)} steps logged "
+            f"({_ranges(steps)}); it samples no rollouts, so these are its steps' metrics")
+    if step is not None:
+        if step not in steps:
+            raise ShowError(f"{run_dir}/{METRICS_FILE} has no step {step}; steps logged: {_ranges(steps)}")
+        line = _step_line(metrics, step)
+        width = max(len(k) for k in line)
+        return [head, f"step {step}:"] + [f"  {k.ljust(width)}  {_num(v, '.4g') if _is_num(v) else visible(str(v))}"
+                                          for k, v in sorted(line.items()) if k not in ("step", "schema")]
+    keys = [k for k in method_keys(method) if any(_is_num(m.get(k)) for m in metrics)]
+    lines = [head]
+    for key in keys:
+        seen = [(m["step"], m[key]) for m in metrics if _is_num(m.get(key))]
+        start = next((m[key + "_start"] for m in metrics if _is_num(m.get(key + "_start"))), None)
+        first = f"{start:.3f} (before training)" if start is not None else f"{seen[0][1]:.3f} (step {seen[0][0]})"
+        lines.append(f"  {key}: {first} -> {seen[-1][1]:.3f} (step {seen[-1][0]})")
+    shown = sorted({steps[0], steps[-1]} | {m["step"] for m in metrics
+                                            if any(k.startswith("eval/") for k in m)})
+    columns = ["step", *keys, "tokens/trained", "learning_rate"]
+    rows = [columns] + [[str(s)] + [_num(_step_line(metrics, s).get(k), ".4g") for k in columns[1:]]
+                        for s in shown]
+    width = [max(len(r[i]) for r in rows) for i in range(len(columns))]
+    lines.append(f"the first step, the last and the {len(shown) - 2 if len(shown) > 2 else 0} in between that "
+                 "measured the held-out rows (--step N for every metric of one step):")
+    lines += ["  " + "  ".join(r[i].rjust(width[i]) for i in range(len(columns))).rstrip() for r in rows]
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from sailrl.runtime.loop.console import make_console  # lazy: rich only when printing
 
     try:
+        method = _method_of(args.run_dir)
+        if method in ("sft", "dpo"):
+            asked = [o for o, v in (("--rule", args.rule), ("--best", args.best), ("--worst", args.worst),
+                                    ("--kind", args.kind)) if v]
+            if asked:
+                raise ShowError(f"{asked[0]}: this {method} run samples no rollouts to sort or score; "
+                                "`sailrl show RUN_DIR` prints its steps' metrics (--step N: one step's)")
+            for line in steps_view(args.run_dir, method, args.step):
+                print(line)
+            return 0
         step, kind, records = choose(args.run_dir, args.step, args.kind)
         if args.rule is not None:
             names = rule_names(records)
@@ -322,6 +400,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     console = make_console(highlight=False, emoji=False, markup=False)
+    step_metrics = _step_line(RunDirectory(args.run_dir).read_metrics(), step) if method == "distill" else None
     render(console, step, kind, records, best=args.best, worst=args.worst, rule=args.rule, limit=args.limit,
-           show_prompt=args.prompt)
+           show_prompt=args.prompt, method=method, step_metrics=step_metrics)
     return 0

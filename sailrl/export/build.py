@@ -5,7 +5,7 @@ at all.
   checkpoint's archive), then ``weights.build_lora_adapter`` converts it to a PEFT adapter keyed as the Hugging Face
   model's modules (what vLLM ``--lora-modules`` / SGLang ``--lora-paths`` load), or ``weights.build_hf_model``
   merges it into the base model's weights. The base model's files come from the Hugging Face cache, or the hub
-  (``sailrl.runtime.backends.local.sources.hub_snapshot``: one metadata request with a short timeout).
+  (``sailrl.runtime.backends.local.weights.sources.hub_snapshot``: one metadata request with a short timeout).
 - An embedded-backend run (``local://`` checkpoint): the adapter files in ``$SAILRL_HOME/checkpoints`` are already
   PEFT's; the base model is read from where the run read it (``base_model.json``: a built-in model, a folder, a GGUF
   file or a hub snapshot). ``merged`` is ``PeftModel.from_pretrained(base, checkpoint).merge_and_unload()``; an
@@ -148,7 +148,7 @@ def local_checkpoint_directory(ckpt: Checkpoint, have: str) -> str:
     """The folder of the ``local://`` checkpoint ``ckpt`` in the embedded backend's store; :class:`ExportError`
     (ending with ``have``, the checkpoints the run has) when it is gone."""
     # lazy: runtime.backends.local loads torch and transformers (seconds); a bad run or checkpoint is reported first
-    from sailrl.runtime.backends.local.checkpoints import CheckpointPathError, CheckpointStore
+    from sailrl.runtime.backends.local.weights.checkpoints import CheckpointPathError, CheckpointStore
 
     store = CheckpointStore(str(local_checkpoint_dir()))
     try:
@@ -214,8 +214,8 @@ def _load_local_base(directory: str) -> tuple[Any, Any, Any]:
     import torch  # lazy: torch only for the build itself
 
     # lazy: runtime.backends.local loads torch and transformers (seconds); a bad run or checkpoint is reported first
-    from sailrl.runtime.backends.local.sources import BaseModelError
-    from sailrl.runtime.backends.local.tiny import BaseModelCache, BaseModelSpec, load_base_model  # lazy: see above
+    from sailrl.runtime.backends.local.weights.sources import BaseModelError
+    from sailrl.runtime.backends.local.weights.tiny import BaseModelCache, BaseModelSpec, load_base_model  # lazy: see above
 
     try:
         spec = BaseModelSpec.read(directory)
@@ -238,7 +238,7 @@ def _save_tokenizer(spec: Spec, tokenizer: Any, out: Path) -> None:
         from tinker_cookbook.weights._export import save_tokenizer_and_processor  # lazy: torch
 
         # lazy: runtime.backends.local loads torch and transformers (seconds); a bad run or checkpoint is reported first
-        from sailrl.runtime.backends.local.sources import resolve_model
+        from sailrl.runtime.backends.local.weights.sources import resolve_model
 
         resolved = resolve_model(spec.model_name, revision=spec.revision)
         if resolved.kind in ("local_dir", "hub"):
@@ -308,7 +308,7 @@ def build_local(ckpt: Checkpoint, fmt: str, out: Path, final_target: Path, have:
 def _hub_folder(model_name: str) -> str:
     """The base model's files: a local folder as is, else the Hugging Face cache or the hub (bounded)."""
     # lazy: runtime.backends.local loads torch and transformers (seconds); a bad run or checkpoint is reported first
-    from sailrl.runtime.backends.local.sources import BaseModelError, hub_snapshot
+    from sailrl.runtime.backends.local.weights.sources import BaseModelError, hub_snapshot
 
     if os.path.isdir(model_name):
         return model_name

@@ -80,7 +80,7 @@ def _sampling_client(spec: Spec, ckpt: Checkpoint, spec_dir: Any, have: str) -> 
     if ckpt.is_local:
         # lazy: runtime.backends.local loads torch and transformers (seconds); a bad run or checkpoint is reported first
         from sailrl.runtime.backends.local import LocalServiceClient
-        from sailrl.runtime.backends.local.sources import BaseModelError  # lazy: see above
+        from sailrl.runtime.backends.local.weights.sources import BaseModelError  # lazy: see above
 
         directory = local_checkpoint_directory(ckpt, have)
         service = LocalServiceClient(spec.model.name, base_dir=local_checkpoint_dir(), seed=spec.model.seed,

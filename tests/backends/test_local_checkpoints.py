@@ -13,7 +13,7 @@ import torch
 from tinker import types
 
 from sailrl.runtime.backends.local import CheckpointPathError, LocalServiceClient
-from sailrl.runtime.backends.local.tiny import TINY_CONFIG, build_tiny_model
+from sailrl.runtime.backends.local.weights.tiny import TINY_CONFIG, build_tiny_model
 
 SEQ = [72, 101, 108, 108, 111, 35, 50, 43, 51, 61]
 DATUM = types.Datum(

@@ -11,7 +11,7 @@ import torch
 from tinker import types
 
 from sailrl.runtime.backends.local import LocalServiceClient
-from sailrl.runtime.backends.local.losses import LossInputError
+from sailrl.runtime.backends.local.engine.losses import LossInputError
 
 PROMPT = [72, 101, 108, 108, 111, 58]
 CHOSEN = [52, 50, 59, 10]

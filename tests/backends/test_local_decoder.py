@@ -1,4 +1,4 @@
-"""The hand-written decoder forward (runtime/backends/local/decoder.py) against transformers' own forward and peft's LoRA.
+"""The hand-written decoder forward (runtime/backends/local/engine/decoder.py) against transformers' own forward and peft's LoRA.
 
 Every supported architecture (Qwen3 with its query / key norms, Llama with tied embeddings, Qwen2 with q / k / v
 biases, Mistral without a window), in float64 so that differences are the formulas' and not float32 rounding:
@@ -26,9 +26,9 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from sailrl.runtime.backends.local import decoder
-from sailrl.runtime.backends.local.decoder import FusedDecoder, decoder_of, supports
-from sailrl.runtime.backends.local.lora import attach_lora
+from sailrl.runtime.backends.local.engine import decoder
+from sailrl.runtime.backends.local.engine.decoder import FusedDecoder, decoder_of, supports
+from sailrl.runtime.backends.local.engine.lora import attach_lora
 
 SMALL = dict(hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
              vocab_size=97, max_position_embeddings=128)
@@ -172,7 +172,7 @@ def test_other_models_run_their_own_forward():
 
 
 def test_the_embedded_backend_uses_it_for_the_built_in_models():
-    from sailrl.runtime.backends.local.tiny import BaseModelCache, resolve_base_model
+    from sailrl.runtime.backends.local.weights.tiny import BaseModelCache, resolve_base_model
 
     bases = BaseModelCache(torch.float32, "cpu")
     for name in ("sailrl/tiny", "sailrl/tiny-arith", "sailrl/tiny-judge"):

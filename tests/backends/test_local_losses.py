@@ -11,7 +11,7 @@ import torch
 from tinker import types
 
 from sailrl.runtime.backends.local import LocalServiceClient
-from sailrl.runtime.backends.local.losses import LossInputError
+from sailrl.runtime.backends.local.engine.losses import LossInputError
 
 SEQS = [[72, 101, 108, 108, 111, 35, 50, 43], [35, 51, 45, 52, 61, 63]]
 
@@ -261,7 +261,7 @@ def test_datums_sharing_a_prompt_share_its_forward_with_the_same_logprobs_and_gr
     """An RL step's groups share their prompt's forward pass (trainer.shared_prefixes); the logprobs, loss and
     every LoRA gradient equal the one-pass forward's up to float32 rounding (a float64 model still normalises
     in float32: RMSNorm upcasts to float32, so gradients summed in another order differ by ~1e-8 relative)."""
-    from sailrl.runtime.backends.local import trainer as trainer_mod
+    from sailrl.runtime.backends.local.engine import trainer as trainer_mod
     from tests.fakes.tiny_models import save_model_dir
 
     name = arch
@@ -319,8 +319,8 @@ def test_datums_sharing_a_prompt_share_its_forward_with_the_same_logprobs_and_gr
 
 
 def test_micro_batches_bound_the_tokens_of_each_pass_and_keep_the_datums_in_order():
-    from sailrl.runtime.backends.local.tiny import tiny_config
-    from sailrl.runtime.backends.local.trainer import micro_batches, tokens_per_chunk
+    from sailrl.runtime.backends.local.weights.tiny import tiny_config
+    from sailrl.runtime.backends.local.engine.trainer import micro_batches, tokens_per_chunk
 
     assert micro_batches([5, 5, 5, 5], 10) == [range(0, 2), range(2, 4)]
     assert micro_batches([20, 3, 3], 10) == [range(0, 1), range(1, 3)]  # a longer datum runs alone
@@ -337,8 +337,8 @@ def test_micro_batches_bound_the_tokens_of_each_pass_and_keep_the_datums_in_orde
 
 
 def test_length_batches_split_only_where_padding_costs_more_than_a_pass():
-    from sailrl.runtime.backends.local.tiny import tiny_config
-    from sailrl.runtime.backends.local.trainer import length_batches, pass_tokens
+    from sailrl.runtime.backends.local.weights.tiny import tiny_config
+    from sailrl.runtime.backends.local.engine.trainer import length_batches, pass_tokens
 
     assert length_batches([64] * 8, 75) == [list(range(8))]  # one length: one pass, in order
     assert length_batches([50, 60, 55, 64], 112) == [[0, 1, 2, 3]]  # 28 padded tokens do not pay for a pass
@@ -356,7 +356,7 @@ def test_length_batches_split_only_where_padding_costs_more_than_a_pass():
 
 
 def test_shared_prefixes_groups_runs_that_start_alike_and_declines_when_it_saves_little():
-    from sailrl.runtime.backends.local.trainer import shared_prefixes
+    from sailrl.runtime.backends.local.engine.trainer import shared_prefixes
 
     prompt_a, prompt_b = list(range(10, 30)), [10, 11, 12, 13, 14] + list(range(50, 65))  # both start with 10..14
     rows = [prompt_a + [1], prompt_a + [2, 3], prompt_b + [4], prompt_b + [5, 6, 7]]
@@ -376,7 +376,7 @@ def test_a_long_prompt_beside_long_completions_stays_within_absolute_positions(t
     pass beside one with a 5-token prompt and 60-token completions pads the first group's completions to 60 places,
     which must not be numbered past its last token (an IndexError at position 259 before). Same logprobs as the
     forward without shared prompts."""
-    from sailrl.runtime.backends.local import trainer as trainer_mod
+    from sailrl.runtime.backends.local.engine import trainer as trainer_mod
     from tests.fakes.tiny_models import save_model_dir
 
     save_model_dir("gpt2", tmp_path / "gpt2")

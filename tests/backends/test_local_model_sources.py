@@ -18,7 +18,7 @@ import torch
 from tinker import types
 
 from sailrl.runtime.backends.local import LocalServiceClient
-from sailrl.runtime.backends.local.sources import (
+from sailrl.runtime.backends.local.weights.sources import (
     COPIES_HELD,
     BaseModelError,
     check_memory,
@@ -348,7 +348,7 @@ def test_a_model_larger_than_memory_is_refused_with_the_numbers(tmp_path, monkey
     resolved = resolve_model(str(tmp_path / "m"))
     params = sum(p.numel() for p in model.parameters())
     assert parameter_count(resolved) == params  # from the safetensors header, no weights loaded
-    from sailrl.runtime.backends.local import sources
+    from sailrl.runtime.backends.local.weights import sources
 
     monkeypatch.setattr(sources, "available_memory", lambda device: 1_000_000)
     with pytest.raises(BaseModelError) as err:
@@ -423,7 +423,7 @@ def test_a_hub_model_too_large_for_memory_is_refused_before_any_download(hub, mo
     import huggingface_hub
     from huggingface_hub.hf_api import RepoSibling
 
-    from sailrl.runtime.backends.local import sources
+    from sailrl.runtime.backends.local.weights import sources
 
     info = type("Info", (), {"sha": "f" * 40, "siblings": [RepoSibling("model.safetensors")]})()
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, *a, **k: info)

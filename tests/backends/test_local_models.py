@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from sailrl.runtime.backends.local import BaseModelError, LocalServiceClient
-from sailrl.runtime.backends.local import device as device_mod
-from sailrl.runtime.backends.local.tiny import PRETRAINED_WEIGHTS, build_tiny_model, resolve_base_model, weights_sha256
+from sailrl.runtime.backends.local.weights import device as device_mod
+from sailrl.runtime.backends.local.weights.tiny import PRETRAINED_WEIGHTS, build_tiny_model, resolve_base_model, weights_sha256
 from sailrl.runtime.backends.models import default_renderer_name, get_renderer, get_tokenizer
 from sailrl.spec import models as catalogue
 from sailrl.spec.errors import ConfigError

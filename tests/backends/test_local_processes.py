@@ -16,9 +16,9 @@ import pytest
 from tinker import types
 
 from sailrl.runtime.backends.local import LocalServiceClient
-from sailrl.runtime.backends.local.device import use_local_processes
-from sailrl.runtime.backends.local.sampler_process import SamplerProcessError
-from sailrl.runtime.backends.local.trainer_process import TrainerProcessError
+from sailrl.runtime.backends.local.weights.device import use_local_processes
+from sailrl.runtime.backends.local.processes.sampler_process import SamplerProcessError
+from sailrl.runtime.backends.local.processes.trainer_process import TrainerProcessError
 from sailrl.spec.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -177,7 +177,7 @@ def test_sampling_errors_are_plain(sampler):
 
 # ---------------------------------------------------------------------------------------------------- sampler core
 def test_inverse_cdf_picks_the_token_whose_interval_holds_u():
-    from sailrl.runtime.backends.local.generation import _RowParams, _sample
+    from sailrl.runtime.backends.local.engine.generation import _RowParams, _sample
 
     # probabilities 0.2, 0, 0.5, 0.3: intervals [0, .2) [.2, .2) [.2, .7) [.7, 1)
     logits = torch.log(torch.tensor([[0.2, 0.0, 0.5, 0.3]] * 7, dtype=torch.float64))
@@ -198,7 +198,7 @@ def test_inverse_cdf_picks_the_token_whose_interval_holds_u():
 
 
 def test_sampled_tokens_follow_the_temperature_scaled_distribution(sampler, prompt):
-    from sailrl.runtime.backends.local.generation import _RowParams, _sample
+    from sailrl.runtime.backends.local.engine.generation import _RowParams, _sample
 
     # the sampler alone: 20000 draws at temperature 2 from logits whose softmax(l / 2) is known
     target = torch.tensor([0.5, 0.25, 0.15, 0.1, 0.0], dtype=torch.float64)
@@ -279,7 +279,7 @@ def test_every_sequence_stops_at_the_first_stop_string(sampler, prompt):
 
 
 def test_stop_string_matcher_candidates():
-    from sailrl.runtime.backends.local.generation import StopStringMatcher
+    from sailrl.runtime.backends.local.engine.generation import StopStringMatcher
     from sailrl.runtime.backends.models import get_tokenizer
 
     tok = get_tokenizer("sailrl/tiny")  # byte tokenizer: id = byte + 3
@@ -296,8 +296,8 @@ def test_stop_string_matcher_candidates():
 
 
 def test_half_precision_model_samples_with_float32_logprobs(tmp_path):
-    from sailrl.runtime.backends.local.generation import SampleRequest, generate
-    from sailrl.runtime.backends.local.tiny import build_tiny_model
+    from sailrl.runtime.backends.local.engine.generation import SampleRequest, generate
+    from sailrl.runtime.backends.local.weights.tiny import build_tiny_model
     from sailrl.runtime.backends.models import get_tokenizer
 
     model = build_tiny_model(0, dtype=torch.bfloat16)
@@ -340,7 +340,7 @@ def _arch_model(arch: str):
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2", "mistral-sliding"])
 def test_other_architectures_decode_like_a_full_forward(arch):
-    from sailrl.runtime.backends.local.generation import SampleRequest, generate
+    from sailrl.runtime.backends.local.engine.generation import SampleRequest, generate
     from sailrl.runtime.backends.models import get_tokenizer
 
     model = _arch_model(arch)
@@ -371,7 +371,7 @@ def test_other_architectures_decode_like_a_full_forward(arch):
 def test_growing_cache_keeps_what_a_dynamic_cache_holds():
     from transformers.cache_utils import DynamicCache
 
-    from sailrl.runtime.backends.local.generation import _expand_cache, _GrowingLayer
+    from sailrl.runtime.backends.local.engine.generation import _expand_cache, _GrowingLayer
 
     model = _arch_model("llama")
     ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
@@ -583,7 +583,7 @@ def _windowed_model(arch):
     """Models whose attention is not over every earlier position, or whose positions scale with the pass."""
     from transformers import GPTNeoConfig, GPTNeoForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3ForCausalLM
 
-    from sailrl.runtime.backends.local.tiny import tiny_config
+    from sailrl.runtime.backends.local.weights.tiny import tiny_config
 
     torch.manual_seed(0)
     if arch == "qwen3-sliding":  # Qwen3 with its sliding window switched on
@@ -609,8 +609,8 @@ def test_prompts_that_start_alike_sample_as_each_prompt_alone(arch):
     prefilled once: each request's seeded tokens and logprobs are what it gets alone in the sampler (no sharing
     there), with padding between the shared start and a shorter prompt's own tokens. A model with sliding or local
     attention windows (the padding would take window places) or dynamic RoPE prefills each prompt whole."""
-    from sailrl.runtime.backends.local import generation
-    from sailrl.runtime.backends.local.tiny import build_tiny_model
+    from sailrl.runtime.backends.local.engine import generation
+    from sailrl.runtime.backends.local.weights.tiny import build_tiny_model
     from sailrl.runtime.backends.models import get_tokenizer
 
     if arch == "qwen3":
@@ -656,7 +656,7 @@ def test_prompts_that_start_alike_sample_as_each_prompt_alone(arch):
 
 
 def test_a_shared_start_is_used_only_when_long_enough_and_each_prompt_keeps_a_token():
-    from sailrl.runtime.backends.local.generation import MIN_SHARED_PROMPT, shared_prompt_length
+    from sailrl.runtime.backends.local.engine.generation import MIN_SHARED_PROMPT, shared_prompt_length
 
     long = list(range(2, 2 + MIN_SHARED_PROMPT))
     assert shared_prompt_length([long + [1], long + [1, 5]]) == MIN_SHARED_PROMPT

@@ -17,8 +17,8 @@ import pytest
 import torch
 from tests.conftest import MINIMAL_SPEC
 
-from sailrl.runtime.backends.local.lora import attach_lora
-from sailrl.runtime.backends.local.sources import ResolvedModel, load_model
+from sailrl.runtime.backends.local.engine.lora import attach_lora
+from sailrl.runtime.backends.local.weights.sources import ResolvedModel, load_model
 from sailrl.runtime.loop.report import step_line, summary_lines
 from sailrl.runtime.rundir.directory import run_dir_path
 from sailrl.spec.loader import load_spec

@@ -18,7 +18,7 @@ from tinker_cookbook import model_info, renderers, tokenizer_utils
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder, StepResult
 
 from sailrl.runtime.backends.local import LocalServiceClient
-from sailrl.runtime.backends.local.sources import byte_tokenizer
+from sailrl.runtime.backends.local.weights.sources import byte_tokenizer
 
 MODEL = "sailrl/tiny"
 RENDERER = "role_colon"

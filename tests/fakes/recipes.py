@@ -9,7 +9,7 @@ from types import ModuleType
 
 from safetensors import safe_open
 
-from sailrl.runtime.backends.local.tiny import PRETRAINED_WEIGHTS
+from sailrl.runtime.backends.local.weights.tiny import PRETRAINED_WEIGHTS
 
 
 def recipe(model_name: str) -> ModuleType:

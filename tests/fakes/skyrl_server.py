@@ -136,7 +136,7 @@ def byte_level_fast_tokenizer() -> Any:
 def export_model_folder(model_name: str, folder: Path) -> Path:
     """Write built-in ``model_name`` into ``folder`` as a Hugging Face model (config, safetensors weights, a fast
     byte-level tokenizer); returns ``folder``."""
-    from sailrl.runtime.backends.local.tiny import load_base_model, resolve_base_model  # lazy: torch
+    from sailrl.runtime.backends.local.weights.tiny import load_base_model, resolve_base_model  # lazy: torch
 
     folder.mkdir(parents=True, exist_ok=True)
     load_base_model(resolve_base_model(model_name, 0)).save_pretrained(folder)

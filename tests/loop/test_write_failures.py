@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sailrl.runtime.backends.local.checkpoints import CheckpointStore
+from sailrl.runtime.backends.local.weights.checkpoints import CheckpointStore
 from sailrl.runtime.loop import checkpoints
 from sailrl.runtime.rundir import directory as rundir
 from sailrl.runtime.rundir import rollout_log

@@ -19,7 +19,7 @@ import torch
 
 from sailrl.compiler.validate import validate_file, validate_text
 from sailrl.runtime.backends.judge_clients import connect_judges
-from sailrl.runtime.backends.local.tiny import PRETRAINED_WEIGHTS, load_base_model, resolve_base_model, weights_sha256
+from sailrl.runtime.backends.local.weights.tiny import PRETRAINED_WEIGHTS, load_base_model, resolve_base_model, weights_sha256
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.models import BUILTIN_MODELS, TINY_JUDGE_RUBRIC, default_renderer
 from tests.fakes.recipes import recipe, weights_metadata

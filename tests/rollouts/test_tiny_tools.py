@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sailrl.runtime.backends.local.tiny import PRETRAINED_WEIGHTS, resolve_base_model, weights_sha256
+from sailrl.runtime.backends.local.weights.tiny import PRETRAINED_WEIGHTS, resolve_base_model, weights_sha256
 from sailrl.spec.loader import load_spec
 from sailrl.spec.models import BUILTIN_MODELS, default_renderer
 from tests.fakes.recipes import recipe, weights_metadata

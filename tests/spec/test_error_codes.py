@@ -61,7 +61,7 @@ def test_each_public_error_has_its_own_code_and_the_table_lists_exactly_them():
 
 
 def test_fatal_is_an_attribute_of_the_class():
-    from sailrl.runtime.backends.local.child import LocalProcessError
+    from sailrl.runtime.backends.local.processes.child import LocalProcessError
     from sailrl.runtime.backends.sail import CheckpointURLRefused, SailRequestRejected, SailRolloutError
     from sailrl.runtime.rollouts.rollout import _is_fatal
 

@@ -7,10 +7,10 @@
 writes anything.
 """
 
-from sailrl.runtime.backends.local.checkpoints import CheckpointPathError
+from sailrl.runtime.backends.local.weights.checkpoints import CheckpointPathError
 from sailrl.runtime.backends.local.sampling import LocalSamplingClient
 from sailrl.runtime.backends.local.service import LocalServiceClient
-from sailrl.runtime.backends.local.sources import BaseModelError, check_model_source
+from sailrl.runtime.backends.local.weights.sources import BaseModelError, check_model_source
 from sailrl.runtime.backends.local.training import LocalTrainingClient
 
 __all__ = [

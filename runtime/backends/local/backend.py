@@ -29,14 +29,14 @@ from typing import Any
 
 import torch
 
-from sailrl.runtime.backends.local.checkpoints import CheckpointStore, require_kind
+from sailrl.runtime.backends.local.weights.checkpoints import CheckpointStore, require_kind
 from sailrl.runtime.backends.local.futures import ThreadBudget, Worker
-from sailrl.runtime.backends.local.lora import merge_adapter
-from sailrl.runtime.backends.local.merged import load_merged, max_context_of, prepare_for_sampling
-from sailrl.runtime.backends.local.sampler_process import SamplerProcess, Source, base_source, checkpoint_source
+from sailrl.runtime.backends.local.engine.lora import merge_adapter
+from sailrl.runtime.backends.local.engine.merged import load_merged, max_context_of, prepare_for_sampling
+from sailrl.runtime.backends.local.processes.sampler_process import SamplerProcess, Source, base_source, checkpoint_source
 from sailrl.runtime.backends.local.sampling import InProcessEngine, LocalSamplingClient, ProcessEngine, SampleBatcher
-from sailrl.runtime.backends.local.tiny import BaseModelCache, BaseModelSpec
-from sailrl.runtime.backends.local.trainer_process import TrainerProcess
+from sailrl.runtime.backends.local.weights.tiny import BaseModelCache, BaseModelSpec
+from sailrl.runtime.backends.local.processes.trainer_process import TrainerProcess
 
 
 def worker_threads() -> int:

@@ -27,10 +27,10 @@ from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
 from tinker.lib.public_interfaces.rest_client import RestClient
 
-from sailrl.runtime.backends.local.checkpoints import CheckpointPathError, CheckpointStore, LocalPath
+from sailrl.runtime.backends.local.weights.checkpoints import CheckpointPathError, CheckpointStore, LocalPath
 from sailrl.runtime.backends.local.futures import Worker
 from sailrl.runtime.backends.local.sdk import refuse_the_rest
-from sailrl.runtime.backends.local.tiny import BaseModelSpec
+from sailrl.runtime.backends.local.weights.tiny import BaseModelSpec
 
 #: ``TrainingRun.model_owner`` of every local run.
 LOCAL_OWNER = "local"

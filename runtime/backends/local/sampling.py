@@ -31,8 +31,8 @@ from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 
 from sailrl.runtime.backends.local.futures import Worker
-from sailrl.runtime.backends.local.generation import SampleRequest, generate
-from sailrl.runtime.backends.local.sampler_process import SamplerProcess, Source
+from sailrl.runtime.backends.local.engine.generation import SampleRequest, generate
+from sailrl.runtime.backends.local.processes.sampler_process import SamplerProcess, Source
 from sailrl.runtime.backends.local.sdk import refuse_the_rest
 
 _REQUEST_IDS = itertools.count()

@@ -27,15 +27,15 @@ from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
 
 from sailrl.runtime.backends.local.backend import LocalBackend
-from sailrl.runtime.backends.local.checkpoints import require_kind
-from sailrl.runtime.backends.local.device import local_device, local_dtype, thread_count
+from sailrl.runtime.backends.local.weights.checkpoints import require_kind
+from sailrl.runtime.backends.local.weights.device import local_device, local_dtype, thread_count
 from sailrl.runtime.backends.local.futures import completed
-from sailrl.runtime.backends.local.merged import max_context_of
+from sailrl.runtime.backends.local.engine.merged import max_context_of
 from sailrl.runtime.backends.local.rest import LocalRestClient
 from sailrl.runtime.backends.local.sampling import LocalSamplingClient
 from sailrl.runtime.backends.local.sdk import refuse_the_rest
-from sailrl.runtime.backends.local.tiny import BaseModelSpec, resolve_base_model
-from sailrl.runtime.backends.local.trainer import new_trainer, trainer_from_state
+from sailrl.runtime.backends.local.weights.tiny import BaseModelSpec, resolve_base_model
+from sailrl.runtime.backends.local.engine.trainer import new_trainer, trainer_from_state
 from sailrl.runtime.backends.local.training import LocalTrainingClient
 from sailrl.spec.models import TINY_MODEL_NAME
 

@@ -30,12 +30,12 @@ from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 
 from sailrl.runtime.backends.local.backend import LocalBackend
-from sailrl.runtime.backends.local.checkpoints import CheckpointPathError, LocalPath, check_name, require_kind
+from sailrl.runtime.backends.local.weights.checkpoints import CheckpointPathError, LocalPath, check_name, require_kind
 from sailrl.runtime.backends.local.sampling import LocalSamplingClient
 from sailrl.runtime.backends.local.sdk import refuse_the_rest
-from sailrl.runtime.backends.local.tiny import BaseModelSpec
-from sailrl.runtime.backends.local.trainer import LoraTrainer, prepare_data
-from sailrl.runtime.backends.local.trainer_process import RemoteTrainer
+from sailrl.runtime.backends.local.weights.tiny import BaseModelSpec
+from sailrl.runtime.backends.local.engine.trainer import LoraTrainer, prepare_data
+from sailrl.runtime.backends.local.processes.trainer_process import RemoteTrainer
 
 
 def new_run_id(model_name: str) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from tinker_cookbook.renderers import TrainOnWhat
 
-from sailrl.runtime.backends.local.tiny import build_tiny_model, save_pretrained_weights
+from sailrl.runtime.backends.local.weights.tiny import build_tiny_model, save_pretrained_weights
 from sailrl.runtime.backends.models import get_renderer, get_tokenizer
 
 OUT = Path(__file__).with_name("tiny_arith.safetensors")

@@ -66,8 +66,8 @@ from typing import Any
 import tinker
 import torch
 
-from sailrl.runtime.backends.local.generation import SampleRequest, generate
-from sailrl.runtime.backends.local.tiny import (
+from sailrl.runtime.backends.local.engine.generation import SampleRequest, generate
+from sailrl.runtime.backends.local.weights.tiny import (
     build_tiny_model,
     load_base_model,
     resolve_base_model,

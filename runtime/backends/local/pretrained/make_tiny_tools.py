@@ -56,8 +56,8 @@ from tinker_cookbook.renderers.base import ToolCall
 from tinker_cookbook.rl.data_processing import assemble_training_data
 from tinker_cookbook.rl.rollouts import do_group_rollout
 
-from sailrl.runtime.backends.local.generation import SampleRequest, generate
-from sailrl.runtime.backends.local.tiny import load_base_model, resolve_base_model, save_pretrained_weights
+from sailrl.runtime.backends.local.engine.generation import SampleRequest, generate
+from sailrl.runtime.backends.local.weights.tiny import load_base_model, resolve_base_model, save_pretrained_weights
 from sailrl.runtime.backends.models import get_renderer, get_tokenizer
 from sailrl.runtime.backends.role_colon_tools import format_tool_call
 from sailrl.runtime.rewards.rules import RewardFunction

@@ -65,7 +65,7 @@ import numpy as np
 import torch
 from tinker import types
 
-from sailrl.runtime.backends.local.decoder import decoder_of
+from sailrl.runtime.backends.local.engine.decoder import decoder_of
 
 GREEDY_TEMPERATURE = 1e-6
 COMPACT_FRACTION = 8  # compact the batch once 1/8 of its rows have finished

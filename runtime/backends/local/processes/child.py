@@ -66,7 +66,7 @@ class ChildProcess:
         # SIGINT ignored before the imports (seconds of them): Ctrl-C is the parent's to handle
         code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
                 "import json, sys; sys.path[:0] = [p for p in json.loads(sys.argv[3]) if p not in sys.path]; "
-                "from sailrl.runtime.backends.local.child import child_main; child_main(int(sys.argv[1]))")
+                "from sailrl.runtime.backends.local.processes.child import child_main; child_main(int(sys.argv[1]))")
         try:  # argv[2] names the role, for ps
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", code, str(child_end.fileno()), f"sailrl-{role}",

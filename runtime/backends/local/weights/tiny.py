@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from sailrl.runtime.backends.local.sources import (
+from sailrl.runtime.backends.local.weights.sources import (
     BaseModelError,
     ResolvedModel,
     byte_tokenizer,
@@ -58,9 +58,9 @@ __all__ = [
 BASE_MODEL_FILE = "base_model.json"
 #: Shipped weights of the pretrained built-in models.
 PRETRAINED_WEIGHTS: dict[str, Path] = {
-    "sailrl/tiny-arith": Path(__file__).with_name("pretrained") / "tiny_arith.safetensors",
-    "sailrl/tiny-tools": Path(__file__).with_name("pretrained") / "tiny_tools.safetensors",
-    "sailrl/tiny-judge": Path(__file__).with_name("pretrained") / "tiny_judge.safetensors",
+    "sailrl/tiny-arith": Path(__file__).parent.parent / "pretrained" / "tiny_arith.safetensors",
+    "sailrl/tiny-tools": Path(__file__).parent.parent / "pretrained" / "tiny_tools.safetensors",
+    "sailrl/tiny-judge": Path(__file__).parent.parent / "pretrained" / "tiny_judge.safetensors",
 }
 
 

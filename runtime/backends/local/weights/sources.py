@@ -39,7 +39,7 @@ from huggingface_hub.errors import (
 )
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from sailrl.runtime.backends.local.device import local_dtype
+from sailrl.runtime.backends.local.weights.device import local_dtype
 from sailrl.spec.errors import ModelError
 from sailrl.spec.models import (
     UnknownModelError,

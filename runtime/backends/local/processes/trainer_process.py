@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from tinker import types
 
-from sailrl.runtime.backends.local.checkpoints import CheckpointStore
-from sailrl.runtime.backends.local.child import ChildProcess, LocalProcessError
-from sailrl.runtime.backends.local.tiny import BaseModelCache, BaseModelSpec
-from sailrl.runtime.backends.local.trainer import new_trainer, trainer_from_state
+from sailrl.runtime.backends.local.weights.checkpoints import CheckpointStore
+from sailrl.runtime.backends.local.processes.child import ChildProcess, LocalProcessError
+from sailrl.runtime.backends.local.weights.tiny import BaseModelCache, BaseModelSpec
+from sailrl.runtime.backends.local.engine.trainer import new_trainer, trainer_from_state
 
 
 class TrainerProcessError(LocalProcessError):
@@ -31,7 +31,7 @@ class TrainerProcessError(LocalProcessError):
 class TrainerProcess(ChildProcess):
     """A child process holding the backend's LoRA trainers. ``base_dir``: the checkpoint store's folder."""
 
-    HOST = "sailrl.runtime.backends.local.trainer_process:TrainerHost"
+    HOST = "sailrl.runtime.backends.local.processes.trainer_process:TrainerHost"
 
     def __init__(self, *, dtype: Any, device: str, threads: int, base_dir: str):
         super().__init__("trainer", {"dtype": str(dtype).removeprefix("torch."), "device": device,

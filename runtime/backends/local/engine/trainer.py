@@ -29,11 +29,11 @@ from safetensors.torch import load_file
 from tinker import types
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from sailrl.runtime.backends.local.checkpoints import OPTIMIZER_FILE, TRAINING_STATE_FILE, CheckpointStore, LocalPath
-from sailrl.runtime.backends.local.decoder import decoder_of
-from sailrl.runtime.backends.local.lora import adapter_state, attach_lora, quiet_peft
-from sailrl.runtime.backends.local.losses import check_input_shapes, check_loss_request, datum_loss
-from sailrl.runtime.backends.local.tiny import BaseModelSpec
+from sailrl.runtime.backends.local.weights.checkpoints import OPTIMIZER_FILE, TRAINING_STATE_FILE, CheckpointStore, LocalPath
+from sailrl.runtime.backends.local.engine.decoder import decoder_of
+from sailrl.runtime.backends.local.engine.lora import adapter_state, attach_lora, quiet_peft
+from sailrl.runtime.backends.local.engine.losses import check_input_shapes, check_loss_request, datum_loss
+from sailrl.runtime.backends.local.weights.tiny import BaseModelSpec
 
 #: How safetensors names the errno of a failed write in its message.
 _OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)")

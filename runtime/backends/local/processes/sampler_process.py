@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from sailrl.runtime.backends.local.child import ChildProcess, LocalProcessError
-from sailrl.runtime.backends.local.generation import generate
-from sailrl.runtime.backends.local.merged import load_merged, max_context_of, prepare_for_sampling
-from sailrl.runtime.backends.local.tiny import BaseModelCache, BaseModelSpec
+from sailrl.runtime.backends.local.processes.child import ChildProcess, LocalProcessError
+from sailrl.runtime.backends.local.engine.generation import generate
+from sailrl.runtime.backends.local.engine.merged import load_merged, max_context_of, prepare_for_sampling
+from sailrl.runtime.backends.local.weights.tiny import BaseModelCache, BaseModelSpec
 
 MAX_MODELS = 3  # merged models the child keeps: the policy sampling now, the next one, and a KL reference
 
@@ -50,7 +50,7 @@ class SamplerProcess(ChildProcess):
     """A child process that decodes for the parent's samplers. ``dtype`` / ``device``: the backend's; ``seed``:
     its ``torch.Generator``'s; ``threads``: its ``torch.set_num_threads``."""
 
-    HOST = "sailrl.runtime.backends.local.sampler_process:SamplerHost"
+    HOST = "sailrl.runtime.backends.local.processes.sampler_process:SamplerHost"
 
     def __init__(self, *, dtype: Any, device: str, seed: int, threads: int):
         super().__init__("sampler", {"dtype": str(dtype).removeprefix("torch."), "device": device,

@@ -1,7 +1,7 @@
 """A sampler's own model copy: a checkpoint's adapter merged into its base model, ready to sample.
 
 Used by the in-process sampler (:mod:`sailrl.runtime.backends.local.backend`) and the sampling process
-(:mod:`sailrl.runtime.backends.local.sampler_process`) alike.
+(:mod:`sailrl.runtime.backends.local.processes.sampler_process`) alike.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from safetensors.torch import load_file
 
-from sailrl.runtime.backends.local.lora import merge_adapter
-from sailrl.runtime.backends.local.tiny import BaseModelSpec
+from sailrl.runtime.backends.local.engine.lora import merge_adapter
+from sailrl.runtime.backends.local.weights.tiny import BaseModelSpec
 
 __all__ = ["load_merged", "max_context_of", "prepare_for_sampling"]
 
