@@ -229,3 +229,19 @@ def test_resume_skips_the_finished_stages_and_resumes_the_first_unfinished_one(t
     assert records(b / "checkpoints.jsonl")[-1]["final"] and records(b / "checkpoints.jsonl")[-1]["batch"] == 2
     config = json.loads((b / "config.json").read_text(encoding="utf-8"))
     assert config["init_from"]["run_dir"] == str(tmp_path / "runs" / "sums-a")  # kept on resume
+
+
+def test_a_bug_in_a_stage_is_exit_70_with_its_traceback_and_the_rest_not_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "a.yaml", "sums-a")
+    write(tmp_path, "b.yaml", "sums-b", training="  init_from: runs/sums-a\n")
+
+    def broken(text, spec, options):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr("sailrl.launch.run_compiled", broken)
+    assert main(["run", "a.yaml", "b.yaml"]) == 70
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last):" in err and "KeyError: 'a bug'" in err
+    assert "sailrl run: internal error (a bug in sailrl, not a problem in your files): KeyError: 'a bug'." in err
+    assert err.endswith("stage 2/2 (b.yaml): not run (stage 1 ended with exit status 70)\n")
