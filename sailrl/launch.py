@@ -209,6 +209,7 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, opt
     # lazy: see above
     from sailrl.runtime.loop.errors import BudgetReached, RunStopped
     from sailrl.runtime.run import open_run  # lazy: see above
+    from sailrl.runtime.preference.run import open_preference_run  # lazy: see above
     from sailrl.runtime.supervised.run import open_supervised_run  # lazy: see above
     # lazy: see above
     from sailrl.runtime.rundir.writes import RunWriteError, write_error
@@ -217,7 +218,8 @@ async def execute(script_main: Callable[[Any], Awaitable[None]], spec: Spec, opt
     _stop_state["saved"] = False
     _quiet_task_errors()
     try:
-        opener = {"sft": open_supervised_run}.get(spec.method, open_run)  # each method's run, its own parts
+        # each method's run, its own parts
+        opener = {"sft": open_supervised_run, "dpo": open_preference_run}.get(spec.method, open_run)
         run = await opener(spec, options)
         await script_main(run)
         return EXIT_OK

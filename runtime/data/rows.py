@@ -85,6 +85,9 @@ def required_fields(spec: Spec) -> dict[str, str]:
     if warm is not None and warm.steps > 0:
         for v in sorted(template_variables(warm.completion)):
             need.setdefault(v, "training.warmup.completion")
+    if spec.method == "dpo" and spec.dpo is not None:  # the pair's two completions
+        need.setdefault(spec.dpo.chosen_field, "dpo.chosen_field")
+        need.setdefault(spec.dpo.rejected_field, "dpo.rejected_field")
     return need
 
 

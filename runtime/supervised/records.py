@@ -26,7 +26,10 @@ CONSOLE_KEYS = (("train/nll", "train nll"), ("eval/nll", "eval nll"), ("eval/cor
 
 class StepRecords:
     """The records of one run (``run.records``). ``completed``: steps whose line is written; ``history``: the lines
-    of this process's steps."""
+    of this process's steps. ``console_keys``: the metrics its console line shows (a method's subclass names its
+    own)."""
+
+    console_keys = CONSOLE_KEYS
 
     def __init__(self, *, spec: Spec, run_dir: RunDirectory, console: RunConsole, cost: CostModel,
                  completed: int, is_local: bool) -> None:
@@ -81,7 +84,7 @@ class StepRecords:
         self.run_dir.append_metrics(line)
         self.history.append(line)
         self.completed = step
-        parts = [f"{label} {line[key]:.3f}" for key, label in CONSOLE_KEYS if isinstance(line.get(key), float)]
+        parts = [f"{label} {line[key]:.3f}" for key, label in self.console_keys if isinstance(line.get(key), float)]
         if "learning_rate" in line:
             parts.append(f"lr {line['learning_rate']:.2e}")
         self.console.result(f"step {step:4d}/{self.spec.training.steps} | " + " | ".join(parts))
