@@ -203,9 +203,9 @@ def _assemble(spec: Spec, options: RunOptions, console: Console, run_dir: RunDir
                       records=records, **episode)
     if start.state is not None:
         sampler.resume_snapshots(start.completed + 1, start.state)
-    checkpoints = Checkpoints(spec=spec, training_client=training_client, run_dir=run_dir, records=records,
         if sampler.draws is not None:  # dynamic sampling, the difficulty filter: the data order's cursor
             sampler.draws.resume(start.completed, start.state)
+    checkpoints = Checkpoints(spec=spec, training_client=training_client, run_dir=run_dir, records=records,
                               warmup=warmup, start_step=start.completed + 1, resume_command=options.resume_command,
                               snapshots=sampler.saved_snapshots,
                               draws=sampler.draws.saved if sampler.draws is not None else None)
