@@ -52,6 +52,7 @@ from sailrl.runtime.rollouts.rollout import RuleGroupBuilder, SamplingPolicy, ro
 from sailrl.runtime.tools.sailbox import sail_key_problem
 from sailrl.spec.errors import ModelError, UserError
 from sailrl.spec.models import TINY_MODEL_NAME, classify, context_window, default_renderer
+from sailrl.spec.rewards import RewardSpec
 from sailrl.spec.schema import Spec
 
 __all__ = [
@@ -424,7 +425,8 @@ def _sample_problems(spec: Spec, sample: dict[str, Any]) -> list[dict[str, Any]]
     out = _failed_problems(sample)
     if sample["groups"] == 0:
         return out
-    frac_deg = sample["degenerate_fraction"]
+    # method distill: the teacher scores every token, so a group whose rewards are all equal trains too
+    frac_deg = 0.0 if spec.method == "distill" else sample["degenerate_fraction"]
     frac_trunc = sample["truncated_fraction"] or 0.0
     warm = spec.training.warmup
     has_warmup = warm is not None and warm.steps > 0
@@ -500,11 +502,12 @@ def build_report(spec: Spec, spec_dir: Path | str, *, sample: int = 0, show: int
         problems.append(_problem("warning", f"{where}: {w.key_path}: {w.message}" if w.key_path else
                                  f"{where}: {w.message}", w.hint, _warning_short(w)))
 
-    reward_fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir=spec_dir)
-    const = constant_reward(spec)
+    reward = spec.reward or RewardSpec.model_construct(rules=[])  # distill without rules: every total is 0
+    reward_fn = RewardFunction.from_spec(reward, spec.prompt.reference_field, spec_dir=spec_dir)
+    const = constant_reward(spec) if spec.reward is not None else 0.0
     low, high = reward_fn.bounds()
     report["reward"] = {"formula": reward_fn.explain(), "min": low, "max": high, "constant": const}
-    if const is not None:
+    if const is not None and spec.method != "distill":  # a distillation learns from its teacher, rules or not
         problems.append(_problem(
             "error",
             f"the reward is {const:g} for every completion whatever the model writes (each rule's pass and fail "

@@ -568,7 +568,8 @@ def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
         high = prompts.high + rollouts * max(comp.high + per_rollout_extra, 0.0)
         expected = None if comp.expected is None or prompts.expected is None else kept * (
             prompts.expected + rollouts * max(comp.expected + per_rollout_extra, 0.0))
-        return Range(0.0, high, expected)
+        low = prompts.low + rollouts * max(comp.low + per_rollout_extra, 0.0) if spec.method == "distill" else 0.0
+        return Range(low, high, expected)
 
     if spec.method == "distill":  # every group trains, and the teacher reads every rollout's whole sequence
         kept = 1.0
@@ -672,7 +673,7 @@ def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
         completions=how, completion_tokens=comp, tokens=tokens, cost=cost,
         prices={k: model.prices[k] for k in model.used_kinds()}, total_usd=total,
         step_upper_usd=model.step_upper_bound(1), max_cost_usd=t.max_cost_usd, missing_prices=missing,
-        unmeasured=unmeasured, notes=notes,
+        unmeasured=unmeasured, notes=notes, method="distill" if spec.method == "distill" else "rl",
     )
 
 
@@ -801,6 +802,8 @@ def render_estimate(e: RunEstimate) -> list[str]:
     if e.method == "sft":
         head = (f"Estimated cost of '{e.spec_name}' ({e.sampler} backend, {e.model}): {e.steps} SFT steps x "
                 f"{e.groups_per_step} conversations = {e.steps * e.groups_per_step:,} conversations trained")
+    if e.method == "distill":
+        head = head.replace(" RL steps x ", " distillation steps x ")
     extra = []
     if e.warmup_steps:
         extra.append(f"{e.warmup_steps} warm-up steps")
@@ -808,7 +811,7 @@ def render_estimate(e: RunEstimate) -> list[str]:
         extra.append(f"{e.eval_steps} {'evaluations' if e.method == 'sft' else 'eval steps'}"
                      + (f" x {e.eval_rows} rows" if e.eval_rows else ""))
     lines = [head + (f", {', '.join(extra)}" if extra else "") + "."]
-    if e.method == "rl":
+    if e.method in ("rl", "distill"):
         lines.append(f"Completion lengths: {e.completions}.")
     rows = [("kind", "tokens", "USD", "price")]
     for kind in e.prices:

@@ -250,6 +250,19 @@ sampling:
     assert (teacher.low, teacher.high) == (10 * 8 * (5 + 1), 10 * 8 * (5 + 16))
 
 
+def test_preflight_of_a_distillation_counts_the_teacher_and_does_not_call_equal_rewards_a_problem(tmp_path):
+    """Without reward rules (every total 0) and with a measure-only rule of weight 0, preflight is ready: the
+    teacher's signal does not depend on the rewards varying. Its estimate has the teacher's row."""
+    for extra in ("", "reward:\n  rules:\n    - {name: correct, kind: answer, extract: {from: whole}, weight: 0}\n"):
+        path = _spec(tmp_path, extra=extra + "training:\n  steps: 3\nsampling:\n  sampler: local\n")
+        r = _sailrl("preflight", path.name, cwd=tmp_path)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        verdict = r.stdout.strip().splitlines()[-1]
+        assert verdict.startswith("ready") and "degenerate" not in r.stdout and "error:" not in r.stdout, verdict
+        assert "3 distillation steps x " in r.stdout
+        assert any(line.split()[:1] == ["teacher"] for line in r.stdout.splitlines())
+
+
 # ---------------------------------------------------------------------------------------------- the example
 def _sailrl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -107,7 +107,8 @@ def test_who_bills_which_kind():
         "trained": ("tinker", "train"), "warmup_trained": ("tinker", "train"), "reference": ("tinker", "prefill"),
         "prompt": ("tinker", "prefill"), "eval_prompt": ("tinker", "prefill"),
         "sampled": ("tinker", "sample"), "eval_sampled": ("tinker", "sample"),
-        "judge_prompt": ("judge", "input"), "judge_output": ("judge", "output")}  # judges: at pricing.judge
+        "judge_prompt": ("judge", "input"), "judge_output": ("judge", "output"),  # judges: at pricing.judge
+        "teacher": ("tinker", "prefill")}  # method distill: at the teacher model's prefill price
     sail = billing("sail", "flex")
     assert sail["prompt"] == sail["eval_prompt"] == ("sail", "flex", "input")
     assert sail["sampled"] == sail["eval_sampled"] == ("sail", "flex", "output")
