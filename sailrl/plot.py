@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from sailrl.runtime.rundir.directory import CONFIG_FILE, RunDirectory, RunFileError
-from sailrl.runtime.rundir.method_logs import METHOD_PANELS, METHOD_WORDS, run_method
+from sailrl.runtime.rundir.method_logs import METHOD_PANELS, run_method
+from sailrl.spec.methods import METHOD_WORDS
 
 # (line style, marker) per rule line, in order; colours come from the tab10 cycle.
 RULE_STYLES = [("--", "s"), ("-.", "^"), (":", "v"), ((0, (5, 1, 1, 1, 1, 1)), "P"), ((0, (1, 1)), "X"),

@@ -12,20 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sailrl.runtime.rundir.directory import RunDirectory
+from sailrl.spec.methods import METHODS
 
-__all__ = ["METHODS", "METHOD_PANELS", "METHOD_WORDS", "Panel", "method_keys", "run_method"]
-
-#: The methods a spec names (``method:``); a run directory whose config names none is an RL run.
-METHODS = ("rl", "sft", "dpo", "distill")
-
-#: What each method trains on, in a few words (the heading of ``show`` and of the plot).
-METHOD_WORDS = {
-    "rl": "RL on rollouts scored by the reward rules",
-    "sft": "supervised fine-tuning on demonstrations",
-    "dpo": "DPO on preference pairs",
-    "distill": "on-policy distillation from a teacher",
-}
-
+__all__ = ["METHOD_PANELS", "Panel", "method_keys", "run_method"]
 
 @dataclass(frozen=True)
 class Panel:

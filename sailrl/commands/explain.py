@@ -1,5 +1,6 @@
-"""``sailrl explain SPEC``: print a spec's reward formula in plain words (for ``method: sft``, first what it
-trains on: the conversations, the loss, the steps).
+"""``sailrl explain SPEC``: print a spec's reward formula in plain words (for ``method: sft``, ``dpo`` or
+``distill``, first what it trains on: the conversations, the pairs and their reference, or the teacher; the loss,
+the steps).
 
 One line per rule ("correct: +1 if the last \\boxed{...} answer in the completion equals the reference answer
 ... as a number; otherwise 0."), then the total with its range and what the logged 'correct' means, then the
@@ -17,7 +18,7 @@ import sys
 
 from sailrl.commands._common import load_spec_lenient, spec_missing, use_color
 from sailrl.runtime.planning.cost import estimate_run
-from sailrl.runtime.prompts.conversations import sft_words
+from sailrl.compiler.words import method_words
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.lr_advice import lr_advice
 from sailrl.spec.methods import METHOD_WORDS
@@ -35,17 +36,18 @@ def run(args: argparse.Namespace) -> int:
     if spec is None:
         return 1
 
-    if spec.method == "sft":
-        print(f"Training of '{spec.name}' (method sft, {METHOD_WORDS['sft']}):")
-        for line in sft_words(spec):
+    if spec.method != "rl":
+        print(f"Training of '{spec.name}' (method {spec.method}, {METHOD_WORDS[spec.method]}):")
+        for line in method_words(spec):
             print(f"  {line}")
     if spec.reward is None or spec.prompt is None:
         print()
         print("\n".join(estimate_run(spec, None).render()))
         return 0
     fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field)
-    print(f"Reward rules of '{spec.name}', scoring one sample per held-out row:" if spec.method == "sft" else
-          f"Reward of '{spec.name}', per completion:")
+    print({"sft": f"Reward rules of '{spec.name}', scoring one sample per held-out row:",
+           "distill": f"Reward rules of '{spec.name}', scoring each of the student's completions:"}.get(
+        spec.method, f"Reward of '{spec.name}', per completion:"))
     for line in fn.explain():
         print(f"  {line}")
     if spec.environment is not None:

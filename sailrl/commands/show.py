@@ -38,10 +38,11 @@ from rich.text import Text
 
 from sailrl.runtime.loop.console import panel_expand
 from sailrl.runtime.rundir.directory import CONFIG_FILE, METRICS_FILE, RunDirectory, RunFileError
-from sailrl.runtime.rundir.method_logs import METHOD_WORDS, method_keys, run_method
+from sailrl.runtime.rundir.method_logs import method_keys, run_method
 from sailrl.runtime.rundir.rollout_log import ROLLOUTS_FILE, logged_steps, read_rollouts
 from sailrl.spec.errors import UserError
 from sailrl.spec.messages import did_you_mean_text
+from sailrl.spec.methods import METHOD_WORDS
 
 DEFAULT_LIMIT = 8
 #: A prompt longer than this (characters) is shown as its first PROMPT_HEAD and last PROMPT_TAIL characters.

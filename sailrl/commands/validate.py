@@ -15,8 +15,8 @@ import sys
 from typing import Any
 
 from sailrl.commands._common import print_warnings, use_color
-from sailrl.runtime.prompts.conversations import sft_words
 from sailrl.compiler.validate import validate_file
+from sailrl.compiler.words import method_words
 from sailrl.spec.errors import SpecErrors
 
 __all__ = ["add_arguments", "run", "use_color"]
@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
         print_warnings(loaded, color)
         n = len(loaded.warnings)
         print(f"ok: {path}" + (f" ({n} warning{'s' if n != 1 else ''})" if n else ""))
-        if loaded.spec.method == "sft":  # what the run will train, in words (sailrl explain says more)
-            print("\n".join(f"  {line}" for line in sft_words(loaded.spec)))
+        if loaded.spec.method != "rl":  # what the run will train, in words (sailrl explain says more)
+            print("\n".join(f"  {line}" for line in method_words(loaded.spec)))
     if len(args.specs) > 1 and failed:
         print(f"{failed} of {len(args.specs)} specs have problems", file=sys.stderr)
     return 1 if failed else 0

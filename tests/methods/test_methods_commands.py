@@ -185,3 +185,38 @@ def test_plot_refuses_an_unreadable_config_in_one_line(tmp_path, capsys):
     assert code == 1 and out == "" and err.startswith(f"error: {run / 'config.json'} cannot be read: ")
     assert len(err.splitlines()) == 1
     json.dumps(err)
+
+
+EXAMPLES = "spec/examples"
+
+
+def test_explain_says_what_dpo_trains(capsys):
+    code, out, err = cli(capsys, "explain", f"{EXAMPLES}/dpo_sums.yaml")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == ("Training of 'dpo_sums' (method dpo, direct preference optimisation on chosen/rejected "
+                        "pairs):")
+    assert lines[1] == ("  Each row is a preference pair: the prompt (prompt.user), then the field 'chosen' as the "
+                        "chosen reply and the field 'rejected' as the rejected one.")
+    assert "the loss is -log sigmoid(r(chosen) - r(rejected))" in lines[2] and "beta 0.1" in lines[2]
+    assert lines[3].startswith("  100 steps of 16 pairs each")
+    assert "Reward" not in out  # DPO has no reward rules
+
+
+def test_explain_and_validate_say_what_distill_trains(capsys):
+    code, out, err = cli(capsys, "explain", f"{EXAMPLES}/distill_sums.yaml")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "Training of 'distill_sums' (method distill, on-policy distillation from a teacher model):"
+    assert lines[1] == ("  The student (sailrl/tiny-arith, the LoRA trained) samples 16 prompts x 8 completions per "
+                        "step; the teacher sailrl/tiny-arith (checkpoint runs/quickstart) reads every token the "
+                        "student sampled and gives its logprob (a prefill: the teacher samples nothing).")
+    assert lines[2] == ("  Each sampled token's advantage is the reward rules' group-centred advantage plus kl_coef x "
+                        "(teacher logprob - student logprob), kl_coef 1: the loss (importance_sampling) lowers the "
+                        "reverse KL(student || teacher) on the student's own samples; every group trains, so none "
+                        "is degenerate.")
+    assert lines[4] == "Reward rules of 'distill_sums', scoring each of the student's completions:"
+    code, out, _ = cli(capsys, "validate", f"{EXAMPLES}/distill_sums.yaml")
+    assert code == 0 and out.splitlines()[1:3] == lines[1:3]
+    code, out, _ = cli(capsys, "validate", f"{EXAMPLES}/dpo_sums.yaml")
+    assert code == 0 and out.splitlines()[1].startswith("  Each row is a preference pair")
