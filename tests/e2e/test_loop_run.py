@@ -15,6 +15,7 @@ from sailrl.cli import main
 from sailrl.launch import apply_overrides
 from sailrl.runtime import rl
 from sailrl.runtime.loop.errors import RunError
+from sailrl.runtime.loop.records import update_metrics
 from sailrl.runtime.rollouts.rollout import rollout_groups
 from sailrl.runtime.run import Run, RunOptions, open_run
 from sailrl.spec.loader import load_spec
@@ -183,7 +184,7 @@ def test_train_metrics_include_the_sampler_learner_kl_and_optimizer_metrics(tmp_
 
         advantages = [torch.tensor([1.0, -1.0] * 4) for _ in batch.groups]
         data, _ = assemble_training_data(batch.groups, advantages)
-        metrics = rl.update_metrics(data, await _train(run, 1, data))
+        metrics = update_metrics(data, await _train(run, 1, data))
         # on-policy: the local sampler serves exactly the weights being trained, so the KL is ~0
         assert abs(metrics["optim/kl_sample_train_v1"]) < 1e-4 and metrics["optim/entropy"] > 0
         assert metrics["datums"] == len(data) and "loss:sum" in metrics
