@@ -148,14 +148,20 @@ _TABLE: tuple[Code, ...] = (
          "has nothing to train on."),
     Code("S260", "sft-messages-field", "error", "method sft: sft.messages_field is not a declared dataset field, or a "
          "row's value there is not a list of {role, content} messages with an assistant turn."),
-    # -- worked reward examples ------------------------------------------------------------------------------
-    Code("S301", "example-mismatch", "error", "A worked example does not score as it expects."),
-    Code("S302", "example-unknown-rule", "error", "A worked example expects a score for a rule that does not exist."),
     Code("S261", "init-from-unfinished", "error", "training.init_from names a run directory that holds no finished "
          "run: it does not exist (and no earlier stage of the same sailrl run writes it), holds no run, or the run "
          "has not saved its final state."),
     Code("S262", "init-from-other-model", "error", "training.init_from names a run of another model or LoRA rank "
          "than this spec's, or one whose weights live on another backend (local:// vs tinker://)."),
+    Code("S263", "dpo-field-undeclared", "error", "method dpo: dpo.chosen_field or dpo.rejected_field is not a "
+         "declared dataset field."),
+    Code("S264", "dpo-empty-completion", "error", "method dpo: a data row's chosen or rejected completion is empty, so "
+         "that pair cannot train."),
+    Code("S265", "dpo-same-completion", "error", "method dpo: a data row's chosen and rejected completions are the "
+         "same text, so the pair states no preference."),
+    # -- worked reward examples ------------------------------------------------------------------------------
+    Code("S301", "example-mismatch", "error", "A worked example does not score as it expects."),
+    Code("S302", "example-unknown-rule", "error", "A worked example expects a score for a rule that does not exist."),
     Code("S303", "example-expects-nothing", "error", "A worked example sets neither expect nor expect_total."),
     Code("S304", "example-reference", "error", "A worked example's reference answer is unusable for the answer "
          "rules."),
@@ -251,11 +257,11 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
               "a device, a link to one) or is over its size limit."),
     ErrorCode("E107", "sailrl.runtime.loop.errors.RunStopped", "The run stopped where its spec says to stop "
               "(training.on_all_degenerate or sampling.on_policy_mismatch: stop): state saved, exit 4."),
+    ErrorCode("E108", "sailrl.runtime.rundir.init_from.InitFromError", "training.init_from names a run directory "
+              "that cannot start this run (its problem code: S261 or S262)."),
     ErrorCode("E110", "sailrl.runtime.backends.backend.BackendError", "A backend cannot be opened (a missing key, an "
               "unreachable Tinker)."),
     ErrorCode("E111", "sailrl.runtime.backends.tinker_service.TinkerUnreachable", "The Tinker service answered no request "
-    ErrorCode("E108", "sailrl.runtime.rundir.init_from.InitFromError", "training.init_from names a run directory "
-              "that cannot start this run (its problem code: S261 or S262)."),
               "for SAILRL_TINKER_UNREACHABLE_S seconds (default 300); state saved, --resume continues."),
     ErrorCode("E112", "sailrl.runtime.backends.tinker_service.TinkerRefused", "The Tinker service refused a request for "
               "good: a loss it does not offer, a model it no longer holds."),

@@ -15,6 +15,8 @@ spec, each a few plain functions that take the reader, run in this order:
   (``sailrl.runtime.prompts``);
 - ``templates_on_data.py``: the prompt templates rendered on the first rows of a local dataset file;
 - ``sft.py``: ``method: sft``: the first data rows' conversations have an assistant turn to train on;
+- ``dpo.py``: ``method: dpo``: the pair fields are declared, and the first data rows' pairs are two different
+  non-empty completions;
 - ``rules.py``: regular expressions compile within the pattern limits (``sailrl.spec.patterns``), rule names are
   unique, reference fields are declared dataset fields;
 - ``judges.py``: a judge model its sampler can serve; ``sailrl/tiny-judge`` used as it was taught;
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 from sailrl.compiler.checks.dataset import LOCAL_DATA_SUFFIXES, check_dataset
 from sailrl.compiler.checks.distill import check_distill
+from sailrl.compiler.checks.dpo import check_dpo
 from sailrl.compiler.checks.judges import check_judges
 from sailrl.compiler.checks.method import check_method
 from sailrl.compiler.checks.model import check_model
@@ -66,6 +69,7 @@ CHECKS = (
     check_templates,
     check_templates_on_data,
     check_sft,
+    check_dpo,
     check_regexes,
     check_rules,
     check_judges,

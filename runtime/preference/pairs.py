@@ -20,28 +20,10 @@ from tinker_cookbook.supervised.common import datum_from_model_input_weights
 
 from sailrl.runtime.preference.loss import sequence_logprob
 from sailrl.runtime.prompts import PromptBuilder
+from sailrl.runtime.prompts.pairs import reply_text
 from sailrl.spec.schema import Spec
 
-__all__ = ["Reference", "pair_datums", "pair_problem", "reply_text"]
-
-
-def reply_text(row: Mapping[str, Any], field: str) -> str:
-    """The completion ``row[field]`` as text (a number is written as JSON would write it)."""
-    value = row.get(field)
-    return "" if value is None else value if isinstance(value, str) else str(value)
-
-
-def pair_problem(row: Mapping[str, Any], chosen_field: str, rejected_field: str) -> str | None:
-    """Why ``row`` cannot be a preference pair (a missing or empty completion, the same text chosen and
-    rejected: no preference), or None."""
-    for field in (chosen_field, rejected_field):
-        if field not in row or row[field] is None:
-            return f"it has no {field!r} field"
-        if not reply_text(row, field).strip():
-            return f"its {field!r} completion is empty"
-    if reply_text(row, chosen_field).strip() == reply_text(row, rejected_field).strip():
-        return f"its {chosen_field!r} and {rejected_field!r} completions are the same text (no preference)"
-    return None
+__all__ = ["Reference", "pair_datums"]
 
 
 def _reply_datum(prompts: PromptBuilder, row: Mapping[str, Any], reply: str, max_length: int | None) -> tinker.Datum:

@@ -35,9 +35,10 @@ from sailrl.runtime.loop import opening
 from sailrl.runtime.loop.console import RunConsole
 from sailrl.runtime.planning.cost import CostModel
 from sailrl.runtime.preference.loss import dpo_loss, sequence_logprob
-from sailrl.runtime.preference.pairs import Reference, pair_datums, pair_problem, reply_text
+from sailrl.runtime.preference.pairs import Reference, pair_datums
 from sailrl.runtime.preference.records import PreferenceRecords
 from sailrl.runtime.prompts import PromptBuilder, PromptError
+from sailrl.runtime.prompts.pairs import pair_problem, reply_text
 from sailrl.runtime.rollouts.rollout import completion_text
 from sailrl.runtime.rundir.directory import RunDirectory, run_dir_path
 from sailrl.runtime.run import RunOptions
