@@ -37,6 +37,9 @@ async def teacher_logprobs(teacher: Any, data: Sequence[tinker.Datum]) -> list[l
     client's ``compute_logprobs_async``; Tinker bills it as prefill), aligned with the datum's targets: entry
     ``i`` is the logprob of target token ``i``."""
     sequences = sequence_inputs(data)
+    expect = getattr(teacher, "expect_requests", None)  # the embedded backend: one batch, whatever the load
+    if expect is not None and sequences:
+        expect(len(sequences))
     answers = await asyncio.gather(*(teacher.compute_logprobs_async(seq) for seq in sequences))
     out: list[list[float]] = []
     for seq, logprobs in zip(sequences, answers, strict=True):
