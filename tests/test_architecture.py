@@ -42,7 +42,8 @@ SELF_CONTAINED = ("sailrl.runtime.prompts", "sailrl.runtime.data", "sailrl.runti
                   "sailrl.runtime.tools", "sailrl.runtime.planning")
 RENDERING = frozenset({"sailrl.compiler.render", "sailrl.compiler.docgen"})
 VALIDATION = ("sailrl.compiler",)  # the compiler folder but rendering
-TOP = frozenset({"sailrl.cli", "sailrl.__main__", "sailrl.launch", "sailrl.plot", "sailrl.preflight"})
+TOP = frozenset({"sailrl.cli", "sailrl.__main__", "sailrl.launch", "sailrl.plot", "sailrl.preflight",
+                 "sailrl.preflight_methods"})
 TOP_PACKAGES = ("sailrl.commands", "sailrl.export", "sailrl.studio")
 
 ALLOWED = {

@@ -537,6 +537,8 @@ def estimate_run(spec: Spec, prompt_token_lengths: Sequence[int] | None,
     """
     if spec.method == "sft":  # no rollouts: the conversations' tokens, measured by estimate_supervised's callers
         return estimate_supervised(spec, None, sampler=sampler)
+    if spec.method == "dpo":  # no rollouts: the pairs' tokens, measured by estimate_preference's callers
+        return estimate_preference(spec, None, sampler=sampler)
     model = CostModel.from_spec(spec, sampler=sampler, prompt_token_lengths=prompt_token_lengths,
                                 eval_prompt_token_lengths=eval_prompt_token_lengths)
     t, s = spec.training, spec.sampling
@@ -740,6 +742,71 @@ def estimate_supervised(spec: Spec, datum_token_lengths: Sequence[int] | None,
         method="sft")
 
 
+#: Samples per held-out prompt at a DPO evaluation: the DPO run's ``EVAL_SAMPLES`` (runtime/preference/run.py,
+#: which this folder may not import; a test checks that the two agree).
+DPO_EVAL_SAMPLES = 8
+
+
+def estimate_preference(spec: Spec, pair_token_lengths: Sequence[int] | None,
+                        eval_pair_token_lengths: Sequence[int] | None = None, *, train_rows: int | None = None,
+                        sampler: str | None = None) -> RunEstimate:
+    """A DPO run's tokens and cost. ``pair_token_lengths``: one per training row, its chosen datum's
+    ``model_input.length`` plus its rejected one's (load order); ``eval_pair_token_lengths`` the held-out rows'.
+
+    ``trained``: ``training.steps x dpo.batch_size`` pairs drawn in the loop's order, each sent twice
+    (``forward_backward_custom`` runs a forward for the policy's logprobs, then a forward_backward over the same
+    datums). ``reference``: the frozen reference reads each distinct pair once (its two sequences, a token longer
+    than their datums), the held-out pairs too, at the prefill price. ``eval_prompt``: each evaluation's forward
+    pass over the held-out pairs; ``eval_sampled``: its samples of the held-out prompts (:data:`DPO_EVAL_SAMPLES` each,
+    1 to ``sampling.max_tokens`` tokens). Lengths not measured are left out and said so."""
+    model = CostModel.from_spec(spec, sampler=sampler)
+    t, batch = spec.training, spec.dpo.batch_size if spec.dpo is not None else 16
+    tokens: dict[str, Range] = {}
+    unmeasured: list[str] = []
+    notes: list[str] = []
+    kinds = ["trained", "reference"]
+    drawn = t.steps * batch
+    if pair_token_lengths:
+        tokens["trained"] = drawn_length_sum(pair_token_lengths, drawn, shuffle_seed(spec),
+                                             reshuffle=spec.dataset.shuffle, total_rows=train_rows).scale(2.0)
+        rows = train_rows or len(pair_token_lengths)
+        read = drawn_length_sum([n + 2 for n in pair_token_lengths], min(drawn, rows), shuffle_seed(spec),
+                                reshuffle=spec.dataset.shuffle, total_rows=train_rows)
+        tokens["reference"] = read
+    else:
+        unmeasured += ["trained", "reference"]
+        notes.append("the pairs' tokens are not counted (the data was not measured); the run logs them per step "
+                     "(tokens/trained, tokens/reference, cost/step)")
+    evals = sft_evals(spec)
+    eval_rows = len(eval_pair_token_lengths or [])
+    if evals:
+        kinds += ["eval_prompt", "eval_sampled"]
+        if eval_pair_token_lengths is not None:
+            e = float(evals * sum(eval_pair_token_lengths))
+            tokens["eval_prompt"] = Range(e, e, e)
+            if "reference" in tokens:  # the held-out pairs, read once
+                held_out = float(sum(n + 2 for n in eval_pair_token_lengths))
+                tokens["reference"] = tokens["reference"] + Range(held_out, held_out, held_out)
+            n = evals * eval_rows * DPO_EVAL_SAMPLES
+            tokens["eval_sampled"] = Range(float(n), float(n * spec.sampling.max_tokens), None)
+        else:
+            unmeasured += ["eval_prompt", "eval_sampled"]
+    cost: dict[str, Range | None] = {}
+    for kind, r in tokens.items():
+        price = model.prices[kind].usd_per_mtok
+        cost[kind] = None if price is None and not (r.low == r.high == 0) else r.scale((price or 0.0) / 1e6)
+    total: Range | None = Range(0.0, 0.0, 0.0)
+    for c in cost.values():
+        total = None if c is None or total is None else total + c
+    return RunEstimate(
+        spec_name=spec.name, sampler=model.sampler, model=spec.model.name, steps=t.steps, groups_per_step=batch,
+        group_size=1, rollouts=0, warmup_steps=0, eval_steps=evals, eval_rows=eval_rows,
+        completions="none sampled in training (the pairs are the data)", completion_tokens=Range(0.0, 0.0, 0.0),
+        tokens=tokens, cost=cost, prices={k: model.prices[k] for k in kinds}, total_usd=total, step_upper_usd=None,
+        max_cost_usd=t.max_cost_usd, missing_prices=model.missing_prices(kinds), unmeasured=unmeasured, notes=notes,
+        method="dpo")
+
+
 @dataclass
 class TokenLengths:
     """Measured lengths (tokens) per training row: ``prompt`` (the generation prompt) and ``warmup`` (the
@@ -804,11 +871,14 @@ def render_estimate(e: RunEstimate) -> list[str]:
                 f"{e.groups_per_step} conversations = {e.steps * e.groups_per_step:,} conversations trained")
     if e.method == "distill":
         head = head.replace(" RL steps x ", " distillation steps x ")
+    if e.method == "dpo":
+        head = (f"Estimated cost of '{e.spec_name}' ({e.sampler} backend, {e.model}): {e.steps} DPO steps x "
+                f"{e.groups_per_step} pairs = {e.steps * e.groups_per_step:,} pairs trained")
     extra = []
     if e.warmup_steps:
         extra.append(f"{e.warmup_steps} warm-up steps")
     if e.eval_steps:
-        extra.append(f"{e.eval_steps} {'evaluations' if e.method == 'sft' else 'eval steps'}"
+        extra.append(f"{e.eval_steps} {'evaluations' if e.method in ('sft', 'dpo') else 'eval steps'}"
                      + (f" x {e.eval_rows} rows" if e.eval_rows else ""))
     lines = [head + (f", {', '.join(extra)}" if extra else "") + "."]
     if e.method in ("rl", "distill"):

@@ -4,7 +4,9 @@ Reports rows loaded and skipped (and why), the train / eval split, the first pro
 them with their reference answers, prompt token lengths against the context window and ``max_tokens``, the
 reward formula, the whole run's token and cost estimate, and with ``--sample N`` the base policy's reward per
 rule, degenerate groups and truncated completions, ending with a plain-words verdict. The report is built by
-``sailrl.preflight.build_report``; :func:`render_report` prints it.
+``sailrl.preflight.build_report`` (for ``method: sft`` and ``dpo``, ``sailrl.preflight_methods``: the
+conversations or pairs, their token lengths and the estimate; ``--sample`` says what the run samples instead);
+:func:`render_report` prints it.
 
 ``--set KEY=VALUE`` overrides spec values as ``sailrl run`` does (checked like ``sailrl validate``). ``--sample``
 samples the spec's model where it can (see ``sailrl.preflight.plan_sampling``); a remote model without
@@ -86,15 +88,16 @@ def run(args: argparse.Namespace) -> int:
             return 1
 
     # lazy: sailrl.preflight loads torch and transformers (seconds); an invalid spec is reported first
-    from sailrl.preflight import PreflightError, build_report
+    from sailrl.preflight import PreflightError
+    from sailrl.preflight_methods import report_for  # lazy: see above
     # lazy: the runtime loads after the spec validates
     from sailrl.runtime.backends.judge_clients import judge_connector
 
     try:
-        report = build_report(spec, spec_dir, sample=args.sample, show=args.show,
-                              sampler=None if args.sampler == "auto" else args.sampler, spec_path=args.spec,
-                              loaded=loaded, spec_warnings=[] if args.overrides else loaded.warnings,
-                              judges=judge_connector(spec_dir, every=args.judge))
+        report = report_for(spec, spec_dir, sample=args.sample, show=args.show,
+                            sampler=None if args.sampler == "auto" else args.sampler, spec_path=args.spec,
+                            loaded=loaded, spec_warnings=[] if args.overrides else loaded.warnings,
+                            judges=judge_connector(spec_dir, every=args.judge))
     except PreflightError as exc:
         print(f"sailrl preflight: {exc}", file=sys.stderr)
         return 1
@@ -153,6 +156,11 @@ def render_report(report: dict[str, Any], console: Any) -> None:
             console.print(s)
     for p in report.get("prompts") or []:
         tokens = f", {p['tokens']} tokens" if p.get("tokens") is not None else ""
+        if "subtitle" in p:  # a conversation or a pair (method sft / dpo): what it trains, under it
+            console.print(Panel(escape(p["text"]), title=f"{p['label']}: row {p['index']}{tokens}",
+                                title_align="left", expand=panel_expand(console)))
+            console.print(f"  {escape(p['subtitle'])}")
+            continue
         console.print(Panel(escape(p["text"]), title=f"prompt: row {p['index']}{tokens}",
                             subtitle=f"reference: {escape(repr(p['reference']))}", title_align="left",
                             subtitle_align="left", expand=panel_expand(console)))
@@ -162,8 +170,9 @@ def render_report(report: dict[str, Any], console: Any) -> None:
     if tok:
         ctx = f"{tok['context']} ({escape(tok['context_source'])})" if tok["context"] else escape(tok["context_source"])
         too_long = (f"; {tok['skipped_too_long']} rows skipped as too long" if tok.get("skipped_too_long") else "")
-        console.print(f"prompt tokens: min {tok['min']}, median {_fmt(tok['median'])}, max {tok['max']} over "
-                      f"{tok['measured_rows']} rows; max_tokens {tok['max_tokens']}; context {ctx}{too_long}")
+        max_tokens = f"; max_tokens {tok['max_tokens']}" if tok.get("max_tokens") is not None else ""
+        console.print(f"{tok.get('what', 'prompt tokens')}: min {tok['min']}, median {_fmt(tok['median'])}, max "
+                      f"{tok['max']} over {tok['measured_rows']} rows{max_tokens}; context {ctx}{too_long}")
     reward = report.get("reward") or {}
     if reward:
         console.print("[bold]reward[/bold]")
@@ -178,7 +187,7 @@ def render_report(report: dict[str, Any], console: Any) -> None:
         for line in cost["lines"]:
             console.print(f"  {escape(line)}")
     for p in report["problems"]:
-        style = "red bold" if p["severity"] == "error" else "yellow"
+        style = {"error": "red bold", "warning": "yellow"}.get(p["severity"], "cyan")
         console.print(f"[{style}]{p['severity']}:[/{style}] {escape(p['message'])}")
         if p.get("fix"):
             console.print(f"  [cyan]fix:[/cyan] {escape(p['fix'])}")

@@ -190,17 +190,24 @@ def test_plot_refuses_an_unreadable_config_in_one_line(tmp_path, capsys):
 EXAMPLES = "spec/examples"
 
 
-def test_explain_says_what_dpo_trains(capsys):
-    code, out, err = cli(capsys, "explain", f"{EXAMPLES}/dpo_sums.yaml")
+def test_explain_says_what_dpo_trains(tmp_path, capsys):
+    _spec(tmp_path, DPO_SPEC, [{"q": f"{i}+1", "good": str(i + 1), "bad": str(i + 2)} for i in range(8)])
+    code, out, err = cli(capsys, "explain", tmp_path / "spec.yaml")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == ("Training of 'dpo_sums' (method dpo, direct preference optimisation on chosen/rejected "
-                        "pairs):")
-    assert lines[1] == ("  Each row is a preference pair: the prompt (prompt.user), then the field 'chosen' as the "
-                        "chosen reply and the field 'rejected' as the rejected one.")
-    assert "the loss is -log sigmoid(r(chosen) - r(rejected))" in lines[2] and "beta 0.1" in lines[2]
-    assert lines[3].startswith("  100 steps of 16 pairs each")
+    assert lines[:4] == [
+        "Training of 'p' (method dpo, direct preference optimisation on chosen/rejected pairs):",
+        "  Each row is a preference pair: the prompt (prompt.user), then the field 'good' as the chosen reply and "
+        "the field 'bad' as the rejected one.",
+        "  The reference is the starting weights, frozen: its logprob of each reply is computed once per pair. With "
+        "r(y) = beta x (log policy(y) - log reference(y)) summed over the reply's tokens and beta 0.1, the loss is "
+        "-log sigmoid(r(chosen) - r(rejected)), the mean over the pairs (DPO); nothing is sampled to train.",
+        "  3 steps of 2 pairs each (the rows in a seeded order, epoch after epoch), Adam at learning rate 0.001; "
+        "each step logs dpo/loss, dpo/accuracy (pairs whose chosen reply has the higher r), dpo/margin and both "
+        "rewards.",
+    ]
     assert "Reward" not in out  # DPO has no reward rules
+    assert lines[5] == "Estimated cost of 'p' (local backend, sailrl/tiny): 3 DPO steps x 2 pairs = 6 pairs trained."
 
 
 def test_explain_and_validate_say_what_distill_trains(capsys):
@@ -218,5 +225,106 @@ def test_explain_and_validate_say_what_distill_trains(capsys):
     assert lines[4] == "Reward rules of 'distill_sums', scoring each of the student's completions:"
     code, out, _ = cli(capsys, "validate", f"{EXAMPLES}/distill_sums.yaml")
     assert code == 0 and out.splitlines()[1:3] == lines[1:3]
-    code, out, _ = cli(capsys, "validate", f"{EXAMPLES}/dpo_sums.yaml")
-    assert code == 0 and out.splitlines()[1].startswith("  Each row is a preference pair")
+
+
+# ------------------------------------------------------------------------------------------------ preflight
+
+def _spec(tmp_path, text: str, rows: list[dict]):
+    from sailrl.compiler.validate import validate_file
+
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "spec.yaml").write_text(text)
+    return validate_file(tmp_path / "spec.yaml").spec
+
+
+DPO_SPEC = """\
+method: dpo
+name: p
+model: {name: sailrl/tiny, renderer: role_colon}
+dataset: {source: data.jsonl, fields: [q, good, bad], shuffle: false}
+prompt: {user: '{{ q }}='}
+dpo: {chosen_field: good, rejected_field: bad, batch_size: 2}
+training: {steps: 3, eval_every: 0, learning_rate: 1e-3}
+sampling: {sampler: local}
+"""
+
+
+def test_preflight_dpo_shows_pairs_skips_what_the_run_skips_and_estimates_from_them(tmp_path):
+    from sailrl.preflight_methods import report_for
+
+    rows = [{"q": f"{i}+1", "good": str(i + 1), "bad": str(i + 2)} for i in range(8)]
+    rows[6]["bad"] = rows[6]["good"]  # no preference: skipped (past the rows validate reads)
+    rows[7]["bad"] = ""
+    report = report_for(_spec(tmp_path, DPO_SPEC, rows), tmp_path, sample=2, show=1)
+    assert report["data"]["train"] == 6 and report["data"]["skipped"]["count"] == 2
+    assert [r["reason"] for r in report["data"]["skipped"]["by_reason"]] == [
+        "its 'good' and 'bad' completions are the same text (no preference)", "its 'bad' completion is empty"]
+    (shown,) = report["prompts"]
+    # role_colon over the byte tokenizer: 1 token per byte; each datum is its sequence less one token
+    prompt = "User: 0+1=\n\nAssistant:"
+    assert shown["text"] == f"{prompt}\n── chosen (good) ──\n1\n── rejected (bad) ──\n2"
+    one = len(f"{prompt} 1\n\nUser:") - 1
+    assert shown["tokens"] == 2 * one and shown["subtitle"] == (
+        f"chosen {one} + rejected {one} tokens; trained: 9 + 9")  # " 1" and the end-of-turn "\n\nUser:"
+    tokens = report["tokens"]
+    assert (tokens["what"], tokens["min"], tokens["max"], tokens["measured_rows"]) == (
+        "pair tokens (chosen + rejected)", 2 * one, 2 * one, 6)
+    cost = report["cost"]
+    # 3 steps x 2 pairs, each sent twice (forward, then forward_backward); the reference reads each of the 6
+    # distinct pairs once, a token more per sequence
+    assert cost["tokens"]["trained"]["low"] == cost["tokens"]["trained"]["high"] == 3 * 2 * 2 * (2 * one)
+    assert cost["tokens"]["reference"]["low"] == 6 * (2 * one + 2)
+    assert report["reward"]["formula"] == [
+        "DPO has no reward rules: it trains each pair's chosen reply over its rejected one"]
+    assert report["sample"] is None and report["problems"][-1]["severity"] == "note"
+    assert report["problems"][-1]["message"].startswith("--sample: a DPO run samples nothing to train on")
+    assert report["blocking"] is False
+
+
+def test_the_dpo_estimate_counts_held_out_pairs_and_samples(tmp_path):
+    from sailrl.runtime.planning.cost import DPO_EVAL_SAMPLES, estimate_preference
+    from sailrl.runtime.preference.run import EVAL_SAMPLES
+
+    assert DPO_EVAL_SAMPLES == EVAL_SAMPLES
+    spec = _spec(tmp_path, DPO_SPEC.replace("eval_every: 0", "eval_every: 2").replace(
+        "shuffle: false}", "shuffle: false, eval: {count: 2}}"), [{"q": f"{i}+1", "good": "a", "bad": "b"}
+                                                                   for i in range(8)])
+    e = estimate_preference(spec, [10] * 6, [20, 30])
+    assert e.eval_steps == 3  # before training, step 2, and after the last (step 3)
+    assert e.tokens["eval_prompt"].low == 3 * 50
+    assert (e.tokens["eval_sampled"].low, e.tokens["eval_sampled"].high) == (3 * 2 * 8, 3 * 2 * 8 * spec.sampling.max_tokens)
+    assert e.tokens["reference"].low == 6 * 12 + (22 + 32)
+    assert e.render()[0] == ("Estimated cost of 'p' (local backend, sailrl/tiny): 3 DPO steps x 2 pairs = 6 pairs "
+                             "trained, 3 evaluations x 2 rows.")
+
+
+SFT_MESSAGES = """\
+method: sft
+name: m
+model: {name: sailrl/tiny, renderer: role_colon}
+dataset: {source: data.jsonl, fields: [chat]}
+sft: {messages_field: chat, batch_size: 2}
+training: {steps: 2}
+sampling: {sampler: local}
+"""
+
+
+def test_preflight_sft_without_a_prompt_shows_the_conversation(tmp_path, capsys):
+    chat = [{"role": "system", "content": "Add."}, {"role": "user", "content": "2+2"},
+            {"role": "assistant", "content": "4"}]
+    rows = [{"chat": chat}] * 6 + [{"chat": chat[:2]}]  # the last has no assistant turn: skipped
+    _spec(tmp_path, SFT_MESSAGES, rows)
+    code, out, err = cli(capsys, "preflight", tmp_path / "spec.yaml", "--show", "1", "--sample", "1")
+    assert code == 0, err
+    assert "conversation: row " in out and "│ System: Add." in out and "│ Assistant: 4" in out
+    whole = "System: Add.\n\nUser: 2+2\n\nAssistant: 4\n\nUser:"  # 1 token per byte; the datum is 1 shorter
+    assert f"conversation: row 4, {len(whole) - 1} tokens" in out
+    assert f"  trained: {len(' 4' + chr(10) * 2 + 'User:')} assistant tokens (weight 0 on the rest)" in out
+    assert f"conversation tokens: min {len(whole) - 1}, median {len(whole) - 1}, max {len(whole) - 1} over 6 " \
+           "rows; context 4096" in out
+    assert f"trained  {2 * 2 * (len(whole) - 1)}" in out  # 2 steps x 2 conversations
+    assert "no reward rules: the run trains on the conversations" in out
+    assert "note: --sample: an SFT run samples nothing to train on" in out
+    assert ("warning: 1 of 7 rows are skipped (most often: chat has no assistant message, so nothing would be "
+            "trained, 1 rows, e.g. row 6)") in " ".join(out.split())
+    assert out.rstrip().splitlines()[-1].startswith("ready, with 1 warning: 1 of 7 rows skipped")
