@@ -191,6 +191,7 @@ def test_the_run_compares_the_loaded_tokenizers():
     ("training:\n  kl_penalty_coef: 0.1\n", "training.kl_penalty_coef"),
     ("training:\n  max_steps_off_policy: 1\n", "training.max_steps_off_policy"),
     ("training:\n  warmup: {steps: 2}\n", "training.warmup"),
+    ("training:\n  dynamic_sampling: {max_extra_groups: 4}\n", "training.dynamic_sampling"),
     ("sft:\n  batch_size: 4\n", "sft"),
     ("dpo:\n  beta: 0.1\n", "dpo"),
 ])
