@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from sailrl.commands._common import print_score_tables
 from sailrl.export import RunInfo
@@ -95,10 +96,32 @@ def run(args: argparse.Namespace) -> int:
     for m in result.messages:
         print(f"  {m['role']}: {m['content']!r}")
     print()
+    spec = run_info.spec()
+    if not result.scored:  # no reward rules (method dpo; sft or distill without reward:)
+        _print_unscored(spec, result)
+        return 0
     rows = [({"completion": c.text, "truncated": c.truncated, "num_tokens": len(c.tokens)}, result.fields,
              result.reference_problem, c.score, c.traces) for c in result.completions]
     print_score_tables(result.reward_fn, rows)
     if result.reference_problem is not None and args.row is None and not args.field:
         print(f"note: the reward needs the reference answer: pass it with --field "
-              f"{run_info.spec().prompt.reference_field}=VALUE, or take a dataset row with --row N", file=sys.stderr)
+              f"{spec.prompt.reference_field}=VALUE, or take a dataset row with --row N", file=sys.stderr)
     return 0
+
+
+def _print_unscored(spec: Any, result: Any) -> None:
+    """The completions of a spec without reward rules, as text; for a DPO row, which of its pair each one writes."""
+    pair = None
+    if spec.method == "dpo" and spec.dpo is not None and spec.dpo.chosen_field in result.fields:
+        pair = (str(result.fields.get(spec.dpo.chosen_field)).strip(),
+                str(result.fields.get(spec.dpo.rejected_field)).strip())
+        print(f"chosen: {pair[0]!r}; rejected: {pair[1]!r}")
+    for i, c in enumerate(result.completions, 1):
+        flags = [f"{len(c.tokens)} tokens"] + (["cut off at max_tokens"] if c.truncated else [])
+        if pair is not None:
+            text = c.text.strip()
+            flags.append("writes the chosen reply" if text == pair[0] else
+                         "writes the rejected reply" if text == pair[1] else "writes neither reply")
+        print(f"completion {i} ({', '.join(flags)}): {c.text!r}")
+    print(f"note: the spec has no reward rules (method {spec.method}), so the completions are not scored",
+          file=sys.stderr)

@@ -2,7 +2,8 @@
 tinker_cookbook's ``weights.generate_model_card`` writes it), and the files beside it.
 
 The card says what the model was trained for, from the run's own records: the base model, the LoRA rank, the spec
-(name, sha256, the reward rules in the words ``sailrl explain`` uses), the data (source, split, rows), the steps,
+(name, sha256, its method and the reward rules in the words ``sailrl explain`` uses), the data (source, split,
+rows), the steps,
 the first-vs-last metrics and evaluation from ``metrics.jsonl``, the checkpoint, and the versions of sailrl and the
 libraries. The spec file (when it is still the one the run hashed; otherwise the resolved spec from
 ``config.json``) and ``metrics.jsonl`` are copied beside it. Nothing from the environment is written: no key, no
@@ -23,11 +24,13 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from sailrl.export.build import BASE_SUBFOLDER, Built
 from sailrl.export.runinfo import Checkpoint, RunInfo
-from sailrl.export.sample import renderer_for
+from sailrl.compiler.words import method_words
+from sailrl.export.sample import row_messages, renderer_for
 from sailrl.runtime.data import DatasetError, dataset_row, load_rows
 from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.runtime.rundir.directory import METRICS_FILE, RunFileError, read_run_bytes
+from sailrl.runtime.rundir.method_logs import method_keys
 from sailrl.spec.constants import LOCAL_DATA_SUFFIXES, MAX_SPEC_BYTES
 from sailrl.spec.errors import UserError
 from sailrl.spec.models import is_builtin
@@ -37,6 +40,12 @@ from sailrl.spec.version import __version__
 LIBRARIES = ("torch", "transformers", "peft", "tinker", "tinker-cookbook")
 SPEC_COPY = "spec.yaml"
 RESOLVED_SPEC_COPY = "spec.resolved.json"
+#: Per method: the card's tags and how the model was trained, in words.
+METHOD_TAGS = {"rl": ["reinforcement-learning", "grpo"], "sft": ["sft"], "dpo": ["dpo"],
+               "distill": ["distillation", "on-policy-distillation"]}
+TRAINED_WITH = {"rl": "reinforcement learning", "sft": "supervised fine-tuning (`method: sft`)",
+                "dpo": "direct preference optimisation (`method: dpo`)",
+                "distill": "on-policy distillation from a teacher (`method: distill`)"}
 HUB_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./")
 
 
@@ -54,8 +63,11 @@ def _is_hub_id(name: str) -> bool:
 
 
 def explain_lines(spec: Spec, spec_dir: Path) -> list[str]:
-    """The reward rules in words, exactly as ``sailrl explain`` prints them."""
-    return RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir).explain()
+    """The reward rules in words, exactly as ``sailrl explain`` prints them (none for a spec without rules)."""
+    if spec.reward is None:
+        return []
+    reference = spec.prompt.reference_field if spec.prompt is not None else "answer"
+    return RewardFunction.from_spec(spec.reward, reference, spec_dir).explain()
 
 
 def data_rows(spec: Spec, spec_dir: Path) -> str:
@@ -65,7 +77,8 @@ def data_rows(spec: Spec, spec_dir: Path) -> str:
         return "not counted here (a hub dataset)"
 
     try:
-        fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
+        fn = (RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
+              if spec.reward is not None and spec.prompt is not None else None)
         rows = load_rows(spec, spec_dir, fn)
     except (DatasetError, OSError, ValueError) as exc:
         return f"not counted (the file cannot be read here: {str(exc).splitlines()[0][:160]})"
@@ -82,11 +95,14 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def metric_rows(metrics: list[dict[str, Any]], rule_names: list[str], k: int = 5) -> list[tuple[str, str, str, int]]:
+def metric_rows(metrics: list[dict[str, Any]], rule_names: list[str], k: int = 5,
+                method: str = "rl") -> list[tuple[str, str, str, int]]:
     """``(metric, first, last, n)``: means of the first and last ``n`` steps that logged it (``n`` = min(k, half)),
-    for reward, each rule, ``correct``, the degenerate and truncated fractions, and the eval metrics."""
-    keys = ["reward/total", *[f"reward/{r}" for r in rule_names], "correct", "degenerate_frac", "frac_truncated",
-            "eval/reward/total", "eval/correct"]
+    for the method's own metrics (SFT's NLL, DPO's loss and accuracy, a distillation's reverse KL), reward, each
+    rule, ``correct``, the degenerate and truncated fractions, and the eval metrics."""
+    keys = [*method_keys(method), "reward/total", *[f"reward/{r}" for r in rule_names], "correct",
+            "degenerate_frac", "frac_truncated", "eval/reward/total", "eval/correct"]
+    keys = list(dict.fromkeys(keys))  # a method's key that is also RL's is listed once
     out = []
     for key in keys:
         values = [m[key] for m in metrics if isinstance(m.get(key), int | float)]
@@ -127,11 +143,11 @@ def example_prompt(run: RunInfo, spec: Spec) -> ExamplePrompt:
         where = "row 0 of the training data"
     except (UserError, LookupError, OSError, ValueError):  # a hub dataset not cached here, a moved file
         values, where = None, "a user turn (the run's data cannot be read here)"
-    builder = PromptBuilder(spec.prompt, renderer)
-    stops = list(spec.sampling.stop or builder.stop_sequences())
+    builder = PromptBuilder(spec.prompt, renderer) if spec.prompt is not None else None
+    stops = list(spec.sampling.stop or renderer.get_stop_sequences())
     if values is not None:
         try:
-            messages = builder.messages(values)
+            messages = row_messages(spec, builder, values)
         except (UserError, ValueError, TypeError) as exc:  # a template that fails on row 0: a plain user turn
             where = f"a user turn (row 0 of the data does not render: {str(exc).splitlines()[0][:100]})"
     ids = renderer.build_generation_prompt(messages).to_ints()
@@ -208,20 +224,20 @@ def render_card(run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_n
     spec = run.spec()
     prompt = prompt if prompt is not None else example_prompt(run, spec)
     hub_base = _is_hub_id(built.base_model)
-    tags = ["sailrl", "reinforcement-learning", "grpo"] + (["peft", "lora"] if fmt == "peft" else [])
+    tags = ["sailrl", *METHOD_TAGS[spec.method]] + (["peft", "lora"] if fmt == "peft" else [])
     data = ModelCardData(library_name="peft" if fmt == "peft" else "transformers", pipeline_tag="text-generation",
                          tags=tags, base_model=built.base_model if hub_base else None)
     if _is_hub_id(spec.dataset.source):
         data.datasets = [spec.dataset.source]
     t = spec.training
     rules = explain_lines(spec, run.spec_dir)
-    rule_names = [r.name for r in spec.reward.rules]
-    rows = metric_rows(run.metrics, rule_names)
+    rule_names = [r.name for r in spec.reward.rules] if spec.reward is not None else []
+    rows = metric_rows(run.metrics, rule_names, method=spec.method)
     steps_logged = len(run.metrics)
     lines = [
         "---", data.to_yaml(), "---", "",
         f"# {spec.name}", "",
-        f"A LoRA fine-tune of {built.base_model} trained with reinforcement learning by "
+        f"A LoRA fine-tune of {built.base_model} trained with {TRAINED_WITH[spec.method]} by "
         f"sailrl {__version__} from the spec `{spec.name}` "
         f"({'the embedded local backend' if ckpt.is_local else 'Tinker'}).", "",
         "## Model", "",
@@ -239,12 +255,14 @@ def render_card(run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_n
         f"- **Spec:** `{spec.name}`, sha256 `{run.spec_sha256}` (beside this card: `{spec_file}`"
         + (", the values the run resolved: the spec file changed since" if spec_file == RESOLVED_SPEC_COPY else "")
         + ")",
-        f"- **Steps:** {ckpt.step} of {t.steps} ({steps_logged} logged in `{METRICS_FILE}`), "
-        f"{t.groups_per_step} groups x {t.group_size} rollouts per step",
-        f"- **Optimiser:** learning rate {t.learning_rate:g}, loss `{t.loss_fn}`",
+        f"- **Steps:** {ckpt.step} of {t.steps} ({steps_logged} logged in `{METRICS_FILE}`), {_batch(spec)}",
+        f"- **Optimiser:** learning rate {t.learning_rate:g}, loss {_loss(spec)}",
         f"- **Data:** `{spec.dataset.source}`, split `{spec.dataset.split}`, {data_rows(spec, run.spec_dir)}", "",
-        "### Reward, per completion", "",
-        *[f"- {line}" for line in rules], "",
+        *([f"### Method: {spec.method}", "", *[f"- {line}" for line in method_words(spec)], ""]
+          if spec.method != "rl" else []),
+        *(["### Reward, per completion" if spec.method == "rl" else "### Reward rules (measured, not the loss)"
+           if spec.method == "sft" else "### Reward rules", "", *[f"- {line}" for line in rules], ""]
+          if rules else []),
         "## Results", "",
     ]
     if rows:
@@ -264,6 +282,23 @@ def render_card(run: RunInfo, ckpt: Checkpoint, fmt: str, built: Built, folder_n
         *[f"- {name}: {_version(name)}" for name in LIBRARIES], "",
     ]
     return ModelCard("\n".join(lines)).content
+
+
+def _batch(spec: Spec) -> str:
+    t = spec.training
+    if spec.method == "sft":
+        return f"{spec.sft.batch_size if spec.sft is not None else 32} conversations per step"
+    if spec.method == "dpo":
+        return f"{spec.dpo.batch_size if spec.dpo is not None else 16} pairs per step"
+    return f"{t.groups_per_step} groups x {t.group_size} rollouts per step"
+
+
+def _loss(spec: Spec) -> str:
+    if spec.method == "sft":
+        return "`cross_entropy` on the assistant tokens"
+    if spec.method == "dpo":
+        return f"DPO (beta {spec.dpo.beta:g}, against the frozen starting weights)"
+    return f"`{spec.training.loss_fn}`" + (" with the reverse-KL advantage" if spec.method == "distill" else "")
 
 
 def _usage_notes(built: Built, fmt: str, folder_name: str) -> list[str]:

@@ -6,6 +6,11 @@ run's ``sampling:`` settings (``max_tokens``, ``temperature``, ``top_p``, stop s
 from the checkpoint's sampling client — the embedded backend's for a ``local://`` checkpoint, Tinker's
 ``ServiceClient.create_sampling_client`` for a ``tinker://`` one (``TINKER_API_KEY``). Each completion's text is
 what the rules read during training (``rollout.completion_text``), scored with ``RewardFunction.trace``.
+
+Every method's run samples the same way. A spec without reward rules (``method: dpo``, an SFT or distillation
+spec without ``reward:``) has nothing to score with: its completions come back with no verdicts
+(``SampleResult.scored`` False). An SFT spec whose rows hold whole conversations (``sft.messages_field``) has no
+prompt template: ``row`` takes the row's messages before its last assistant turn.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.errors import UserError
 from sailrl.spec.models import context_window
+from sailrl.spec.rewards import RewardSpec
 from sailrl.spec.schema import Spec
 
 #: Seconds a sampling request may take before ``sailrl sample`` gives up.
@@ -49,6 +55,21 @@ class SampleResult:
     reference_problem: str | None
     reward_fn: Any
     completions: list[Sampled] = field(default_factory=list)
+    scored: bool = True  # False: the spec has no reward rules, so nothing scored the completions
+
+
+def row_messages(spec: Spec, builder: PromptBuilder | None, values: dict[str, Any]) -> list[dict[str, str]]:
+    """The messages a dataset row prompts with: the spec's template over it, or (an SFT spec whose rows hold whole
+    conversations) the row's messages before its last assistant turn."""
+    if builder is not None:
+        return builder.messages(values)
+    field_name = spec.sft.messages_field if spec.sft is not None else None
+    chat = values.get(field_name) if field_name else None
+    if not isinstance(chat, list) or not all(isinstance(m, dict) for m in chat):
+        raise ExportError(f"this row's {field_name} is not a list of {{role, content}} messages: take another row "
+                          "or give the prompt with --prompt TEXT")
+    last = max((i for i, m in enumerate(chat) if m.get("role") == "assistant"), default=len(chat))
+    return [{"role": str(m.get("role")), "content": str(m.get("content"))} for m in chat[:last]]
 
 
 def _renderer(spec: Spec, spec_dir: Any) -> tuple[Any, Any]:
@@ -119,7 +140,7 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
     spec = run.spec()
     spec_dir = run.spec_dir
     tokenizer, renderer = _renderer(spec, spec_dir)
-    builder = PromptBuilder(spec.prompt, renderer)
+    builder = PromptBuilder(spec.prompt, renderer) if spec.prompt is not None else None
     values: dict[str, Any] = {}
     if row is not None:
         try:
@@ -128,7 +149,7 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
             raise ExportError(str(exc)) from None
         if note:
             print(f"note: {note}", file=sys.stderr)
-        messages = builder.messages(values)
+        messages = row_messages(spec, builder, values)
     else:
         messages = [{"role": "user", "content": str(prompt)}]
     values = {**values, **(fields or {})}
@@ -137,12 +158,13 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
     if window is not None and model_input.length >= window:  # the sampler refuses it (a traceback, exit 70)
         raise ExportError(f"the prompt is {model_input.length} tokens, which fills the context window of "
                           f"{spec.model.name} ({window} tokens): shorten it")
-    stop = spec.sampling.stop or builder.stop_sequences()
+    stop = spec.sampling.stop or list(renderer.get_stop_sequences())
     params = tinker.SamplingParams(
         max_tokens=max_tokens or spec.sampling.max_tokens,
         temperature=spec.sampling.temperature if temperature is None else temperature,
         top_p=spec.sampling.top_p, stop=stop, seed=seed)
-    reward_fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir)
+    rules = spec.reward or RewardSpec.model_construct(rules=[])  # no rules: nothing scores the completions
+    reward_fn = RewardFunction.from_spec(rules, spec.prompt.reference_field if spec.prompt else "answer", spec_dir)
     if reward_fn.judges:  # kind: judge rules score the samples with their judge, as in the run
         from sailrl.runtime.backends.judge_clients import connect_judges  # lazy: only specs with judge rules need it
 
@@ -157,7 +179,8 @@ def sample_run(run: RunInfo, ckpt: Checkpoint, *, prompt: str | None = None, row
         close = getattr(service, "close", None)
         if ckpt.is_local and callable(close):
             close("done")
-    result = SampleResult(messages, values, reward_fn.reference_problem(values), reward_fn)
+    result = SampleResult(messages, values, reward_fn.reference_problem(values) if spec.reward else None, reward_fn,
+                          scored=spec.reward is not None)
     for seq in response.sequences:
         tokens = list(seq.tokens)
         text, clean = completion_text(renderer, tokens, stop, mode=reward_fn.text_mode)

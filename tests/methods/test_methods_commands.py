@@ -328,3 +328,73 @@ def test_preflight_sft_without_a_prompt_shows_the_conversation(tmp_path, capsys)
     assert ("warning: 1 of 7 rows are skipped (most often: chat has no assistant message, so nothing would be "
             "trained, 1 rows, e.g. row 6)") in " ".join(out.split())
     assert out.rstrip().splitlines()[-1].startswith("ready, with 1 warning: 1 of 7 rows skipped")
+
+
+# ------------------------------------------------------------------------------------------------ real runs
+
+def _train(tmp_path, example: str, *overrides: str):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    run_dir = tmp_path / example
+    args = [sys.executable, "-m", "sailrl", "run", f"spec/examples/{example}.yaml", "--set", f"output.run_dir={run_dir}"]
+    for o in overrides:
+        args += ["--set", o]
+    r = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    sets = [x for o in overrides for x in ("--set", o)]
+    return run_dir, [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()], sets
+
+
+@pytest.mark.slow
+def test_a_finished_sft_run_shows_plots_exports_samples_and_matches_its_estimate(tmp_path, capsys):
+    run_dir, lines, sets = _train(tmp_path, "sft_sums", "training.steps=3", "sft.batch_size=4",
+                                  "training.eval_every=0", "training.save_every=0", "dataset.eval=null")
+    # preflight's estimate of the same spec counts the tokens the run sent, exactly
+    code, out, err = cli(capsys, "preflight", "spec/examples/sft_sums.yaml", *sets, "--json")
+    assert code == 0, err
+    trained = json.loads(out)["cost"]["tokens"]["trained"]
+    assert trained["low"] == trained["high"] == lines[-1]["tokens_cum/trained"]
+    code, out, _ = cli(capsys, "show", run_dir)
+    assert code == 0 and out.splitlines()[1].startswith("  train/nll: ")
+    assert cli(capsys, "plot", run_dir)[0] == 0
+    code, out, err = cli(capsys, "export", run_dir, "-o", tmp_path / "out")
+    assert code == 0, err
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "trained with supervised fine-tuning (`method: sft`)" in card and "\n- sft\n" in card
+    assert "4 conversations per step" in card and "| train/nll |" in card
+    assert (tmp_path / "out" / "adapter_model.safetensors").is_file()
+    code, out, err = cli(capsys, "sample", run_dir, "--row", "0", "--n", "2", "--seed", "1")
+    assert code == 0, err
+    assert out.startswith("local://") and "(step 3), 2 completion(s) of:" in out
+    assert "completion 1" in out and "correct" in out  # the spec's rules score the samples
+
+
+@pytest.mark.slow
+def test_a_finished_dpo_run_exports_samples_against_its_pair_and_matches_its_estimate(tmp_path, capsys):
+    run_dir, lines, sets = _train(tmp_path, "dpo_sums", "training.steps=2", "dpo.batch_size=4",
+                                  "training.eval_every=0", "training.save_every=0", "dataset.eval={count: 4}")
+    code, out, err = cli(capsys, "preflight", "spec/examples/dpo_sums.yaml", *sets, "--json")
+    assert code == 0, err
+    tokens = json.loads(out)["cost"]["tokens"]
+    last = lines[-1]
+    for kind in ("trained", "reference", "eval_prompt"):  # what the run logged, exactly
+        assert tokens[kind]["low"] == tokens[kind]["high"] == last[f"tokens_cum/{kind}"], kind
+    code, out, err = cli(capsys, "export", run_dir, "-o", tmp_path / "out")
+    assert code == 0, err
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "trained with direct preference optimisation (`method: dpo`)" in card and "\n- dpo\n" in card
+    assert "4 pairs per step" in card and "| dpo/loss |" in card and "Reward" not in card
+    code, out, err = cli(capsys, "sample", run_dir, "--row", "0", "--n", "3", "--seed", "1")
+    assert code == 0, err
+    assert err.endswith("note: the spec has no reward rules (method dpo), so the completions are not scored\n")
+    body = out.splitlines()
+    pair = next(line for line in body if line.startswith("chosen: "))
+    assert len([line for line in body if line.startswith("completion ")]) == 3
+    assert all(("writes the chosen reply" in line) or ("writes the rejected reply" in line) or
+               ("writes neither reply" in line) for line in body if line.startswith("completion "))
+    assert "; rejected: " in pair
