@@ -55,7 +55,7 @@ def test_the_example_validates_and_compiles_the_same_bytes_twice(tmp_path):
         texts.append(out.read_text())
     assert texts[0] == texts[1]
     assert "forward_backward_custom_async(data, loss_fn)" in texts[0]
-    assert "pair_loss_fn(reference, beta)" in texts[0] and '"beta": 2.0,  # dpo.beta' in texts[0]
+    assert "pair_loss_fn(reference, beta)" in texts[0] and '"beta": 1.0,  # dpo.beta' in texts[0]
 
 
 def test_a_valid_pair_spec_validates(tmp_path):
