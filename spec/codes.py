@@ -271,6 +271,8 @@ ERROR_CODES: dict[str, ErrorCode] = {e.code: e for e in (
     ErrorCode("E122", "sailrl.runtime.backends.chat_template.ChatTemplateError", "The tokenizer has no usable chat "
               "template."),
     ErrorCode("E123", "sailrl.preflight.PreflightError", "sailrl preflight cannot check the spec as asked."),
+    ErrorCode("E124", "sailrl.runtime.prompts.conversations.ConversationError", "A row's conversation cannot be "
+              "trained on: an empty assistant turn (S259) or a messages field that is not a conversation (S260)."),
     ErrorCode("E130", "sailrl.runtime.sandbox.workers.WorkerError", "A scoring worker process could not start, died, or "
               "broke the protocol."),
     ErrorCode("E131", "sailrl.runtime.sandbox.workers.WorkerStartError", "A worker could not load its job (its reason "

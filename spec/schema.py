@@ -16,13 +16,13 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from sailrl.spec.base import SpecModel, Text, usual_range
 from sailrl.spec.draws import DifficultyFilterSpec, DynamicSamplingSpec
 from sailrl.spec.environment import EnvironmentSpec
 from sailrl.spec.errors import SpecValueError
-from sailrl.spec.methods import METHOD_WORDS, DistillSpec, DpoSpec, Method, SftSpec
+from sailrl.spec.methods import DistillSpec, DpoSpec, Method, SftSpec
 from sailrl.spec.pricing import PricingSpec
 from sailrl.spec.rewards import RewardExample, RewardSpec
 
@@ -359,24 +359,27 @@ class Spec(SpecModel):
     dpo: DpoSpec | None = Field(None, description="method: dpo: the pairs and beta.")
     distill: DistillSpec | None = Field(None, description="method: distill: the teacher.")
 
-    @model_validator(mode="after")
-    def _method_sections(self) -> Spec:
-        words = METHOD_WORDS[self.method]
-        if self.method == "sft" and self.sft is None:
-            self.sft = SftSpec()
-        if self.method == "dpo" and self.dpo is None:
-            self.dpo = DpoSpec()
-        if self.method == "rl" and self.reward is None:
-            raise SpecValueError("S102", f"missing required section 'reward': method rl ({words}) scores "
-                                 "every rollout with the reward rules; add a reward: section")
-        if self.method == "distill" and self.distill is None:
-            raise SpecValueError("S102", f"missing required section 'distill': method distill ({words}) needs "
-                                 "distill.teacher, the model the student learns from")
-        if self.prompt is None and not (self.method == "sft" and self.sft and self.sft.messages_field):
-            hint = " (or sft.messages_field, a field holding whole conversations)" if self.method == "sft" else ""
-            raise SpecValueError("S102", f"missing required section 'prompt': method {self.method} builds each "
-                                 f"row's prompt from prompt.user{hint}")
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _method_sections(cls, data: Any, handler: Any) -> Spec:
+        """The sections ``method`` needs (rl: prompt and reward; sft: prompt unless sft.messages_field; dpo:
+        prompt; distill: prompt and distill), each missing one a ``missing`` error beside the other schema
+        problems, so a file missing several sections hears of all of them at once; sft: and dpo: default."""
+        missing = _missing_sections(data) if isinstance(data, dict) else []
+        try:
+            spec = handler(data)
+        except ValidationError as exc:
+            if not missing:
+                raise
+            errors = [e for e in exc.errors() if tuple(e["loc"])[:1] not in {m["loc"] for m in missing}]
+            raise ValidationError.from_exception_data(exc.title, [*errors, *missing]) from None
+        if missing:
+            raise ValidationError.from_exception_data(cls.__name__, missing)
+        if spec.method == "sft" and spec.sft is None:
+            spec.sft = SftSpec()
+        if spec.method == "dpo" and spec.dpo is None:
+            spec.dpo = DpoSpec()
+        return spec
 
     def resolved(self) -> dict[str, Any]:
         """The spec with defaults filled in, as plain JSON-able data (aliases used). ``environment`` appears only
@@ -394,6 +397,17 @@ class Spec(SpecModel):
         if data.get("pricing", {}).get("judge") == {"input": None, "output": None}:
             data["pricing"].pop("judge")  # judge prices appear only when written (a spec without compiles as before)
         return data
+
+
+def _missing_sections(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """``missing`` errors (pydantic's shape) for the sections the spec's method needs and the file lacks."""
+    method = data.get("method", "rl")
+    needed = {"rl": ("prompt", "reward"), "sft": ("prompt",), "dpo": ("prompt",),
+              "distill": ("prompt", "distill")}.get(method if isinstance(method, str) else "", ())
+    sft = data.get("sft")
+    if method == "sft" and isinstance(sft, dict) and sft.get("messages_field"):
+        needed = ()  # the conversations come whole from the data
+    return [{"type": "missing", "loc": (key,), "input": data} for key in needed if data.get(key) is None]
 
 
 def every_due(every: int, step: int) -> bool:

@@ -32,6 +32,8 @@ class ConversationError(DataError):
     """A row whose conversation cannot be trained on. ``kind``: ``empty`` (an assistant turn with no text: S259)
     or ``messages`` (the messages field is not a list of {role, content} with an assistant turn: S260)."""
 
+    code = "E124"
+
     def __init__(self, message: str, *, kind: str) -> None:
         super().__init__(message)
         self.kind = kind
