@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from sailrl.runtime.planning.cost import CostModel, fmt_usd
 from sailrl.spec.errors import SpecError
 from sailrl.spec.loader import LoadedSpec
+from sailrl.spec.methods import DistillSpec
 from sailrl.spec.pricing import SAIL_WINDOWS, PricingSpec
 from sailrl.spec.schema import ModelSpec, SamplingSpec, TrainingSpec
 
@@ -54,9 +55,17 @@ def _run_view(loaded: LoadedSpec) -> Any:
              "pricing": _section(loaded, "pricing", PricingSpec)}
     if any(v is None for v in parts.values()):
         return None
-    dataset = loaded.data.get("dataset") if isinstance(loaded.data, dict) else None
+    data = loaded.data if isinstance(loaded.data, dict) else {}
+    method = data.get("method", "rl")
+    if method not in ("rl", "distill"):
+        return None  # sft and dpo estimates measure the data's tokens: only a spec that validates has them
+    distill = _section(loaded, "distill", DistillSpec) if method == "distill" else None
+    if method == "distill" and distill is None:
+        return None
+    dataset = data.get("dataset")
     has_eval = isinstance(dataset, dict) and dataset.get("eval") is not None
-    return SimpleNamespace(dataset=SimpleNamespace(eval=True if has_eval else None), **parts)
+    return SimpleNamespace(dataset=SimpleNamespace(eval=True if has_eval else None), method=method, distill=distill,
+                           **parts)
 
 
 def _what(key: tuple[str, ...]) -> str:
