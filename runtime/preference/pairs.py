@@ -46,11 +46,11 @@ def pair_datums(spec: Spec, prompts: PromptBuilder, row: Mapping[str, Any],
 class Reference:
     """The frozen reference model (a sampling client over the starting weights) and the logprobs it gave each
     pair: ``await logprobs(rows, data)`` computes a pair's (chosen, rejected) sequence logprobs the first time the
-    pair is seen and keeps them (``computed_tokens``: the tokens it read, for the step's ``tokens/reference``)."""
+    pair is seen and keeps them, and says how many tokens it read (the step's ``tokens/reference``)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self._cache: dict[int, tuple[float, float]] = {}
+        self._cache: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, float]] = {}
 
     async def _sequence_logprob(self, datum: tinker.Datum) -> float:
         targets = datum.loss_fn_inputs["target_tokens"].tolist()
@@ -62,11 +62,18 @@ class Reference:
     async def logprobs(self, rows: list[Mapping[str, Any]], data: list[tinker.Datum]) -> tuple[
             list[tuple[float, float]], int]:
         """For each row (its pair at ``data[2i]``, ``data[2i + 1]``) the reference's (chosen, rejected) sequence
-        logprobs, and the tokens read for the pairs not seen before (each pair is read once per run process)."""
-        todo = {int(row["_index"]): i for i, row in enumerate(rows) if int(row["_index"]) not in self._cache}
+        logprobs, and the tokens read for the pairs not seen before (each pair is read once per run process; a
+        pair is known by its two sequences' tokens, so rows of another split with the same index never share)."""
+        keys = [(_sequence(data[2 * i]), _sequence(data[2 * i + 1])) for i in range(len(rows))]
+        todo = {key: i for i, key in enumerate(keys) if key not in self._cache}
         values = await asyncio.gather(*(self._sequence_logprob(data[2 * i + k]) for i in todo.values()
                                         for k in (0, 1)))
         for j, key in enumerate(todo):
             self._cache[key] = (values[2 * j], values[2 * j + 1])
-        read = sum(data[2 * i + k].model_input.length + 1 for i in todo.values() for k in (0, 1))
-        return [self._cache[int(row["_index"])] for row in rows], read
+        read = sum(len(key[0]) + len(key[1]) for key in todo)
+        return [self._cache[key] for key in keys], read
+
+
+def _sequence(datum: tinker.Datum) -> tuple[int, ...]:
+    """The datum's whole sequence: its inputs and the last target token."""
+    return (*datum.model_input.to_ints(), int(datum.loss_fn_inputs["target_tokens"].tolist()[-1]))

@@ -1,8 +1,10 @@
-"""The DPO loss, its gradient and its metrics against a hand computation, and the loss function of a batch of
-pairs on the datums forward_backward_custom hands it (the reply's tokens summed by the datum's weights)."""
+"""The DPO loss, its gradient and its metrics against a hand computation, the loss function of a batch of pairs on
+the datums forward_backward_custom hands it (the reply's tokens summed by the datum's weights), and the reference's
+logprobs read once per pair."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -10,6 +12,7 @@ import torch
 from tinker import types
 
 from sailrl.runtime.preference.loss import dpo_loss, pair_loss_fn, sequence_logprob
+from sailrl.runtime.preference.pairs import Reference
 
 BETA = 0.5
 # Two pairs: sequence logprobs under the policy and the reference.
@@ -79,3 +82,37 @@ def test_the_batch_loss_function_sums_each_reply_by_its_weights_and_pairs_neighb
     assert logprobs[1].grad.tolist() == pytest.approx([0.0, 0.0, g], abs=1e-7)
     with pytest.raises(ValueError, match="2 datums per pair: 4 datums for 1 pairs"):
         pair_loss_fn(reference[:1], BETA)(data, logprobs)
+
+
+class _CountingReference:
+    """A sampling client whose logprob of token t at position i is -(t % 7) / 10 - i / 100 (None first), and which
+    counts the sequences it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[list[int]] = []
+
+    async def compute_logprobs_async(self, sequence: types.ModelInput) -> list[float | None]:
+        tokens = sequence.to_ints()
+        self.asked.append(tokens)
+        return [None] + [-(t % 7) / 10 - i / 100 for i, t in enumerate(tokens) if i > 0]
+
+
+def test_the_reference_reads_each_pair_once_and_sums_the_reply_tokens():
+    client = _CountingReference()
+    reference = Reference(client)
+    data = [_datum(3, [7, 8]), _datum(3, [9]), _datum(2, [5, 6, 7]), _datum(2, [4])]
+    rows = [{"_index": 0}, {"_index": 1}]
+
+    def by_hand(n_prompt: int, reply: list[int]) -> float:
+        tokens = list(range(40, 40 + n_prompt)) + reply
+        return sum(-(t % 7) / 10 - i / 100 for i, t in enumerate(tokens) if i >= n_prompt)
+
+    values, read = asyncio.run(reference.logprobs(rows, data))
+    assert values == [pytest.approx((by_hand(3, [7, 8]), by_hand(3, [9])), abs=1e-12),
+                      pytest.approx((by_hand(2, [5, 6, 7]), by_hand(2, [4])), abs=1e-12)]
+    assert read == 5 + 4 + 5 + 3 and len(client.asked) == 4  # every token of the 4 sequences, once
+    again, read = asyncio.run(reference.logprobs(rows[::-1], data[2:] + data[:2]))
+    assert again == values[::-1] and read == 0 and len(client.asked) == 4  # kept: asked for nothing more
+    # a row of another split with the same _index but other replies is another pair
+    _, read = asyncio.run(reference.logprobs([{"_index": 0}], [_datum(3, [1]), _datum(3, [2])]))
+    assert read == 8 and len(client.asked) == 6
