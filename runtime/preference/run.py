@@ -40,8 +40,8 @@ from sailrl.runtime.preference.records import PreferenceRecords
 from sailrl.runtime.prompts import PromptBuilder, PromptError
 from sailrl.runtime.prompts.pairs import pair_problem, reply_text
 from sailrl.runtime.rollouts.rollout import completion_text
-from sailrl.runtime.rundir.directory import RunDirectory, run_dir_path
 from sailrl.runtime.run import RunOptions
+from sailrl.runtime.rundir.directory import RunDirectory, run_dir_path
 from sailrl.runtime.supervised.checkpoints import SupervisedCheckpoints
 from sailrl.runtime.supervised.run import SupervisedRun
 from sailrl.spec.models import context_window
