@@ -293,7 +293,16 @@ def run_dir_path(spec: Spec, spec_dir: Path | str) -> Path:
     other path in a spec (``dataset.source``, a local ``model.name``). Resolved, so it prints as the folder it
     is (``.../spec/examples/runs/x``, not ``.../generated/../spec/examples/runs/x``)."""
     p = Path(spec.output.run_dir.replace("{name}", spec.name)).expanduser()
-    return (p if p.is_absolute() else Path(spec_dir) / p).resolve()
+    return resolved(p if p.is_absolute() else Path(spec_dir) / p)
+
+
+def resolved(path: Path) -> Path:
+    """``path`` resolved; a path through a symbolic-link loop is made absolute only, so that reading or writing it
+    is refused in one line where it is used (``Path.resolve`` raises ``RuntimeError`` on a loop)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        return Path(os.path.abspath(path))
 
 
 class RunDirectory:

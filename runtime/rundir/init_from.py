@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sailrl.runtime.rundir.directory import RunDirectory, RunFileError
+from sailrl.runtime.rundir.directory import RunDirectory, RunFileError, resolved
 from sailrl.spec.errors import ConfigError
 
 __all__ = ["InitFromError", "InitWeights", "finished_state", "init_run_dir", "is_run_directory", "mismatch",
@@ -59,7 +59,7 @@ def is_run_directory(value: str) -> bool:
 def init_run_dir(value: str, spec_dir: Path | str | None) -> Path:
     """The run directory an ``init_from`` value names, resolved (``~`` expanded; relative to the spec's folder)."""
     p = Path(value).expanduser()
-    return (p if p.is_absolute() else Path(spec_dir or ".") / p).resolve()
+    return resolved(p if p.is_absolute() else Path(spec_dir or ".") / p)
 
 
 def _shown(path: Path, spec_dir: Path | str | None) -> str:
@@ -113,6 +113,9 @@ def resolve_init_from(value: str, spec_dir: Path | str | None, *, model: str, lo
     path = init_run_dir(value, spec_dir)
     where = _shown(path, spec_dir)
     use_a_path = ("or give a checkpoint path (tinker://.../weights/... or local://.../weights/...) instead")
+    if path.is_symlink() and not path.exists():
+        raise InitFromError("S261", f"{where} is a symbolic link that leads to no folder (a loop of links, or its "
+                            "target is gone)", f"Point it at the folder an earlier run wrote, {use_a_path}.")
     if not path.exists():
         raise InitFromError("S261", f"there is no run directory {where} (a path without :// names an earlier run's "
                             "folder, relative to the spec's folder)",
