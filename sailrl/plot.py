@@ -131,7 +131,7 @@ def build_method_figure(metrics: list[dict[str, Any]], method: str, title: str =
     fig = Figure(figsize=(9, 2.6 * len(panels) + 1))
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     n = 0
-    for ax, panel in zip(axes, panels):
+    for ax, panel in zip(axes, panels, strict=True):
         for key, label in panel.series:
             color, (linestyle, marker) = RULE_COLORS[n % len(RULE_COLORS)], RULE_STYLES[n % len(RULE_STYLES)]
             n += 1

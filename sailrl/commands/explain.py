@@ -17,8 +17,8 @@ import argparse
 import sys
 
 from sailrl.commands._common import load_spec_lenient, spec_missing, use_color
-from sailrl.runtime.planning.cost import estimate_run
 from sailrl.compiler.words import method_words
+from sailrl.runtime.planning.cost import estimate_run
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.spec.lr_advice import lr_advice
 from sailrl.spec.methods import METHOD_WORDS

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     # lazy: sailrl.preflight loads torch and transformers (seconds); an invalid spec is reported first
     from sailrl.preflight import PreflightError
     from sailrl.preflight_methods import report_for  # lazy: see above
+
     # lazy: the runtime loads after the spec validates
     from sailrl.runtime.backends.judge_clients import judge_connector
 

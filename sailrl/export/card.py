@@ -22,10 +22,10 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from sailrl.compiler.words import method_words
 from sailrl.export.build import BASE_SUBFOLDER, Built
 from sailrl.export.runinfo import Checkpoint, RunInfo
-from sailrl.compiler.words import method_words
-from sailrl.export.sample import row_messages, renderer_for
+from sailrl.export.sample import renderer_for, row_messages
 from sailrl.runtime.data import DatasetError, dataset_row, load_rows
 from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rewards.rules import RewardFunction

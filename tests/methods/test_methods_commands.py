@@ -164,7 +164,8 @@ def test_plot_dpo_and_distill_panels(tmp_path):
     assert list(labels(fig.axes[1])["margin"].get_ydata()) == [0.0, 0.75]
     acc = labels(fig.axes[2])
     assert list(acc) == ["accuracy (chosen above rejected)", "eval accuracy"]
-    assert list(zip(acc["eval accuracy"].get_xdata(), acc["eval accuracy"].get_ydata())) == [(0, 0.25), (2, 0.75)]
+    points = zip(acc["eval accuracy"].get_xdata(), acc["eval accuracy"].get_ydata(), strict=True)
+    assert list(points) == [(0, 0.25), (2, 0.75)]
     distill = [{"step": s, "distill/reverse_kl": kl, "reward/total": r, "correct": c, "frac_truncated": 0.0}
                for s, kl, r, c in ((1, 0.5, 0.25, 0.25), (2, 0.125, None, 0.5))]
     fig = build_method_figure(distill, "distill")
