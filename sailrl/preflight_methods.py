@@ -19,15 +19,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sailrl.preflight import (_decode, _load_text_tools, _messages_text, _problem, _skipped_section, _warning_short,
-                              build_report)
+from sailrl.preflight import (
+    _decode,
+    _load_text_tools,
+    _messages_text,
+    _problem,
+    _skipped_section,
+    _warning_short,
+    build_report,
+)
 from sailrl.preflight import _finish as finish_report
 from sailrl.runtime.data import DatasetError, load_rows, rows_for_step, shuffle_seed
+from sailrl.runtime.data.method_rows import row_check
 from sailrl.runtime.planning.cost import estimate_preference, estimate_supervised, fmt_usd
 from sailrl.runtime.preference.pairs import pair_datums
-from sailrl.runtime.prompts import PromptBuilder, PromptError
-from sailrl.runtime.prompts.conversations import ConversationError, conversation
-from sailrl.runtime.prompts.pairs import pair_problem, reply_text
+from sailrl.runtime.prompts import PromptBuilder
+from sailrl.runtime.prompts.conversations import conversation
+from sailrl.runtime.prompts.pairs import reply_text
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.runtime.supervised.datums import conversation_datum, trained_tokens
 from sailrl.spec.models import context_window
@@ -54,24 +62,6 @@ def report_for(spec: Spec, spec_dir: Path | str, **options: Any) -> dict[str, An
         keep = ("sample", "show", "spec_path", "loaded", "max_rows_measured", "spec_warnings")
         return build_method_report(spec, spec_dir, **{k: v for k, v in options.items() if k in keep})
     return build_report(spec, spec_dir, **options)
-
-
-def _row_check(spec: Spec, prompts: PromptBuilder | None) -> Any:
-    """``row -> reason | None``, the reason the run skips a row with (SFT: a conversation with nothing to train on;
-    DPO: no pair, or a prompt that does not render)."""
-    def check(row: dict[str, Any]) -> str | None:
-        try:
-            if spec.method == "dpo":
-                problem = pair_problem(row, spec.dpo.chosen_field, spec.dpo.rejected_field)
-                if problem is not None:
-                    return problem
-                prompts.messages(row)
-            else:
-                conversation(row, spec, prompts)
-        except (ConversationError, PromptError) as exc:
-            return str(exc).removeprefix(f"row {row.get('_index')}: ")
-        return None
-    return check
 
 
 def _full_text(tokenizer: Any, datum: Any) -> str:
@@ -165,7 +155,7 @@ def build_method_report(spec: Spec, spec_dir: Path | str, *, sample: int = 0, sh
     context, context_source = context_window(spec.model.name, spec_dir)
     prompts = PromptBuilder(spec.prompt, None) if spec.prompt is not None else None
     try:
-        rows = load_rows(spec, spec_dir, renderer_check=_row_check(spec, prompts))
+        rows = load_rows(spec, spec_dir, renderer_check=row_check(spec, prompts))
     except DatasetError as exc:
         where = loaded.locate(exc.key) if (loaded is not None and exc.key) else None
         problems.append(_problem("error", str(exc), None))

@@ -50,6 +50,15 @@ from sailrl.spec.errors import SpecError, SpecErrors, UserError
 from sailrl.spec.loader import read_spec_file
 from sailrl.spec.rewards import RewardSpec
 from sailrl.spec.schema import PromptSpec, Spec
+from sailrl.studio.methods import (
+    METHOD_VIEWS,
+    data_key_parts,
+    method_outcome,
+    method_row,
+    override_problem,
+    row_check,
+    rules_note,
+)
 from sailrl.studio.proposals import agreement, labels_from, propose
 from sailrl.studio.runner import RunError, Runner, check_overrides, outcome_words, progress
 from sailrl.studio.security import PathRefused, confined
@@ -238,7 +247,10 @@ class Checked:
         reward = data.get("reward") if isinstance(data.get("reward"), dict) else {}
         self.rules = reward.get("rules") if isinstance(reward.get("rules"), list) else None
         self.examples = data.get("examples") if isinstance(data.get("examples"), list) else []
-        self.reference_field = self.spec.prompt.reference_field if self.spec is not None else "answer"
+        self.reference_field = (self.spec.prompt.reference_field if self.spec is not None and self.spec.prompt
+                                is not None else "answer")
+        tree = loaded.tree if isinstance(loaded.tree, dict) else {}
+        self.method = self.spec.method if self.spec is not None else tree.get("method", "rl")
         self.reward_fn, self.reward_problem = self._reward(loaded, spec_path.parent)
         # each rule's sentence (sailrl explain's words) and the words of every pattern, as the page shows them
         self.sentences = rule_sentences(self.rules, self.reference_field, spec_path.parent)
@@ -254,11 +266,13 @@ class Checked:
         so the other rules are still tried."""
         self.broken: dict[int, tuple[str, str]] = {}
         if self.spec is not None:
-            return RewardFunction.from_spec(self.spec.reward, self.spec.prompt.reference_field, spec_dir), None
+            if self.spec.reward is None:  # a method that trains without rules (dpo; sft, distill may)
+                return None, rules_note(self.spec.method)
+            return RewardFunction.from_spec(self.spec.reward, self.reference_field, spec_dir), None
         tree = loaded.tree if isinstance(loaded.tree, dict) else {}
         self.reference_field = _reference_field(tree)
         if not isinstance(tree.get("reward"), dict):
-            return None, "the spec has no reward: section yet"
+            return None, rules_note(tree.get("method")) or "the spec has no reward: section yet"
         rules = tree["reward"].get("rules") if isinstance(tree["reward"].get("rules"), list) else []
         for e in self.errors:
             parts = e.key_path.split(".")
@@ -286,7 +300,8 @@ class Checked:
                 "rule_names": self.reward_fn.rule_names if self.reward_fn else [],
                 "sentences": self.sentences, "pattern_words": self.pattern_words,
                 "broken": {str(i): {"name": n, "problem": m} for i, (n, m) in self.broken.items()},
-                "only_examples": self.only_examples,
+                "only_examples": self.only_examples, "method": self.method,
+                "rules_note": rules_note(self.method) if self.rules is None else None,
                 "complete": bool(self.loaded.complete)}
 
 
@@ -586,10 +601,7 @@ class Studio:
         return checked
 
     def _data_key(self, spec: Spec) -> str:
-        parts = [spec.dataset.model_dump(mode="json"), spec.prompt.model_dump(mode="json"),
-                 spec.reward.model_dump(mode="json"), spec.model.model_dump(mode="json"),
-                 spec.sampling.max_tokens, (spec.training.warmup.model_dump(mode="json")
-                                            if spec.training.warmup else None), self._data_stamp(spec)]
+        parts = [*data_key_parts(spec), self._data_stamp(spec)]
         return json.dumps(parts, sort_keys=True, default=str)
 
     def _data_stamp(self, spec: Spec) -> Any:
@@ -628,6 +640,9 @@ class Studio:
 
         def make() -> Any:
             try:
+                if spec.method in METHOD_VIEWS:  # rows skipped as the run skips them: no conversation, no pair
+                    check = row_check(spec, PromptBuilder(spec.prompt, None) if spec.prompt is not None else None)
+                    return _Listing(load_rows(spec, self.spec_dir, renderer_check=check))
                 return _Listing(load_rows(spec, self.spec_dir, checked.reward_fn))
             except DatasetError as exc:
                 return exc
@@ -672,6 +687,10 @@ class Studio:
         out: dict[str, Any] = {"index": row.get("_index"), "split": which, "skip_reason": reason,
                                "fields": {k: _cap(v) for k, v in row.items() if k != "_index"},
                                "tool_problem": tool_problem}
+        if spec.method in METHOD_VIEWS:  # a conversation (sft) or a chosen/rejected pair (dpo)
+            out.update(method_row(spec, row, tokenizer, renderer))
+            out["reference"] = None
+            return out
         try:
             messages = PromptBuilder(spec.prompt, None).messages(row)
             out["messages"] = messages
@@ -690,15 +709,16 @@ class Studio:
 
     def preflight(self, text: str) -> dict[str, Any]:
         """``sailrl preflight``'s report without sampling: data, prompts, tokens, reward and its findings."""
-        from sailrl.preflight import PreflightError, build_report  # lazy: see _tools_for
+        from sailrl.preflight import PreflightError  # lazy: see _tools_for
+        from sailrl.preflight_methods import report_for  # lazy: see _tools_for
 
         checked = self._spec_or_raise(text)
 
         def make() -> dict[str, Any]:
             try:
-                report = build_report(checked.spec, self.spec_dir, sample=0, show=3,
-                                      spec_path=self.spec_path.name, loaded=checked.loaded,
-                                      spec_warnings=[e for e in checked.problems if e.is_warning])
+                report = report_for(checked.spec, self.spec_dir, sample=0, show=3,
+                                    spec_path=self.spec_path.name, loaded=checked.loaded,
+                                    spec_warnings=[e for e in checked.problems if e.is_warning])
             except PreflightError as exc:
                 return {"problems": [{"severity": "error", "message": str(exc), "fix": None}], "verdict": str(exc)}
             out = json.loads(json.dumps(report, default=str))
@@ -832,6 +852,9 @@ class Studio:
         except RunError as exc:
             raise StudioError(str(exc), exc.status) from None
         checked = self._spec_or_raise(text)
+        problem = override_problem(checked.spec, overrides)
+        if problem is not None:
+            raise StudioError(problem, 400)
         run_id, path = self._own_run_dir(checked)
         _, digest, _ = self.disk()
         report = self.preflight(text)
@@ -858,6 +881,9 @@ class Studio:
         except RunError as exc:
             raise StudioError(str(exc), exc.status) from None
         checked = self._spec_or_raise(text)
+        problem = override_problem(checked.spec, overrides)
+        if problem is not None:
+            raise StudioError(problem, 400)
         _, digest, _ = self.disk()
         if digest != hashlib.sha256(text.encode("utf-8")).hexdigest():
             raise StudioError("save the spec first: a run trains the spec file as saved", 409)
@@ -881,12 +907,13 @@ class Studio:
         since = self.runner.since(path, METRICS_FILE)  # a new run started here: none of the previous run's steps
         metrics = read_metrics(f, since)["lines"] if f is not None and since is not None else []
         config_file = _run_file(path, "config.json")
-        total, correct_rule, rules = None, None, []
+        total, correct_rule, rules, method = None, None, [], "rl"
         if config_file is not None and config_file.stat().st_size < 4 * 1024 * 1024:
             try:
                 config = json.loads(config_file.read_text("utf-8"))
                 spec = config.get("spec") or {}
                 total = int((spec.get("training") or {}).get("steps") or 0) or None
+                method = spec.get("method") or "rl"
                 reward = spec.get("reward") or {}
                 rules = [r for r in reward.get("rules") or [] if isinstance(r, dict)]
                 correct_rule = reward.get("correct_rule") or next(
@@ -904,7 +931,10 @@ class Studio:
         gaming_since = self.runner.since(path, GAMING_FILE)
         gaming = self.runner.gaming(path, last, gaming_since) if gaming_since is not None else []
         return {"run": run, "running": running, "started_here": self.runner.started_here(path), "alive": alive,
-                "exit_code": ended, "progress": prog, "outcome": outcome_words(metrics, correct_rule, rules),
+                "exit_code": ended, "progress": prog,
+                "outcome": outcome_words(metrics, correct_rule, rules) if method == "rl" else "; ".join(
+                    w for w in (method_outcome(metrics, method), outcome_words(metrics, correct_rule, rules)) if w)
+                or None,
                 "gaming": gaming, "log": self.runner.log_tail(path)}
 
     # ------------------------------------------------------------------------------------------ take it away

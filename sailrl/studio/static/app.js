@@ -438,11 +438,19 @@ function applyCheck(check, { rebuild }) {
       S.examples = JSON.parse(JSON.stringify(check.examples || []));
       $("#rule-note").hidden = true;
       renderRules();
+    } else if (check.rules_note) {  // a method that trains without reward rules (dpo; sft, distill may)
+      S.rules = [];
+      S.examples = JSON.parse(JSON.stringify(check.examples || []));
+      const note = $("#rule-note");
+      note.hidden = false;
+      note.textContent = check.rules_note;
+      renderRules();
     } else {
       const note = $("#rule-note");
       note.hidden = false;
       note.textContent = "The YAML does not parse up to reward.rules yet: fix it on the right; the forms follow.";
     }
+    $(".add-rule").hidden = check.method === "dpo";  // a DPO spec with rules is an error (S257)
   } else placeProblems();
   renderProblems();
   updateDirty();
@@ -640,7 +648,8 @@ async function refreshData() {
     const tk = p.tokens;
     $("#data-summary").textContent = d.error ? d.error :
       `${d.source}: ${d.loaded} rows loaded, ${d.selected} selected, ${d.train} for training, ${d.eval} for evaluation` +
-      (tk ? `; prompt tokens min ${tk.min} / median ${tk.median} / max ${tk.max}` + (tk.context ? ` (context ${tk.context}, max_tokens ${tk.max_tokens})` : "") : "");
+      (tk ? `; ${tk.what || "prompt tokens"} min ${tk.min} / median ${tk.median} / max ${tk.max}` +
+        (tk.context ? ` (context ${tk.context}` + (tk.max_tokens != null ? `, max_tokens ${tk.max_tokens})` : ")") : "") : "");
   } catch (err) {
     $("#preflight-verdict").textContent = err.message;
     $("#preflight-problems").replaceChildren();
@@ -670,11 +679,25 @@ async function refreshRowsTable() {
   }
 }
 
+// A DPO row: its prompt, then the chosen and the rejected reply, each under its own heading.
+function showPair(box, pair) {
+  box.replaceChildren(
+    h("span", { class: "pair-part" }, "prompt"), "\n", pair.prompt, "\n",
+    h("span", { class: "pair-part chosen" }, `chosen (${pair.chosen_field})` +
+      (pair.chosen_tokens != null ? `, ${pair.chosen_tokens} tokens` : "")), "\n", pair.chosen, "\n",
+    h("span", { class: "pair-part rejected" }, `rejected (${pair.rejected_field})` +
+      (pair.rejected_tokens != null ? `, ${pair.rejected_tokens} tokens` : "")), "\n", pair.rejected);
+}
+
 function showPrompt(r) {
   $("#prompt-index").textContent = String(r.index);
-  $("#prompt-text").textContent = r.prompt_error ? r.prompt_error : (r.prompt ?? "");
+  $("#prompt-what").textContent = r.pair ? "Pair" : r.conversation ? "Conversation" : "Prompt";
+  const box = $("#prompt-text");
+  if (r.pair && !r.prompt_error) showPair(box, r.pair);
+  else box.textContent = r.prompt_error ? r.prompt_error : (r.prompt ?? "");
   const bits = [];
-  if (r.tokens != null) bits.push(`${r.tokens} tokens`);
+  if (r.tokens != null) bits.push(`${r.tokens} tokens` + (r.pair ? " (chosen + rejected)" : ""));
+  if (r.trained_tokens != null) bits.push(`${r.trained_tokens} trained (the assistant turns)`);
   if (r.tool_problem) bits.push(r.tool_problem);
   if (r.reference != null) bits.push(`reference answer '${r.reference}'`);
   if (r.skip_reason) bits.push(`skipped in training: ${r.skip_reason}`);
