@@ -42,7 +42,7 @@ from sailrl.runtime.rundir.directory import RunDirectory, run_dir_path
 from sailrl.runtime.run import RunOptions
 from sailrl.runtime.supervised.checkpoints import SupervisedCheckpoints
 from sailrl.runtime.prompts.conversations import ConversationError, conversation
-from sailrl.runtime.supervised.datums import conversation_datum, mean_nll
+from sailrl.runtime.supervised.datums import conversation_datum, mean_nll, trained_tokens
 from sailrl.runtime.supervised.records import StepRecords
 from sailrl.spec.errors import ConfigError
 from sailrl.spec.models import context_window
@@ -154,13 +154,18 @@ class SupervisedRun:
             await asyncio.to_thread(self.backend.service_client.close, "done")
 
 
-def _row_check(spec: Spec, prompts: PromptBuilder | None) -> Any:
-    """``row -> reason | None``: a row whose conversation cannot be trained on is skipped with the reason."""
+def _row_check(spec: Spec, prompts: PromptBuilder | None, renderer: Any, max_length: int | None) -> Any:
+    """``row -> reason | None``: a row whose conversation cannot be trained on is skipped with the reason: no
+    assistant text, or (``max_length``: the model's context window) no assistant token within the context, where
+    the datum is cut and its weights would all be 0."""
     def check(row: dict[str, Any]) -> str | None:
         try:
-            conversation(row, spec, prompts)
+            messages = conversation(row, spec, prompts)
         except (ConversationError, PromptError) as exc:
             return str(exc).removeprefix(f"row {row.get('_index')}: ")
+        if max_length is not None and not trained_tokens([conversation_datum(messages, renderer, max_length)]):
+            return (f"its assistant turns begin after the model's context of {max_length:,} tokens, so nothing "
+                    "of them would be trained")
         return None
     return check
 
@@ -185,7 +190,8 @@ async def open_supervised_run(spec: Spec, options: RunOptions) -> SupervisedRun:
         if reward_fn.judges:
             raise ConfigError("method sft scores its held-out samples with rules that need no judge model: remove "
                               "the kind: judge rules from reward:, or score the trained adapter with an RL spec")
-    rows = load_rows(spec, options.spec_dir, renderer_check=_row_check(spec, prompts))
+    max_length = context_window(spec.model.name, options.spec_dir)[0]
+    rows = load_rows(spec, options.spec_dir, renderer_check=_row_check(spec, prompts, renderer, max_length))
     if rows.skipped:
         console.print(f"[yellow]skipped {len(rows.skipped)} dataset rows (first: row {rows.skipped[0].index}: "
                       f"{rows.skipped[0].reason}); see `sailrl preflight` for all[/yellow]")
@@ -201,7 +207,7 @@ async def open_supervised_run(spec: Spec, options: RunOptions) -> SupervisedRun:
                                         resume_command=options.resume_command)
     run = SupervisedRun(spec=spec, backend=backend, training_client=training_client, tokenizer=tokenizer,
                         renderer=renderer, rows=rows, prompts=prompts, reward_fn=reward_fn,
-                        max_length=context_window(spec.model.name, options.spec_dir)[0], run_dir=run_dir,
+                        max_length=max_length, run_dir=run_dir,
                         records=records, checkpoints=checkpoints, console=console, start_step=start.completed + 1,
                         finished=start.finished)
     if resume_path:

@@ -40,3 +40,62 @@ def test_a_symbolic_link_loop_as_the_run_directory_is_one_line_not_a_bug(tmp_pat
     assert err.splitlines()[-1] == (f"error: {tmp_path}/runs/sums-a/metrics.jsonl cannot be read (Too many levels "
                                     "of symbolic links): check the run directory"), err
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["sums-a"]
+
+
+MESSAGES_SPEC = """\
+method: sft
+name: long
+model: {{name: sailrl/tiny, renderer: role_colon, lora_rank: 8, seed: 0}}
+dataset:
+  source: {source}
+  fields: [messages]
+sft: {{messages_field: messages, batch_size: 4}}
+training: {{steps: 1, learning_rate: 1e-3}}
+sampling: {{sampler: local, max_tokens: 8}}
+output: {{run_dir: runs/long}}
+"""
+
+
+def _conversation(system: str, a: int) -> dict:
+    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": f"{a}+1="},
+                         {"role": "assistant", "content": str(a + 1)}]}
+
+
+def _strict(line: str) -> dict:
+    def refuse(name: str) -> None:
+        raise AssertionError(f"metrics.jsonl holds {name}, which is not JSON: {line}")
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_a_conversation_whose_reply_lies_past_the_context_is_skipped_not_trained_as_nan(tmp_path, monkeypatch,
+                                                                                       capsys):
+    # sailrl/tiny's context is 4,096 tokens (bytes): a 5,000-byte system message pushes the reply out of it, where
+    # the datum is cut, its weights are all 0 and its NLL is 0/0.
+    monkeypatch.chdir(tmp_path)
+    rows = [_conversation("x" * 5000, 1), _conversation("be brief", 2), _conversation("be brief", 3)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "sft.yaml").write_text(MESSAGES_SPEC.format(source="rows.jsonl"), encoding="utf-8")
+    assert main(["run", "sft.yaml"]) == 0
+    err = capsys.readouterr().err
+    assert ("skipped 1 dataset rows (first: row 0: its assistant turns begin after the model's context of 4,096 "
+            "tokens, so nothing of them would be trained)") in err, err
+    (line,) = (tmp_path / "runs" / "long" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    metrics = _strict(line)
+    assert metrics["conversations"] == 4 and metrics["assistant_tokens"] > 0
+    assert 4.0 < metrics["train/nll"] < 7.0  # about ln 259 for a random byte model
+
+
+def test_a_dataset_whose_every_reply_lies_past_the_context_is_one_line_and_writes_nothing(tmp_path, monkeypatch,
+                                                                                         capsys):
+    monkeypatch.chdir(tmp_path)
+    rows = [_conversation("x" * 5000, a) for a in range(3)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "sft.yaml").write_text(MESSAGES_SPEC.format(source="rows.jsonl"), encoding="utf-8")
+    assert main(["run", "sft.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "error: every one of the 3 selected rows was skipped (3 x its assistant turns begin after the model's "
+        "context of 4,096 tokens, so nothing of them would be trained); fix the data or the fields the prompt and "
+        "reward rules use"), err
+    assert not (tmp_path / "runs").exists()
