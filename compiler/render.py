@@ -168,7 +168,16 @@ READS: dict[str, tuple[str, ...]] = {
 
 
 def read_keys(spec: Spec) -> list[str]:
-    """The ``training`` keys the script's loop reads for ``spec`` (:data:`READS`), in the schema's order."""
+    """The ``training`` keys the script's loop reads for ``spec`` (:data:`READS`; another method's
+    :data:`METHOD_READS`), in the schema's order."""
+    if spec.method != "rl":
+        schedule = spec.training.lr_schedule != "constant" or spec.training.lr_warmup_steps > 0
+        # A constant rate reads no schedule (and distillation's loop reads training.steps only for one).
+        unread: tuple[str, ...] = () if schedule else (
+            "lr_schedule", "lr_warmup_steps", *(("steps",) if spec.method == "distill" else ()))
+        if spec.method == "distill" and spec.dataset.eval is None:
+            unread += ("eval_every",)  # its loop evaluates only with a held-out split
+        return [k for k in spec.resolved()["training"] if k in METHOD_READS[spec.method] and k not in unread]
     on = {"always", *(k for k, v in features(spec).items() if v)}
     wanted = {key for feature in on for key in READS[feature]}
     return [k for k in spec.resolved()["training"] if k in wanted]
@@ -293,7 +302,7 @@ def render_method_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, outpu
     spec_dir = Path(spec_path).parent
     script_dir = Path(output_path).parent
     rel = Path(os.path.relpath(spec_dir if str(spec_dir) else ".", script_dir if str(script_dir) else ".")).as_posix()
-    reads = [k for k in resolved["training"] if k in METHOD_READS[spec.method]]
+    reads = read_keys(spec)
     sections: list[tuple[str, Any]] = [("version", resolved["version"]), ("method", spec.method),
                                        ("name", spec.name)]
     if spec.description is not None:

@@ -37,7 +37,6 @@ from sailrl.runtime.run import Run
 # The values main() reads: the spec's training settings the loop uses, each comment naming its key (--set overrides
 # are written into them before main runs). The rest of the spec is CONFIG, below the loop.
 TRAINING = {
-    "steps": 40,  # training.steps
     "learning_rate": 0.002,  # training.learning_rate
     "beta1": 0.9,  # training.beta1
     "beta2": 0.95,  # training.beta2
@@ -45,10 +44,7 @@ TRAINING = {
     "loss_fn": "importance_sampling",  # training.loss_fn
     "loss_fn_config": None,  # training.loss_fn_config
     "num_substeps": 1,  # training.num_substeps
-    "lr_schedule": "constant",  # training.lr_schedule
-    "lr_warmup_steps": 0,  # training.lr_warmup_steps
     "save_every": 20,  # training.save_every
-    "eval_every": 0,  # training.eval_every
 }
 
 
@@ -87,7 +83,7 @@ async def main(run: Run) -> None:
         #    step logs distill/reverse_kl, the mean of (student - teacher) over sampled tokens, and tokens/teacher.
         run.records.add(step, reverse_kl.add_reverse_kl(data, teacher_logprobs, kl_coef))
         # 8. Train: forward_backward (training.loss_fn) + optim_step on the data.
-        lr = rl.learning_rate(t["learning_rate"], step, t["steps"], t["lr_schedule"], t["lr_warmup_steps"])
+        lr = t["learning_rate"]
         adam = tinker.AdamParams(learning_rate=lr, beta1=t["beta1"], beta2=t["beta2"], eps=t["eps"])
         results = await run.checkpoints.apply_update(step, data, train_step(run.training_client, data, adam))
         run.records.update(step, data, results, lr)
@@ -171,9 +167,13 @@ CONFIG = {
         "step_budget_s": 60.0,  # reward.step_budget_s
     },
     "training": TRAINING | {
+        "steps": 40,  # training.steps
         "group_size": 8,  # training.group_size
         "groups_per_step": 16,  # training.groups_per_step
+        "lr_schedule": "constant",  # training.lr_schedule
+        "lr_warmup_steps": 0,  # training.lr_warmup_steps
         "max_cost_usd": None,  # training.max_cost_usd
+        "eval_every": 0,  # training.eval_every
         "resume_from": None,  # training.resume_from
         "init_from": None,  # training.init_from
         "checkpoint_ttl_s": 3600,  # training.checkpoint_ttl_s

@@ -37,8 +37,6 @@ TRAINING = {
     "beta1": 0.9,  # training.beta1
     "beta2": 0.95,  # training.beta2
     "eps": 1e-12,  # training.eps
-    "lr_schedule": "constant",  # training.lr_schedule
-    "lr_warmup_steps": 0,  # training.lr_warmup_steps
     "save_every": 2,  # training.save_every
     "eval_every": 2,  # training.eval_every
 }
@@ -127,6 +125,8 @@ CONFIG = {
         "batch_size": 8,  # sft.batch_size
     },
     "training": TRAINING | {
+        "lr_schedule": "constant",  # training.lr_schedule
+        "lr_warmup_steps": 0,  # training.lr_warmup_steps
         "max_cost_usd": None,  # training.max_cost_usd
         "resume_from": None,  # training.resume_from
         "init_from": None,  # training.init_from
