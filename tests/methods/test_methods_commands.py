@@ -399,3 +399,20 @@ def test_a_finished_dpo_run_exports_samples_against_its_pair_and_matches_its_est
     assert all(("writes the chosen reply" in line) or ("writes the rejected reply" in line) or
                ("writes neither reply" in line) for line in body if line.startswith("completion "))
     assert "; rejected: " in pair
+
+
+def test_the_readme_methods_table_names_each_example_and_the_figures_docs_methods_measured():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    table = readme.split("### Methods", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert [re.match(r"\| `(\w+)`", r).group(1) for r in rows] == ["rl", "sft", "dpo", "distill"]
+    methods_doc = (root / "docs/methods.md").read_text(encoding="utf-8")
+    for row in rows[1:]:  # rl's figures are the quickstart table's, above it in the README
+        example = re.search(r"`(spec/examples/\w+\.yaml)`", row).group(1)
+        assert (root / example).is_file() and f"sailrl run {example}" in row
+        figures = re.findall(r"\d\.\d{3}", row.split(" | ")[3])
+        assert len(figures) >= 2 and all(f in methods_doc for f in figures), (row, figures)
