@@ -18,7 +18,8 @@ from sailrl.spec.loader import KeyPath, LoadedSpec, resolve_plain
 from sailrl.spec.messages import did_you_mean_text
 
 #: The prompt templates (system, user) and the supervised warm-up's completion template.
-TEMPLATE_FIELDS: tuple[KeyPath, ...] = (("prompt", "system"), ("prompt", "user"), ("training", "warmup", "completion"))
+TEMPLATE_FIELDS: tuple[KeyPath, ...] = (("prompt", "system"), ("prompt", "user"), ("training", "warmup", "completion"),
+                                         ("sft", "completion"))
 
 
 class SpecReader:

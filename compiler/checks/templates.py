@@ -1,7 +1,8 @@
-"""The Jinja2 templates of a spec (the prompt's system and user templates, the warm-up's completion template, each
-judge rule's rubric): they parse (S203), stay within the sandbox's nesting limits (S208), include nothing (S204),
-reach no name the sandbox forbids (S207), use known filters (S205) and declared dataset fields only (S206), and
-render on an example row in the runtime's own bounded sandbox (``sailrl.runtime.prompts``)."""
+"""The Jinja2 templates of a spec (the prompt's system and user templates, the warm-up's completion template, an
+SFT spec's ``sft.completion``, each judge rule's rubric): they parse (S203), stay within the sandbox's nesting
+limits (S208), include nothing (S204), reach no name the sandbox forbids (S207), use known filters (S205) and
+declared dataset fields only (S206), and render on an example row in the runtime's own bounded sandbox
+(``sailrl.runtime.prompts``)."""
 
 from __future__ import annotations
 

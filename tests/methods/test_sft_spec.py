@@ -103,6 +103,21 @@ def test_an_empty_reply_on_the_first_rows_is_located_at_the_completion(tmp_path)
                                         "nothing to train on")
 
 
+def test_a_completion_template_reading_an_undeclared_field_is_located(tmp_path):
+    text = SPEC.replace("  batch_size: 4\n", "  batch_size: 4\n  completion: 'It is {{ answr }}'\n")
+    errors = _problems(tmp_path, text, [{"question": "1+1", "answer": "2"}])
+    assert _codes(errors) == [("S206", "sft.completion", 11)]
+    assert errors.errors[0].message == ("the template uses 'answr', which is not a dataset field -- did you mean "
+                                        "'answer'?")
+    assert errors.errors[0].column == 25  # at the name, inside the template
+
+
+def test_a_completion_template_that_does_not_parse_is_located(tmp_path):
+    text = SPEC.replace("  batch_size: 4\n", "  batch_size: 4\n  completion: '{{ answer '\n")
+    errors = _problems(tmp_path, text, [{"question": "1+1", "answer": "2"}])
+    assert [c[:2] for c in _codes(errors)] == [("S203", "sft.completion")]
+
+
 def test_an_empty_reference_answer_is_located_at_the_method_when_nothing_else_names_it(tmp_path):
     errors = _problems(tmp_path, SPEC, [{"question": "1+1", "answer": ""}])
     assert _codes(errors) == [("S259", "method", 1)]
