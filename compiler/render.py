@@ -206,6 +206,28 @@ def _doc_path(p: str) -> str:
     return p if _PLAIN_PATH.fullmatch(p) else "<SPEC_PATH>"
 
 
+def _common_context(spec: Spec, spec_path: str, spec_bytes: bytes, output_path: str,
+                    reward_words: list[str]) -> dict[str, Any]:
+    """What every method's script header and footer show: the version, the spec's path and sha256, the script's
+    path, the spec folder relative to the script, and the reward in plain words."""
+    sha256 = hashlib.sha256(spec_bytes).hexdigest()
+    spec_dir = Path(spec_path).parent
+    script_dir = Path(output_path).parent
+    rel = Path(os.path.relpath(spec_dir if str(spec_dir) else ".", script_dir if str(script_dir) else ".")).as_posix()
+    return {
+        "version": __version__,
+        "spec_path_comment": _doc_path(spec_path),
+        "sha256": sha256,
+        "name_doc": string_literal(spec.name) if _PLAIN_PATH.fullmatch(spec.name) else "(see NAME)",
+        "script_path_doc": _doc_path(Path(output_path).as_posix()),
+        "spec_path_doc": _doc_path(Path(spec_path).as_posix()),
+        "spec_path_literal": string_literal(Path(spec_path).as_posix()),
+        "sha256_literal": string_literal(sha256),
+        "spec_dir_literal": string_literal(rel),
+        "reward_comment": "\n".join(comment_lines(reward_words, 8)),
+    }
+
+
 def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path: str,
                   reward_words: list[str]) -> str:
     """The training script for ``spec`` as text.
@@ -223,11 +245,6 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
     # kept, a default it left out left out (each rule's full set of defaults would bury what it says).
     resolved["reward"]["rules"] = [r.model_dump(mode="json", by_alias=True, exclude_unset=True)
                                    for r in spec.reward.rules]
-    sha256 = hashlib.sha256(spec_bytes).hexdigest()
-    spec_dir = Path(spec_path).parent
-    script_dir = Path(output_path).parent
-    rel = os.path.relpath(spec_dir if str(spec_dir) else ".", script_dir if str(script_dir) else ".")
-    rel = Path(rel).as_posix()
     reads = read_keys(spec)
     sections: list[tuple[str, Any]] = [("version", resolved["version"]), ("name", spec.name)]
     if spec.description is not None:
@@ -252,25 +269,15 @@ def render_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, output_path:
         "tinker": "a Tinker sampling client",
         "local": "a local sampling client",
     }[sampler]
-    text = _template().render(
-        version=__version__,
-        spec_path_comment=_doc_path(spec_path),
-        sha256=sha256,
-        name_doc=string_literal(spec.name) if _PLAIN_PATH.fullmatch(spec.name) else "(see NAME)",
+    return _template().render(
+        **_common_context(spec, spec_path, spec_bytes, output_path, reward_words),
         backend_doc=backend_doc,
         resolve_doc=resolve_doc,
-        script_path_doc=_doc_path(Path(output_path).as_posix()),
-        spec_path_doc=_doc_path(Path(spec_path).as_posix()),
         keys=keys,
-        spec_path_literal=string_literal(Path(spec_path).as_posix()),
-        sha256_literal=string_literal(sha256),
-        spec_dir_literal=string_literal(rel),
         training_block=section_block("training", {k: resolved["training"][k] for k in reads}),
         config_block=config_block(sections, reads),
-        reward_comment="\n".join(comment_lines(reward_words, 8)),
         **features(spec),
     )
-    return text
 
 
 #: The ``training`` keys each other method's ``main()`` reads (``TRAINING`` above its loop).
@@ -298,10 +305,6 @@ def render_method_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, outpu
     if spec.reward is not None:
         resolved["reward"]["rules"] = [r.model_dump(mode="json", by_alias=True, exclude_unset=True)
                                        for r in spec.reward.rules]
-    sha256 = hashlib.sha256(spec_bytes).hexdigest()
-    spec_dir = Path(spec_path).parent
-    script_dir = Path(output_path).parent
-    rel = Path(os.path.relpath(spec_dir if str(spec_dir) else ".", script_dir if str(script_dir) else ".")).as_posix()
     reads = read_keys(spec)
     sections: list[tuple[str, Any]] = [("version", resolved["version"]), ("method", spec.method),
                                        ("name", spec.name)]
@@ -311,20 +314,11 @@ def render_method_script(spec: Spec, *, spec_path: str, spec_bytes: bytes, outpu
     sampler = spec.sampling.sampler
     keys = {"sail": "TINKER_API_KEY and SAIL_API_KEY", "tinker": "TINKER_API_KEY", "local": ""}[sampler]
     return _template(f"{spec.method}.py.j2").render(
-        version=__version__,
-        spec_path_comment=_doc_path(spec_path),
-        sha256=sha256,
-        name_doc=string_literal(spec.name) if _PLAIN_PATH.fullmatch(spec.name) else "(see NAME)",
-        script_path_doc=_doc_path(Path(output_path).as_posix()),
-        spec_path_doc=_doc_path(Path(spec_path).as_posix()),
+        **_common_context(spec, spec_path, spec_bytes, output_path, reward_words),
         keys=keys,
         local=sampler == "local",
-        spec_path_literal=string_literal(Path(spec_path).as_posix()),
-        sha256_literal=string_literal(sha256),
-        spec_dir_literal=string_literal(rel),
         training_block=section_block("training", {k: resolved["training"][k] for k in reads}),
         config_block=config_block(sections, reads),
-        reward_comment="\n".join(comment_lines(reward_words, 8)),
         schedule=spec.training.lr_schedule != "constant" or spec.training.lr_warmup_steps > 0,
         eval=spec.dataset.eval is not None,
         budget=spec.training.max_cost_usd is not None,
