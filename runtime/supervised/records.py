@@ -21,13 +21,14 @@ from sailrl.spec.schema import Spec
 __all__ = ["StepRecords"]
 
 #: Metrics the console line shows, with their labels, in this order (each when the step has it).
-CONSOLE_KEYS = (("train/nll", "train nll"), ("eval/nll", "eval nll"), ("eval/correct", "eval correct"))
+CONSOLE_KEYS = (("train/nll", "train nll"), ("eval/nll", "eval nll"), ("eval/correct", "eval correct"),
+                ("eval/train_correct", "train correct"))
 
 
 class StepRecords:
-    """The records of one run (``run.records``). ``completed``: steps whose line is written; ``history``: the lines
-    of this process's steps. ``console_keys``: the metrics its console line shows (a method's subclass names its
-    own)."""
+    """The records of one run (``run.records``). ``completed``: steps whose line is written; ``history``: every
+    line so far, a resumed run's earlier steps too (the summary compares the run's first step with its last).
+    ``console_keys``: the metrics its console line shows (a method's subclass names its own)."""
 
     console_keys = CONSOLE_KEYS
 
@@ -39,15 +40,14 @@ class StepRecords:
         self.cost = cost
         self.completed = completed
         self.is_local = is_local
-        self.history: list[dict[str, Any]] = []
+        self.history: list[dict[str, Any]] = self.run_dir.read_metrics() if completed else []
         self._pending: dict[int, dict[str, Any]] = {}
         self._clock: dict[int, float] = {}
         self._cumulative = self._cumulative_tokens()
 
     def _cumulative_tokens(self) -> dict[str, float]:
         """``tokens_cum/<kind>`` of the last step already written (a resumed run continues the counts)."""
-        lines = self.run_dir.read_metrics() if self.completed else []
-        last = lines[-1] if lines else {}
+        last = self.history[-1] if self.history else {}
         return {k: float(v) for k, v in last.items() if k.startswith("tokens_cum/") and isinstance(v, int | float)}
 
     def start(self, step: int) -> None:
@@ -90,11 +90,13 @@ class StepRecords:
         self.console.result(f"step {step:4d}/{self.spec.training.steps} | " + " | ".join(parts))
 
     def summary(self, state_path: str) -> str:
-        """The run's last lines: where the weights are, and how train/eval NLL (and eval correct) moved."""
+        """The run's last lines: where the weights are, and how train/eval NLL (and the sampled correct fraction,
+        held-out and training rows) moved."""
         lines = self.history
         out = [f"done: {self.completed} steps; final state {state_path}"]
         for key, start_key, label in (("train/nll", None, "train nll"), ("eval/nll", "eval/nll_start", "eval nll"),
-                                      ("eval/correct", "eval/correct_start", "eval correct")):
+                                      ("eval/correct", "eval/correct_start", "eval correct"),
+                                      ("eval/train_correct", "eval/train_correct_start", "train correct")):
             seen = [ln[key] for ln in lines if isinstance(ln.get(key), float)]
             first = next((ln[start_key] for ln in lines if start_key and isinstance(ln.get(start_key), float)),
                          seen[0] if seen else None)

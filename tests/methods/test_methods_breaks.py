@@ -99,3 +99,39 @@ def test_a_dataset_whose_every_reply_lies_past_the_context_is_one_line_and_write
         "context of 4,096 tokens, so nothing of them would be trained); fix the data or the fields the prompt and "
         "reward rules use"), err
     assert not (tmp_path / "runs").exists()
+
+
+SUMS_SFT = """\
+method: sft
+name: sums
+model: {name: sailrl/tiny, renderer: role_colon, lora_rank: 8, seed: 0}
+dataset:
+  source: addition.jsonl
+  fields: [question, answer]
+  eval: {count: 4}
+prompt: {user: '{{ question }}=', reference_field: answer}
+sft: {batch_size: 4}
+training: {steps: 4, learning_rate: 1e-2, save_every: 2, eval_every: 2}
+sampling: {sampler: local, max_tokens: 8}
+output: {run_dir: runs/sums}
+"""
+
+
+def _summary(out: str) -> list[str]:
+    return [x for x in out.splitlines() if x.startswith(("train nll: ", "eval nll: "))]
+
+
+def test_a_resumed_sft_run_summarises_the_whole_run_as_an_uninterrupted_one_does(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / "spec" / "examples" / "data" / "addition.jsonl", tmp_path)
+    (tmp_path / "sft.yaml").write_text(SUMS_SFT, encoding="utf-8")
+    assert main(["run", "sft.yaml", "--set", "output.run_dir=runs/whole"]) == 0
+    whole = _summary(capsys.readouterr().out)
+    assert main(["run", "sft.yaml", "--set", "training.steps=2"]) == 0  # stops after 2 steps, as a kill at a save
+    capsys.readouterr()
+    assert main(["run", "sft.yaml", "--resume"]) == 0
+    resumed = _summary(capsys.readouterr().out)
+    lines = [json.loads(x) for x in (tmp_path / "runs" / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert whole == [f"train nll: {lines[0]['train/nll']:.3f} -> {lines[-1]['train/nll']:.3f}",
+                     f"eval nll: {lines[0]['eval/nll_start']:.3f} -> {lines[-1]['eval/nll']:.3f}"]
+    assert resumed == whole  # not steps 3-4 alone, nor the held-out NLL of step 2 as its start
