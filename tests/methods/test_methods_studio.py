@@ -21,6 +21,7 @@ from sailrl.studio.methods import method_outcome
 from sailrl.studio.security import cookie_name
 from sailrl.studio.session import Studio
 from tests.fakes.studio_serve import serve_studio
+from tests.methods.test_methods_commands import SFT_LINES, write_run
 from tests.studio.test_studio_browser import (
     ARGS,
     CHROMIUM,
@@ -243,6 +244,7 @@ def test_the_data_tab_of_a_dpo_spec_in_a_browser(chromium, dpo_project):
 
 @pytest.mark.slow
 def test_the_data_tab_of_an_sft_spec_in_a_browser(chromium, sft_project):
+    write_run(sft_project.parent / "runs" / "convs", "sft", SFT_LINES)
     with serve_studio(Studio(sft_project), BROWSER_TOKEN) as (url, _):
         pg, errors = _data_tab(chromium)
         pg.goto(f"{url}/?token={BROWSER_TOKEN}")
@@ -260,5 +262,10 @@ def test_the_data_tab_of_an_sft_spec_in_a_browser(chromium, sft_project):
         assert pg.locator("#prompt-what").inner_text() == "Conversation"
         assert pg.locator("#prompt-text").inner_text() == "User: 0+7=\n\nAssistant: 7\n\nUser:"
         assert pg.locator("#prompt-meta").inner_text() == "30 tokens · 9 trained (the assistant turns)"
+        # the Runs tab of an SFT run draws its NLL, not RL's reward
+        pg.click('nav .tab[data-tab="runs"]')
+        wait_for(pg, "document.querySelector('#curves polyline[data-key=\"train/nll\"]') !== null")
+        assert "NLL per step (nats per assistant token)" in pg.locator("#curves svg").text_content()
+        assert pg.locator("#curves .legend").inner_text().split("\n")[:2] == ["train NLL", "eval/nll (held-out)"]
         assert errors == [] and csp_violations(pg) == []
         pg.context.close()

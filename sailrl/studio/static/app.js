@@ -706,6 +706,18 @@ function showPrompt(r) {
 
 // ------------------------------------------------------------------------------------------ runs
 
+// A run of another method draws its own metric (the key that marks it) on top, its held-out points, and its
+// fractions below, as `sailrl plot` does: [marker key, top title, top series, eval points, fractions].
+const METHOD_CURVES = [
+  ["train/nll", "NLL per step (nats per assistant token)", [["train/nll", "train NLL"]], [["eval/nll", "eval NLL"]],
+    [["eval/correct", "eval correct"]]],
+  ["dpo/loss", "DPO loss and margin per step", [["dpo/loss", "train loss"], ["dpo/margin", "margin"]],
+    [["eval/loss", "eval loss"]], [["dpo/accuracy", "accuracy"], ["eval/accuracy", "eval accuracy"]]],
+  ["distill/reverse_kl", "reverse KL to the teacher, and reward, per step",
+    [["distill/reverse_kl", "KL(student || teacher)"], ["reward/total", "reward total"]], [],
+    [["correct", "correct (pass rate)"], ["frac_truncated", "truncated"]]],
+];
+
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#d62728"];
 
 function drawCurves() {
@@ -718,7 +730,16 @@ function drawCurves() {
   const ruleKeys = [...keys].filter((k) => k.startsWith("reward/") && k !== "reward/total" && typeof m.find((x) => k in x)[k] === "number");
   const top = [["reward/total", "total"], ...ruleKeys.map((k) => [k, `rule ${k.slice(7)}`]), ["correct", "correct (pass rate)"]].filter(([k]) => keys.has(k));
   const bottom = [["degenerate_frac", "degenerate groups"], ["frac_truncated", "truncated"]].filter(([k]) => keys.has(k));
-  const evalKey = keys.has("eval/reward/total") ? "eval/reward/total" : null;
+  let evalKey = keys.has("eval/reward/total") ? "eval/reward/total" : null;
+  let topTitle = "reward per step";
+  const method = METHOD_CURVES.find(([k]) => keys.has(k));
+  if (method) {  // an SFT, DPO or distillation run
+    top.splice(0, top.length, ...method[2].filter(([k]) => keys.has(k)));
+    bottom.splice(0, bottom.length, ...method[4].filter(([k]) => keys.has(k)));
+    const ev = method[3].find(([k]) => keys.has(k));
+    evalKey = ev ? ev[0] : null;
+    topTitle = method[1];
+  }
   const W = 1000, H1 = 260, H2 = 120, L = 50, R = 10, GAP = 30;
   const steps = m.map((x) => x.step);
   const x0 = Math.min(...steps), x1 = Math.max(...steps);
@@ -755,8 +776,8 @@ function drawCurves() {
   if (evalKey) vals.push(...m.map((x) => x[evalKey]).filter((v) => typeof v === "number"));
   const lo = Math.min(0, ...vals), hi = Math.max(1, ...vals);
   const topSeries = top.map(([k, label], i) => [k, label, PALETTE[i % PALETTE.length], false]);
-  if (evalKey) topSeries.push([evalKey, "eval total", "#d62728", true]);
-  panel(topSeries, 10, H1, lo, hi, "reward per step");
+  if (evalKey) topSeries.push([evalKey, method ? `${evalKey} (held-out)` : "eval total", "#d62728", true]);
+  panel(topSeries, 10, H1, lo, hi, topTitle);
   panel(bottom.map(([k, label], i) => [k, label, ["#6b7280", "#b45309"][i], false]), 10 + H1 + GAP, H2, 0, 1, "fractions");
   const yAxis = 10 + H1 + GAP + H2;
   const tickEvery = Math.max(1, Math.ceil((x1 - x0 + 1) / 10));
