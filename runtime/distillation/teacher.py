@@ -32,6 +32,10 @@ def teacher_checkpoint(checkpoint: str | None, spec_dir: Path) -> str | None:
     if checkpoint is None or checkpoint.startswith(CHECKPOINT_SCHEMES):
         return checkpoint
     folder = Path(checkpoint) if Path(checkpoint).is_absolute() else spec_dir / checkpoint
+    if not folder.exists():
+        raise ConfigError(f"distill.teacher.checkpoint: there is no folder {folder} (a path without :// names a "
+                          "finished run's folder, relative to the spec's folder): run the teacher's spec first, or "
+                          "name a tinker:// or local:// sampler checkpoint")
     path = RunDirectory(folder).last_sampler_path() if folder.is_dir() else None
     if path is None:
         raise ConfigError(f"distill.teacher.checkpoint: {folder} holds no run with a saved adapter: run the "

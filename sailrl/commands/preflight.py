@@ -8,6 +8,10 @@ rule, degenerate groups and truncated completions, ending with a plain-words ver
 conversations or pairs, their token lengths and the estimate; ``--sample`` says what the run samples instead);
 :func:`render_report` prints it.
 
+The run directories the spec starts from are read as ``sailrl run SPEC`` reads them before its first step
+(``training.init_from``'s, S261 / S262 at the key; a distillation teacher's): a run that would stop there is not
+ready.
+
 ``--set KEY=VALUE`` overrides spec values as ``sailrl run`` does (checked like ``sailrl validate``). ``--sample``
 samples the spec's model where it can (see ``sailrl.preflight.plan_sampling``); a remote model without
 its key is replaced by ``sailrl/tiny`` on the embedded backend, and the report says so.
@@ -29,7 +33,8 @@ from rich.table import Table
 from sailrl.compiler.validate import validate_file
 from sailrl.launch import build_spec
 from sailrl.runtime.loop.console import panel_expand
-from sailrl.spec.errors import SpecErrors
+from sailrl.runtime.rundir.init_from import InitFromError, resolve_init_from
+from sailrl.spec.errors import ConfigError, SpecErrors
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -103,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sailrl preflight: {exc}", file=sys.stderr)
         return 1
     report["overrides"] = list(args.overrides)
+    located = _run_directory_problems(spec, spec_dir, loaded, args.overrides, report)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -112,8 +118,41 @@ def run(args: argparse.Namespace) -> int:
         if data.get("error") and data.get("key") and not _overridden(data["key"], args.overrides):
             print(SpecErrors([loaded.error(data["key"], data["error"], code="S227")], loaded.text).format(color=color),
                   file=sys.stderr)
+        if located:
+            print(SpecErrors(located, loaded.text).format(color=color), file=sys.stderr)
         render_report(report, make_console(highlight=False))
     return 1 if report["blocking"] else 0
+
+
+def _run_directory_problems(spec: Any, spec_dir: Any, loaded: Any, overrides: list[str],
+                            report: dict[str, Any]) -> list[Any]:
+    """The run directories the spec reads before its first step, checked as ``sailrl run SPEC`` checks them:
+    ``training.init_from``'s (a finished run of this model, LoRA rank and backend: S261 / S262) and a distillation
+    teacher's (``distill.teacher.checkpoint``: a run that saved an adapter). Each problem is added to ``report``
+    as an error (its verdict redone); returns the ones located in the file, for the terminal."""
+    from sailrl.preflight import _finish, _problem  # lazy: loads torch and transformers, as in run()
+    from sailrl.runtime.distillation.teacher import teacher_checkpoint  # lazy: loads torch and tinker
+
+    located, found = [], []
+    init_from = spec.training.init_from
+    if init_from:
+        m = spec.model
+        try:
+            resolve_init_from(init_from, spec_dir, model=m.name, lora_rank=m.lora_rank,
+                              local=spec.sampling.sampler == "local")
+        except InitFromError as exc:
+            found.append((f"training.init_from: {exc.message}", exc.hint))
+            if not _overridden("training.init_from", overrides):
+                located.append(loaded.error(("training", "init_from"), exc.message, exc.hint, code=exc.problem))
+    if spec.method == "distill" and spec.distill is not None:
+        try:
+            teacher_checkpoint(spec.distill.teacher.checkpoint, spec_dir)
+        except ConfigError as exc:
+            found.append((str(exc), None))
+    if found:
+        report["problems"] += [_problem("error", message, fix) for message, fix in found]
+        _finish(report)
+    return located
 
 
 # ------------------------------------------------------------------------------------------------ rendering
