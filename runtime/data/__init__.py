@@ -173,5 +173,6 @@ def _prompt_limit(spec: Spec, spec_dir: Path, renderer: Any, context_window: int
         context_window = lookup(spec.model.name, spec_dir)[0]
     if context_window is None:
         return None
+    scores_sequences = spec.method == "distill" or spec.training.kl_penalty_coef > 0  # teacher, KL: their logprobs
     return PromptLimit(renderer=renderer, context_window=int(context_window),
-                       max_tokens=int(spec.sampling.max_tokens), tool_specs=tool_specs)
+                       max_tokens=int(spec.sampling.max_tokens), tool_specs=tool_specs, spare=int(scores_sequences))

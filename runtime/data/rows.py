@@ -112,11 +112,14 @@ def check_required(need: Mapping[str, str], mapping: Mapping[str, str], columns:
 
 @dataclass
 class PromptLimit:
-    """The prompt length a row may have: ``context_window - max_tokens`` tokens.
+    """The prompt length a row may have: ``context_window - max_tokens - spare`` tokens.
 
     renderer: the ``tinker_cookbook`` renderer that turns the row's messages into tokens. context_window: the
     model's context (tokens). max_tokens: ``sampling.max_tokens``. tool_specs: an episode's tools; their
     declaration is part of the prompt (:func:`~sailrl.runtime.prompts.with_tool_declaration`), so it is counted.
+    spare: 1 when the run scores each whole sequence, prompt and completion (the teacher of ``method: distill``,
+    the base model of ``training.kl_penalty_coef``): ``compute_logprobs`` samples one token after the sequence,
+    so the sequence must leave a token of the context free.
 
     :meth:`tokens` renders a prompt to tokens only when a cheap bound says it might not fit: a token stands for
     at least one byte of text, or for a word boundary (a sentencepiece ``▁``), so a message of ``b`` UTF-8 bytes
@@ -128,13 +131,14 @@ class PromptLimit:
     context_window: int
     max_tokens: int
     tool_specs: list[dict[str, Any]] | None = None
+    spare: int = 0
     _overhead: dict[tuple[str, ...], int] = field(default_factory=dict, repr=False)
 
     SLACK = 16
 
     @property
     def max_prompt_tokens(self) -> int:
-        return self.context_window - self.max_tokens
+        return self.context_window - self.max_tokens - self.spare
 
     def tokens(self, messages: list[dict[str, str]]) -> int | None:
         """The prompt's length in tokens when it might exceed :attr:`max_prompt_tokens`; None when it surely fits.
@@ -179,8 +183,9 @@ class PromptLimit:
         room = (f"so a prompt may have at most {fit:,}" if fit > 0 else
                 "so no prompt fits; lower sampling.max_tokens")
         size = f"{n:,} tokens" if exact else f"more than {n:,} tokens (its beginning alone)"
+        spare = ", and scoring the whole sequence needs 1 token more" if self.spare else ""
         return (f"prompt is {size}; the model's context is {self.context_window:,} and sampling.max_tokens "
-                f"is {self.max_tokens:,}, {room}")
+                f"is {self.max_tokens:,}{spare}, {room}")
 
 
 @dataclass

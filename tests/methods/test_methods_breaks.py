@@ -135,3 +135,36 @@ def test_a_resumed_sft_run_summarises_the_whole_run_as_an_uninterrupted_one_does
     assert whole == [f"train nll: {lines[0]['train/nll']:.3f} -> {lines[-1]['train/nll']:.3f}",
                      f"eval nll: {lines[0]['eval/nll_start']:.3f} -> {lines[-1]['eval/nll']:.3f}"]
     assert resumed == whole  # not steps 3-4 alone, nor the held-out NLL of step 2 as its start
+
+
+EDGE_DISTILL = """\
+method: distill
+name: edge
+model: {name: sailrl/tiny, renderer: role_colon, lora_rank: 8, seed: 0}
+dataset: {source: rows.jsonl, fields: [question, answer]}
+prompt: {user: '{{ question }}=', reference_field: answer}
+distill: {teacher: {name: sailrl/tiny}}
+training: {steps: 1, learning_rate: 1e-3, group_size: 4, groups_per_step: 1}
+sampling: {sampler: local, max_tokens: 4}
+output: {run_dir: runs/edge}
+"""
+
+
+def test_a_distill_prompt_that_leaves_no_token_for_the_teachers_scoring_is_skipped_not_a_bug(tmp_path, monkeypatch,
+                                                                                            capsys):
+    # role_colon on the byte tokenizer: "User: <question>=\n\nAssistant:" is len(question) + 19 tokens. The context is
+    # 4,096 and max_tokens 4: a 4,092-token prompt and a completion cut at 4 tokens fill the context, and the
+    # teacher's compute_logprobs (a sample of 1 token after the sequence) has no room: that row is skipped; a
+    # 4,091-token prompt trains.
+    monkeypatch.chdir(tmp_path)
+    rows = [{"question": "1" * 4073, "answer": "2"}, {"question": "1" * 4072, "answer": "2"}]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "distill.yaml").write_text(EDGE_DISTILL, encoding="utf-8")
+    assert main(["run", "distill.yaml"]) == 0, capsys.readouterr().err[-3000:]
+    err = capsys.readouterr().err
+    assert ("skipped 1 dataset rows (first: row 0: prompt is 4,092 tokens; the model's context is 4,096 and "
+            "sampling.max_tokens is 4, and scoring the whole sequence needs 1 token more, so a prompt may have at "
+            "most 4,091)") in err, err
+    (line,) = (tmp_path / "runs" / "edge" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    metrics = _strict(line)
+    assert metrics["tokens/teacher"] > 4 * 4091 and metrics["distill/reverse_kl"] == metrics["distill/reverse_kl"]
