@@ -63,9 +63,10 @@ async def main(run: Run) -> None:
         rollouts = await run.sampler.sample(policy, step)
         # 4. Score: the reward rules score each completion as it arrives; its reward is the total.
         # The reward, in plain words (sailrl explain):
-        #   correct: 0 if the whole completion equals the reference answer (field 'answer') as a number (a unit word
-        #     after the number is ignored: '7 apples' counts as 7); otherwise 0.
-        #   total = correct (from 0 to 0).
+        #   correct: measured only (weight 0, adds nothing to the total): passes if the whole completion equals the
+        #     reference answer (field 'answer') as a number (a unit word after the number is ignored: '7 apples'
+        #     counts as 7).
+        #   total = correct (always 0: no rule can move it).
         #   'correct' (logged each step) is the fraction of completions that pass 'correct'.
         batch = await run.rewards.score(step, rollouts)
         # 5. Advantages: each rollout's reward minus its group's mean. Every group trains, those whose rewards are all

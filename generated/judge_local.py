@@ -62,8 +62,9 @@ async def main(run: Run) -> None:
         #     retries) scores the completion on the scale binary against: "The question was {{ question }}. A good
         #     reply is only the number {{ answer }}, nothing else."; the score, normalised to 0..1, maps onto 0 .. 1
         #     (it passes at 0.5 or more); 0 if the judge fails, times out or gives no readable <score>.
-        #   correct: 0 if the whole completion equals the reference answer (field 'answer') as a number (a unit word
-        #     after the number is ignored: '7 apples' counts as 7); otherwise 0.
+        #   correct: measured only (weight 0, adds nothing to the total): passes if the whole completion equals the
+        #     reference answer (field 'answer') as a number (a unit word after the number is ignored: '7 apples'
+        #     counts as 7).
         #   total = judged + correct (from 0 to 1).
         #   'correct' (logged each step) is the fraction of completions that pass 'correct'.
         # 3. Sample: groups_per_step rows x group_size completions from the policy, all concurrently.

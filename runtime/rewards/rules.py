@@ -817,6 +817,9 @@ class RewardFunction:
                 lines.append(self._explain_judge(name, check, on_pass, on_fail))
                 continue
             cond = check.describe()
+            if on_pass == on_fail == 0:  # weight 0: a rule that only measures ("0 if ...; otherwise 0" says nothing)
+                lines.append(f"{name}: measured only (weight 0, adds nothing to the total): passes if {cond}.")
+                continue
             lines.append(f"{name}: {_signed(on_pass)} if {cond}; otherwise {_signed(on_fail)}.")
         total = "total = " + " + ".join(self.rule_names)
         if self._clip is not None:
@@ -825,6 +828,8 @@ class RewardFunction:
         if math.isinf(low) or math.isinf(high):
             lines.append(f"{total} (unbounded: the python rule(s) {', '.join(self._weighted_python())} can "
                          "return any number).")
+        elif low == high:
+            lines.append(f"{total} (always {_num(low)}: no rule can move it).")
         else:
             lines.append(f"{total} (from {_num(low)} to {_num(high)}).")
         if self.correct_rule is not None:

@@ -43,6 +43,23 @@ def test_a_penalty_rule_reads_as_if_then_otherwise() -> None:
     assert fn.explain()[0] == "short: 0 if the completion is at most 10 chars long; otherwise -0.5."
 
 
+def test_a_rule_of_weight_0_reads_as_measured_only_and_a_constant_total_as_such() -> None:
+    fn = reward({"name": "correct", "kind": "answer", "extract": {"from": "whole"}, "compare": "numeric",
+                 "weight": 0.0})
+    assert fn.explain()[:2] == [
+        "correct: measured only (weight 0, adds nothing to the total): passes if the whole completion equals the "
+        "reference answer (field 'answer') as a number (a unit word after the number is ignored: '7 apples' counts "
+        "as 7).",
+        "total = correct (always 0: no rule can move it).",
+    ]
+    passed = fn.score("7", {"answer": "7"})
+    assert passed.total == 0 and passed.passed == {"correct": True}  # measured, and adds nothing
+    both = reward({"name": "correct", "kind": "answer", "extract": {"from": "whole"}, "compare": "numeric",
+                   "weight": 0.0},
+                  {"name": "format", "kind": "match", "pattern": "^[0-9]+$", "weight": 0.5})
+    assert both.explain()[2] == "total = correct + format (from 0 to 0.5)."
+
+
 SPEC = """\
 name: t
 model: {name: sailrl/tiny}
