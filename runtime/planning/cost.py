@@ -697,7 +697,8 @@ def estimate_supervised(spec: Spec, datum_token_lengths: Sequence[int] | None,
     forward pass over the held-out conversations (``eval_prompt``, billed as prompt tokens). The held-out samples
     scored by reward rules (one per row at the first and last evaluation and every ``eval_every`` steps) are
     ``eval_sampled``, up to ``sampling.max_tokens`` each, with their prompts inside ``eval_prompt``'s count as an
-    upper end. ``datum_token_lengths`` (one per training row, load order) / ``eval_datum_token_lengths``: None
+    upper end; so are the samples of as many training rows (the first in load order, ``SupervisedRun.train_sample``),
+    their conversations' lengths added to ``eval_prompt``. ``datum_token_lengths`` (one per training row, load order) / ``eval_datum_token_lengths``: None
     when not measured (left out and said so)."""
     model = CostModel.from_spec(spec, sampler=sampler)
     t, batch = spec.training, spec.sft.batch_size if spec.sft is not None else 32
@@ -722,8 +723,13 @@ def estimate_supervised(spec: Spec, datum_token_lengths: Sequence[int] | None,
         else:
             unmeasured.append("eval_prompt")
         if spec.reward is not None and eval_rows:
+            n_train = train_rows if train_rows is not None else len(datum_token_lengths or []) or None
+            sampled = eval_rows + (eval_rows if n_train is None else min(eval_rows, n_train))
+            if "eval_prompt" in tokens and datum_token_lengths:
+                e = tokens["eval_prompt"].low + evals * sum(datum_token_lengths[:sampled - eval_rows])
+                tokens["eval_prompt"] = Range(e, e, e)
             kinds.append("eval_sampled")
-            tokens["eval_sampled"] = Range(float(evals * eval_rows), float(evals * eval_rows * spec.sampling.max_tokens),
+            tokens["eval_sampled"] = Range(float(evals * sampled), float(evals * sampled * spec.sampling.max_tokens),
                                            None)
     cost: dict[str, Range | None] = {}
     for kind, r in tokens.items():

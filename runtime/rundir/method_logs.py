@@ -32,7 +32,9 @@ _FRACTION = (-0.05, 1.05)
 METHOD_PANELS: dict[str, tuple[Panel, ...]] = {
     "sft": (
         Panel("NLL (nats per assistant token)", (("train/nll", "train NLL"), ("eval/nll", "eval NLL (held-out)"))),
-        Panel("fraction", (("eval/correct", "eval correct (one sample per held-out row)"),), _FRACTION),
+        Panel("fraction", (("eval/correct", "eval correct (one sample per held-out row)"),
+                           ("eval/train_correct", "train correct (one sample per row of a fixed training sample)")),
+              _FRACTION),
     ),
     "dpo": (
         Panel("DPO loss", (("dpo/loss", "train loss"), ("eval/loss", "eval loss (held-out pairs)"))),

@@ -13,8 +13,10 @@ What the script calls (the API another fixed-data method reuses):
   the seeded data order (``sft.batch_size`` a step, epoch after epoch: ``runtime.data.rows_for_step``);
 - ``run.datum(row)``: the row's conversation as a ``cross_entropy`` datum (:mod:`.datums`);
 - ``run.evaluate(step)``: the held-out NLL (a forward pass, no update) and, when the spec has reward rules, one
-  sample per held-out row scored by them (``eval/correct``, ``eval/reward``); step 0 evaluates the starting
-  weights (logged in step 1's line as ``eval/nll_start``, ``eval/correct_start``);
+  sample per held-out row scored by them (``eval/correct``, ``eval/reward``) and one per row of a fixed sample of
+  as many training rows (``eval/train_correct``, ``eval/train_reward``: what the demonstrations taught, beside
+  what carried over to rows never trained on); step 0 evaluates the starting weights (logged in step 1's line as
+  ``eval/nll_start``, ``eval/correct_start``, ...);
 - ``run.records`` (:class:`~sailrl.runtime.supervised.records.StepRecords`), ``run.checkpoints``
   (:class:`~sailrl.runtime.supervised.checkpoints.SupervisedCheckpoints`), ``run.due(every, step)``.
 """
@@ -106,14 +108,17 @@ class SupervisedRun:
         return every_due(every, step)
 
     async def evaluate(self, step: int) -> None:
-        """Held-out NLL (and scored samples, with reward rules) of the current weights, into step ``step``'s
-        line; step 0 (the starting weights) goes into step 1's line with ``_start`` names. No held-out rows:
-        nothing."""
+        """Held-out NLL (and, with reward rules, scored samples of the held-out rows and of :meth:`train_sample`)
+        of the current weights, into step ``step``'s line; step 0 (the starting weights) goes into step 1's line
+        with ``_start`` names. No held-out rows: nothing."""
         if not self.rows.eval:
             return
         metrics = {"eval/nll": await self.eval_nll(self.rows.eval)}
         if self.reward_fn is not None:
-            metrics.update(await self.eval_samples(self.rows.eval, step))
+            policy = await self.training_client.save_weights_and_get_sampling_client_async(
+                f"{self.spec.name}-eval-{step:06d}")
+            metrics.update(await self.scored_samples(policy, self.rows.eval, "eval/"))
+            metrics.update(await self.scored_samples(policy, self.train_sample(), "eval/train_"))
         if step == 0:
             metrics = {f"{k}_start": v for k, v in metrics.items()}
         self.records.add(max(step, 1), metrics)
@@ -124,12 +129,20 @@ class SupervisedRun:
         output = await (await self.training_client.forward_async(data, loss_fn="cross_entropy")).result_async()
         return mean_nll([o["logprobs"] for o in output.loss_fn_outputs], data)
 
-    async def eval_samples(self, rows: list[dict[str, Any]], step: int) -> dict[str, float]:
-        """One completion per row from the current weights (``sampling.temperature`` / ``top_p`` /
-        ``max_tokens``, seeded), scored by the reward rules: ``eval/reward`` and ``eval/correct`` (means)."""
+    def train_sample(self) -> list[dict[str, Any]]:
+        """The training rows the evaluation also samples: the first ``len(rows.eval)`` in load order (a seeded
+        sample when ``dataset.shuffle`` is on), the same rows at every evaluation, as many as are held out so the
+        two fractions are measured alike."""
+        return self.rows.train[:len(self.rows.eval)]
+
+    async def scored_samples(self, policy: Any, rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
+        """One completion per row from ``policy`` (``sampling.temperature`` / ``top_p`` / ``max_tokens``, row
+        ``i`` seeded ``model.seed + i``), scored by the reward rules: ``<prefix>reward`` (the mean total) and
+        ``<prefix>correct`` (the fraction of rows whose correct rule passed; left out when no rule says). No rows:
+        nothing."""
+        if not rows:
+            return {}
         s = self.spec.sampling
-        policy = await self.training_client.save_weights_and_get_sampling_client_async(
-            f"{self.spec.name}-eval-{step:06d}")
         stop = self.prompts.stop_sequences()
         seed = self.spec.model.seed
 
@@ -142,10 +155,10 @@ class SupervisedRun:
             return self.reward_fn.score(text, row, truncated=not clean)
 
         scores = await asyncio.gather(*(one(i, row) for i, row in enumerate(rows)))
-        out = {"eval/reward": sum(sc.total for sc in scores) / len(scores)}
+        out = {f"{prefix}reward": sum(sc.total for sc in scores) / len(scores)}
         correct = [float(sc.correct) for sc in scores if sc.correct is not None]
         if correct:
-            out["eval/correct"] = sum(correct) / len(correct)
+            out[f"{prefix}correct"] = sum(correct) / len(correct)
         return out
 
     async def close(self) -> None:
