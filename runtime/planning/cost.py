@@ -697,9 +697,9 @@ def estimate_supervised(spec: Spec, datum_token_lengths: Sequence[int] | None,
     forward pass over the held-out conversations (``eval_prompt``, billed as prompt tokens). The held-out samples
     scored by reward rules (one per row at the first and last evaluation and every ``eval_every`` steps) are
     ``eval_sampled``, up to ``sampling.max_tokens`` each, with their prompts inside ``eval_prompt``'s count as an
-    upper end; so are the samples of as many training rows (the first in load order, ``SupervisedRun.train_sample``),
-    their conversations' lengths added to ``eval_prompt``. ``datum_token_lengths`` (one per training row, load order) / ``eval_datum_token_lengths``: None
-    when not measured (left out and said so)."""
+    upper end; so are the samples of as many training rows (the first in load order,
+    ``SupervisedRun.train_sample``), their conversations' lengths added to ``eval_prompt``. ``datum_token_lengths``
+    (one per training row, load order) / ``eval_datum_token_lengths``: None when not measured (left out and said so)."""
     model = CostModel.from_spec(spec, sampler=sampler)
     t, batch = spec.training, spec.sft.batch_size if spec.sft is not None else 32
     tokens: dict[str, Range] = {}

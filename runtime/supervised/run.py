@@ -38,12 +38,12 @@ from sailrl.runtime.loop import opening
 from sailrl.runtime.loop.console import RunConsole
 from sailrl.runtime.planning.cost import CostModel
 from sailrl.runtime.prompts import PromptBuilder, PromptError
+from sailrl.runtime.prompts.conversations import ConversationError, conversation
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.runtime.rollouts.rollout import completion_text
-from sailrl.runtime.rundir.directory import RunDirectory, run_dir_path
 from sailrl.runtime.run import RunOptions
+from sailrl.runtime.rundir.directory import RunDirectory, run_dir_path
 from sailrl.runtime.supervised.checkpoints import SupervisedCheckpoints
-from sailrl.runtime.prompts.conversations import ConversationError, conversation
 from sailrl.runtime.supervised.datums import conversation_datum, mean_nll, trained_tokens
 from sailrl.runtime.supervised.records import StepRecords
 from sailrl.spec.errors import ConfigError
