@@ -128,8 +128,11 @@ async def open_reference(backend: Any, spec: Spec, init: Any) -> Reference:
     return Reference(await frozen.save_weights_and_get_sampling_client_async(f"{spec.name}-reference"))
 
 
-def _row_check(spec: Spec, prompts: PromptBuilder) -> Any:
-    """``row -> reason | None``: a row that cannot be a pair is skipped with the reason."""
+def _row_check(spec: Spec, prompts: PromptBuilder, max_length: int | None) -> Any:
+    """``row -> reason | None``: a row that cannot be a pair is skipped with the reason. ``max_length``: the
+    model's context window; each of a pair's sequences (prompt and completion) must fit it with a token to spare,
+    as the reference scores it whole (``compute_logprobs`` samples a token after it) and a completion cut short
+    would compare parts of replies."""
     def check(row: dict[str, Any]) -> str | None:
         problem = pair_problem(row, spec.dpo.chosen_field, spec.dpo.rejected_field)
         if problem is not None:
@@ -138,6 +141,14 @@ def _row_check(spec: Spec, prompts: PromptBuilder) -> Any:
             prompts.messages(row)
         except PromptError as exc:
             return str(exc).removeprefix(f"row {row.get('_index')}: ")
+        if max_length is not None:
+            fields = (spec.dpo.chosen_field, spec.dpo.rejected_field)
+            for field, datum in zip(fields, pair_datums(spec, prompts, row), strict=True):
+                n = datum.model_input.length + 1  # the whole sequence: the inputs and the last target
+                if n >= max_length:
+                    return (f"its prompt with the {field!r} completion is {n:,} tokens; the model's context is "
+                            f"{max_length:,} and a pair is scored whole with a token to spare, so at most "
+                            f"{max_length - 1:,}")
         return None
     return check
 
@@ -157,7 +168,8 @@ async def open_preference_run(spec: Spec, options: RunOptions) -> PreferenceRun:
     reference = await open_reference(backend, spec, init)
     tokenizer, renderer = opening.tokenizer_and_renderer(spec, backend, training_client, options.spec_dir)
     prompts = PromptBuilder(spec.prompt, renderer)
-    rows = load_rows(spec, options.spec_dir, renderer_check=_row_check(spec, prompts))
+    max_length = context_window(spec.model.name, options.spec_dir)[0]
+    rows = load_rows(spec, options.spec_dir, renderer_check=_row_check(spec, prompts, max_length))
     if rows.skipped:
         console.print(f"[yellow]skipped {len(rows.skipped)} dataset rows (first: row {rows.skipped[0].index}: "
                       f"{rows.skipped[0].reason}); see `sailrl preflight` for all[/yellow]")
@@ -173,7 +185,7 @@ async def open_preference_run(spec: Spec, options: RunOptions) -> PreferenceRun:
                                         resume_command=options.resume_command)
     run = PreferenceRun(spec=spec, backend=backend, training_client=training_client, tokenizer=tokenizer,
                         renderer=renderer, rows=rows, prompts=prompts, reward_fn=None,
-                        max_length=context_window(spec.model.name, options.spec_dir)[0], run_dir=run_dir,
+                        max_length=max_length, run_dir=run_dir,
                         records=records, checkpoints=checkpoints, console=console, start_step=start.completed + 1,
                         finished=start.finished, reference=reference)
     if resume_path:

@@ -168,3 +168,33 @@ def test_a_distill_prompt_that_leaves_no_token_for_the_teachers_scoring_is_skipp
     (line,) = (tmp_path / "runs" / "edge" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     metrics = _strict(line)
     assert metrics["tokens/teacher"] > 4 * 4091 and metrics["distill/reverse_kl"] == metrics["distill/reverse_kl"]
+
+
+LONG_DPO = """\
+method: dpo
+name: pairs
+model: {name: sailrl/tiny-arith, renderer: role_colon, lora_rank: 8, seed: 0}
+dataset: {source: pairs.jsonl, fields: [question, chosen, rejected]}
+prompt: {user: '{{ question }}='}
+dpo: {batch_size: 2}
+training: {steps: 1, learning_rate: 1e-3}
+sampling: {sampler: local, max_tokens: 8}
+output: {run_dir: runs/pairs}
+"""
+
+
+def test_a_dpo_pair_longer_than_the_context_is_skipped_not_a_bug(tmp_path, monkeypatch, capsys):
+    # The reference scores each sequence whole (compute_logprobs samples a token after it): a pair cut at the
+    # context could not be scored, and the run ended with exit 70.
+    monkeypatch.chdir(tmp_path)
+    rows = [{"question": "x" * 5000 + "2+3", "chosen": "5", "rejected": "6"},
+            {"question": "2+3", "chosen": "5", "rejected": "6"}, {"question": "1+1", "chosen": "2", "rejected": "3"}]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "dpo.yaml").write_text(LONG_DPO, encoding="utf-8")
+    assert main(["run", "dpo.yaml"]) == 0, capsys.readouterr().err[-3000:]
+    err = capsys.readouterr().err
+    assert ("skipped 1 dataset rows (first: row 0: its prompt with the 'chosen' completion is 5,031 tokens; the "
+            "model's context is 4,096 and a pair is scored whole with a token to spare, so at most 4,095)") in err, err
+    (line,) = (tmp_path / "runs" / "pairs" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    metrics = _strict(line)
+    assert abs(metrics["dpo/loss"] - 0.6931) < 1e-3  # step 1: the policy is the reference, every margin 0
