@@ -122,7 +122,7 @@ def _reward_section(spec: Spec, spec_dir: Path) -> tuple[dict[str, Any], Any]:
         fn = RewardFunction.from_spec(spec.reward, spec.prompt.reference_field, spec_dir=spec_dir)
         low, high = fn.bounds()
         formula = ["these rules score one sample per held-out row at each evaluation (eval/reward, eval/correct); "
-                   "the run trains on the conversations, not on the rules", *fn.explain()]
+                   "the run trains on the conversations, not on the rules", *fn.explain(held_out=True)]
         return {"formula": formula, "min": low, "max": high, "constant": None}, fn
     words = {"sft": "no reward rules: the run trains on the conversations (cross_entropy on the assistant turns)",
              "dpo": "DPO has no reward rules: it trains each pair's chosen reply over its rejected one"}

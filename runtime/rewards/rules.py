@@ -806,8 +806,9 @@ class RewardFunction:
             low, high = (min(max(v, self._clip[0]), self._clip[1]) for v in (low, high))
         return low, high
 
-    def explain(self) -> list[str]:
-        """The reward formula in plain words: one line per rule, then the total and what 'correct' means."""
+    def explain(self, *, held_out: bool = False) -> list[str]:
+        """The reward formula in plain words: one line per rule, then the total and what 'correct' means
+        (``held_out``: the rules score only held-out samples, as an SFT run's evaluation does: ``eval/correct``)."""
         lines = []
         for name, check, (on_pass, on_fail) in zip(self.rule_names, self._checks, self._scores, strict=False):
             if isinstance(check, _Python):
@@ -832,7 +833,10 @@ class RewardFunction:
             lines.append(f"{total} (always {_num(low)}: no rule can move it).")
         else:
             lines.append(f"{total} (from {_num(low)} to {_num(high)}).")
-        if self.correct_rule is not None:
+        if self.correct_rule is not None and held_out:
+            lines.append(f"'eval/correct' (logged at each evaluation) is the fraction of the held-out samples that "
+                         f"pass '{self.correct_rule}'.")
+        elif self.correct_rule is not None:
             lines.append(
                 f"'correct' (logged each step) is the fraction of completions that pass '{self.correct_rule}'."
             )

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     print({"sft": f"Reward rules of '{spec.name}', scoring one sample per held-out row:",
            "distill": f"Reward rules of '{spec.name}', scoring each of the student's completions:"}.get(
         spec.method, f"Reward of '{spec.name}', per completion:"))
-    for line in fn.explain():
+    for line in fn.explain(held_out=spec.method == "sft"):
         print(f"  {line}")
     if spec.environment is not None:
         print("Episodes:")

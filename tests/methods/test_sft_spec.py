@@ -83,6 +83,10 @@ def test_explain_says_the_training_then_the_rules_that_score_samples():
     assert "  200 steps of 32 conversations each (the rows in a seeded order, epoch after epoch), Adam at learning " \
            "rate 0.01." in lines
     assert "Reward rules of 'sft_sums', scoring one sample per held-out row:" in lines
+    # an SFT run logs no per-step 'correct': its rules score the held-out samples (eval/correct)
+    assert "  'eval/correct' (logged at each evaluation) is the fraction of the held-out samples that pass " \
+           "'correct'." in lines
+    assert not any("logged each step" in x for x in lines)
     assert any(x.startswith("Estimated cost of 'sft_sums' (local backend, sailrl/tiny): 200 SFT steps x 32 "
                             "conversations = 6,400 conversations trained, 5 evaluations") for x in lines)
 
