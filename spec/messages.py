@@ -234,7 +234,7 @@ def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath,
         return path, message, None, "value", "S104"
     expected = _expected_of(etype)
     if expected:
-        return path, f"expected {expected}, got {shown}", None, "value", "S103"
+        return path, f"expected {expected}, got {shown}", _section_hint(root, loaded, path, expected), "value", "S103"
     bounds = {"greater_than": ("gt", "greater than"), "greater_than_equal": ("ge", "at least"),
               "less_than": ("lt", "less than"), "less_than_equal": ("le", "at most")}
     if etype in bounds:
@@ -259,6 +259,21 @@ def _one(err: dict, loaded: LoadedSpec, root: type[BaseModel]) -> tuple[KeyPath,
     if etype == "finite_number":
         return path, f"expected a finite number, got {shown}", "Write an ordinary number such as 1e-5.", "value", "S110"
     return path, f"{err['msg'][0].lower()}{err['msg'][1:]}, got {shown}", None, "value", "S119"
+
+
+def _section_hint(root: type[BaseModel], loaded: LoadedSpec, path: KeyPath, expected: str) -> str | None:
+    """For a section written as a plain value (``dynamic_sampling: true``): how to write it, with its keys."""
+    if not expected.startswith("a mapping") or not path:
+        return None
+    annotation, _ = model_at(root, loaded.data, path)
+    sections = [m for m in _members(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+    if len(sections) != 1:
+        return None
+    fields = field_map(sections[0])
+    first = next((k for k, f in fields.items() if f.is_required()), next(iter(fields), None))
+    if first is None:
+        return None
+    return f"Write it as a section of its own keys, e.g. `{path[-1]}: {{{first}: ...}}`; its keys: {', '.join(fields)}."
 
 
 def pydantic_errors(exc: ValidationError, loaded: LoadedSpec, root: type[BaseModel]) -> list[SpecError]:

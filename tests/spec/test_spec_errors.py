@@ -52,6 +52,25 @@ def test_wrong_type_quotes_what_was_typed(write_spec):
     assert lr.message == "expected a number, got 'true'"
 
 
+def test_a_section_written_as_a_value_says_how_to_write_it(write_spec):
+    _, errors, _ = problems(write_spec, MINIMAL_SPEC + "training:\n  dynamic_sampling: true\n")
+    err = only(errors, "training.dynamic_sampling")
+    assert (err.line, err.column, err.code) == (N + 2, 21, "S103")
+    assert err.message == "expected a mapping (indented `key: value` lines), got 'true'"
+    assert err.hint == ("Write it as a section of its own keys, e.g. `dynamic_sampling: {max_extra_groups: ...}`; "
+                        "its keys: max_extra_groups.")
+    text = MINIMAL_SPEC.replace("\nmodel:\n", "\nmodel: sailrl/tiny\nxmodel:\n", 1)
+    assert text != MINIMAL_SPEC
+    _, errors, _ = problems(write_spec, text)
+    assert only(errors, "model").hint.startswith("Write it as a section of its own keys, e.g. `model: {name: ...}`; "
+                                                 "its keys: name, renderer, lora_rank,")
+
+
+def test_a_value_of_the_wrong_scalar_type_has_no_section_hint(write_spec):
+    _, errors, _ = problems(write_spec, MINIMAL_SPEC + "training:\n  steps: abc\n")
+    assert only(errors, "training.steps").hint is None
+
+
 def test_missing_required_section(write_spec):
     text = MINIMAL_SPEC.replace("dataset:\n  source: rows.jsonl\n  fields: [question, answer]\n", "")
     path, errors, _ = problems(write_spec, text)
