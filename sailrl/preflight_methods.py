@@ -103,6 +103,25 @@ class _Rows:
                 "subtitle": f"trained: {trained_tokens([datum])} assistant tokens (weight 0 on the rest)"}
 
 
+def _replies_cut(spec: Spec, measure: _Rows, evals: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A warning when held-out replies (with the end-of-turn that ends them) are longer than
+    ``sampling.max_tokens``: the evaluation's samples of those rows are cut off before they can end. The replies
+    are the rows' own (an SFT row's one reply, a DPO row's chosen one); an SFT spec without reward rules samples
+    nothing, and a conversation of several assistant turns is not one reply."""
+    if spec.method == "sft" and (spec.reward is None or spec.sft is None or spec.sft.messages_field is not None):
+        return None
+    lengths = [trained_tokens(measure.datums(row)[:1]) for row in evals]
+    max_tokens = spec.sampling.max_tokens
+    longer = [n for n in lengths if n > max_tokens]
+    if not longer:
+        return None
+    what = "chosen replies" if spec.method == "dpo" else "replies"
+    return _problem("warning", f"{len(longer)} of {len(lengths)} held-out {what}, with the end-of-turn that closes "
+                    f"them, are longer than sampling.max_tokens ({max_tokens}; the longest is {max(longer)} tokens): "
+                    "the evaluation's samples of those rows are cut off before they can end as the reply does",
+                    f"set sampling.max_tokens: {max(longer)} or more", f"held-out {what} longer than max_tokens")
+
+
 def _text_only(spec: Spec, row: dict[str, Any]) -> dict[str, Any]:
     """A row shown as its messages' text, when the tokenizer could not be loaded."""
     prompts = PromptBuilder(spec.prompt, None, field_names=None) if spec.prompt is not None else None
@@ -200,6 +219,9 @@ def build_method_report(spec: Spec, spec_dir: Path | str, *, sample: int = 0, sh
             problems.append(_problem("warning", f"{over} of {len(lengths)} training rows are longer than the "
                                      f"model's context ({context} tokens): the run cuts them there",
                                      "shorten those rows", f"{over} rows longer than the context"))
+        cut = _replies_cut(spec, measure, evals[:max_rows_measured])
+        if cut is not None:
+            problems.append(cut)
     if reward_fn is not None:
         reward_fn.close_judges()
     if sample > 0:
