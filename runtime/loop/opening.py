@@ -38,10 +38,12 @@ from sailrl.runtime.planning.cost import CostModel
 from sailrl.runtime.prompts import PromptBuilder
 from sailrl.runtime.rewards.rules import RewardFunction
 from sailrl.runtime.rundir.checkpoint_store import note_run_directory
-from sailrl.runtime.rundir.directory import WARMUP_FILE, RunDirectory
+from sailrl.runtime.rundir.directory import CONFIG_FILE, WARMUP_FILE, RunDirectory
 from sailrl.runtime.rundir.init_from import InitWeights, resolve_init_from
+from sailrl.runtime.rundir.method_logs import run_method
 from sailrl.runtime.rundir.writes import RunDirectoryError
 from sailrl.spec.errors import ConfigError
+from sailrl.spec.methods import METHOD_WORDS
 from sailrl.spec.models import default_renderer
 from sailrl.spec.rewards import RewardSpec
 from sailrl.spec.schema import Spec
@@ -101,6 +103,16 @@ def resume_point(run_dir: RunDirectory, spec: Spec, *, resume: bool, overwrite: 
     if not resume:
         return ResumePoint(None, 0, False)
     state = run_dir.last_state()
+    try:
+        was = run_method(run_dir.path)
+    except ValueError as exc:  # config.json is not JSON: not what a run writes (it replaces the file whole)
+        raise RunDirectoryError(f"{run_dir.path / CONFIG_FILE} is not a run's config ({exc}): put back the file "
+                                "the run wrote, or start over with --overwrite") from None
+    if was != spec.method and (state is not None or run_dir.has_metrics()):  # one run directory, one method's records
+        raise RunDirectoryError(
+            f"{run_dir.path} holds a run of method {was} ({METHOD_WORDS[was]}), and this spec's method is "
+            f"{spec.method}: --resume continues a run with its own method. Set output.run_dir to a new directory "
+            f"(training.init_from: {run_dir.path} starts from its final weights), or start over with --overwrite.")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         changes = run_dir.check_resume_config(spec.resolved(), spec_sha256)

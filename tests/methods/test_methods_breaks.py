@@ -198,3 +198,41 @@ def test_a_dpo_pair_longer_than_the_context_is_skipped_not_a_bug(tmp_path, monke
     (line,) = (tmp_path / "runs" / "pairs" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     metrics = _strict(line)
     assert abs(metrics["dpo/loss"] - 0.6931) < 1e-3  # step 1: the policy is the reference, every margin 0
+
+
+def test_resume_with_a_spec_of_another_method_is_refused_and_leaves_the_run_as_it_was(tmp_path, monkeypatch, capsys):
+    # An RL spec resumed into an SFT run's directory used to append RL steps after the SFT ones and rewrite
+    # config.json as RL: one run directory with two methods' records.
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / "spec" / "examples" / "data" / "addition.jsonl", tmp_path)
+    (tmp_path / "sft.yaml").write_text(SUMS_SFT.replace("steps: 4,", "steps: 2,"), encoding="utf-8")
+    assert main(["run", "sft.yaml"]) == 0
+    run_dir = tmp_path / "runs" / "sums"
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    write(tmp_path, "rl.yaml", "sums")  # an RL spec whose output.run_dir is runs/sums
+    capsys.readouterr()
+    assert main(["run", "rl.yaml", "--resume", "--set", "training.steps=4"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        f"error: {run_dir} holds a run of method sft (supervised fine-tuning on demonstrations), and this spec's "
+        "method is rl: --resume continues a run with its own method. Set output.run_dir to a new directory "
+        f"(training.init_from: {run_dir} starts from its final weights), or start over with --overwrite."), err
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+
+
+def test_resume_over_a_config_that_is_not_json_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / "spec" / "examples" / "data" / "addition.jsonl", tmp_path)
+    (tmp_path / "sft.yaml").write_text(SUMS_SFT, encoding="utf-8")
+    run_dir = tmp_path / "runs" / "sums"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text("{", encoding="utf-8")
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n', encoding="utf-8")
+    assert main(["run", "sft.yaml", "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        f"error: {run_dir}/config.json is not a run's config (Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1)): put back the file the run wrote, or start over with --overwrite"), err
+    assert (run_dir / "config.json").read_text() == "{" and (run_dir / "metrics.jsonl").read_text() == '{"step": 1}\n'
