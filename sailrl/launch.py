@@ -134,10 +134,12 @@ def override_notes(config: dict[str, Any], overrides: list[str]) -> list[str]:
     return []
 
 
-def overrides_message(config: dict[str, Any], overrides: list[str]) -> str:
-    """The line printed under spec problems that came from ``--set`` overrides."""
+def overrides_message(config: dict[str, Any], overrides: list[str], *, of: str | None = None) -> str:
+    """The line printed under spec problems that came from ``--set`` overrides (``of``: which spec they were
+    applied to, when a command has several)."""
     notes = "".join(f"\n({n})" for n in override_notes(config, overrides))
-    return "(these come from the --set overrides: " + " ".join(overrides) + ")" + notes
+    where = f" of {of}" if of else ""
+    return f"(these come from the --set overrides{where}: " + " ".join(overrides) + ")" + notes
 
 
 def _validate_text(text: str, filename: str, path: Path | None) -> Any:

@@ -179,8 +179,10 @@ def prepare(number: int, path: str, overrides: list[str], *, name_it: bool = Fal
     except SpecErrors as exc:
         say_warnings(launch.override_warnings(loaded.warnings, exc.warnings), path)
         print(launch.override_errors(exc).format(color=sys.stderr.isatty()), file=sys.stderr)
-        print(launch.overrides_message(loaded.spec.resolved(), overrides) + (f" of {path}" if name_it else ""),
-              file=sys.stderr)
+        print(launch.overrides_message(loaded.spec.resolved(), overrides,
+                                       of=f"stage {number}, {path}" if name_it else None), file=sys.stderr)
+        if name_it:
+            print("(--set KEY=VALUE applies to every stage; --set N:KEY=VALUE to stage N only)", file=sys.stderr)
         return 2
     say_warnings(warnings, path)
     stage = Stage(number, path, overrides, loaded, checked, spec, run_dir_path(spec, spec_dir))

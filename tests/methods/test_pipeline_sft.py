@@ -61,3 +61,20 @@ def test_the_rl_stage_samples_its_first_step_from_the_sft_stage_s_final_weights(
     first = [(r["row"], r["completion"]) for r in records(rl / "rollouts.jsonl") if r["step"] == 1]
     assert first == [(r["row"], r["completion"]) for r in records(check / "rollouts.jsonl") if r["step"] == 1]
     assert records(rl / "metrics.jsonl")[0]["reward/total"] == records(check / "metrics.jsonl")[0]["reward/total"]
+
+
+def test_an_rl_key_set_for_every_stage_names_the_stage_that_refuses_it_and_the_numbered_form(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """``--set training.group_size=4`` reaches the SFT stage too, which refuses it (S257): the lines under the
+    problem say which stage's overrides they are and how to aim one at one stage; nothing runs."""
+    shutil.copytree(ROOT / "spec" / "examples" / "pipeline", tmp_path / "pipeline")
+    (tmp_path / "data").mkdir()
+    shutil.copy(ROOT / "spec" / "examples" / "data" / "addition.jsonl", tmp_path / "data")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "pipeline/sft.yaml", "pipeline/rl.yaml", "--set", "training.group_size=4"]) == 2
+    err = capsys.readouterr().err
+    assert "training.group_size: training.group_size is read only by method distill and rl; this spec's method " \
+           "is sft" in err and "= code: S257 key-of-another-method" in err
+    assert err.endswith("(these come from the --set overrides of stage 1, pipeline/sft.yaml: training.group_size=4)\n"
+                        "(--set KEY=VALUE applies to every stage; --set N:KEY=VALUE to stage N only)\n")
+    assert not (tmp_path / "pipeline" / "runs").exists()
