@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -33,6 +34,7 @@ from rich.table import Table
 from sailrl.compiler.validate import validate_file
 from sailrl.launch import build_spec
 from sailrl.runtime.loop.console import panel_expand
+from sailrl.runtime.rundir.directory import RunDirectory, RunFileError
 from sailrl.runtime.rundir.init_from import InitFromError, resolve_init_from
 from sailrl.spec.errors import ConfigError, SpecErrors
 
@@ -71,7 +73,6 @@ def run(args: argparse.Namespace) -> int:
         print("sailrl preflight: error: --sample and --show must be >= 0", file=sys.stderr)
         return 2
     import json
-    from pathlib import Path
 
     color = sys.stderr.isatty()
     try:
@@ -145,14 +146,37 @@ def _run_directory_problems(spec: Any, spec_dir: Any, loaded: Any, overrides: li
             if not _overridden("training.init_from", overrides):
                 located.append(loaded.error(("training", "init_from"), exc.message, exc.hint, code=exc.problem))
     if spec.method == "distill" and spec.distill is not None:
+        teacher = spec.distill.teacher
         try:
-            teacher_checkpoint(spec.distill.teacher.checkpoint, spec_dir)
+            teacher_checkpoint(teacher.checkpoint, spec_dir)
         except ConfigError as exc:
             found.append((str(exc), None))
+        else:
+            trained = _run_model(teacher.checkpoint, spec_dir)
+            if trained is not None and trained != teacher.name:
+                found.append((f"distill.teacher.checkpoint: the run in {teacher.checkpoint} trained {trained}, not "
+                              f"distill.teacher.name {teacher.name}: its adapter loads only into {trained}",
+                              f"set distill.teacher.name: {trained}"))
     if found:
         report["problems"] += [_problem("error", message, fix) for message, fix in found]
         _finish(report)
     return located
+
+
+def _run_model(checkpoint: str | None, spec_dir: Path) -> str | None:
+    """The model a run directory named as a checkpoint trained (its ``config.json``), or None (a service's path,
+    a config that does not say)."""
+    if checkpoint is None or "://" in checkpoint:
+        return None
+    folder = Path(checkpoint) if Path(checkpoint).is_absolute() else spec_dir / checkpoint
+    try:
+        config = RunDirectory(folder).read_config()
+    except (RunFileError, ValueError):
+        return None
+    spec = config.get("spec") if isinstance(config, dict) else None
+    model = spec.get("model") if isinstance(spec, dict) else None
+    name = model.get("name") if isinstance(model, dict) else None
+    return name if isinstance(name, str) else None
 
 
 # ------------------------------------------------------------------------------------------------ rendering

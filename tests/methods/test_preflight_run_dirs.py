@@ -88,3 +88,26 @@ def test_a_distillation_teacher_folder_that_is_not_there_is_not_ready(tmp_path, 
     assert report["verdict"] == (f"not ready: distill.teacher.checkpoint: there is no folder {teacher} (a path "
                                  "without :// names a finished run's folder, relative to the spec's folder): run "
                                  "the teacher's spec first, or name a tinker:// or local:// sampler checkpoint")
+
+
+def test_a_teacher_run_of_another_model_is_not_ready_with_the_name_to_set(tmp_path, monkeypatch, capsys):
+    shutil.copy(EXAMPLES / "distill_sums.yaml", tmp_path)
+    (tmp_path / "data").mkdir()
+    shutil.copy(EXAMPLES / "data" / "addition.jsonl", tmp_path / "data")
+    _finished_run(tmp_path / "runs" / "quickstart", model="sailrl/tiny", lora_rank=16)
+    monkeypatch.chdir(tmp_path)
+    assert main(["preflight", "distill_sums.yaml", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == ("not ready: distill.teacher.checkpoint: the run in runs/quickstart trained "
+                                 "sailrl/tiny, not distill.teacher.name sailrl/tiny-arith: its adapter loads only "
+                                 "into sailrl/tiny -- set distill.teacher.name: sailrl/tiny")
+
+
+def test_a_teacher_run_of_the_teacher_s_model_is_ready(tmp_path, monkeypatch, capsys):
+    shutil.copy(EXAMPLES / "distill_sums.yaml", tmp_path)
+    (tmp_path / "data").mkdir()
+    shutil.copy(EXAMPLES / "data" / "addition.jsonl", tmp_path / "data")
+    _finished_run(tmp_path / "runs" / "quickstart", model="sailrl/tiny-arith", lora_rank=16)
+    monkeypatch.chdir(tmp_path)
+    assert main(["preflight", "distill_sums.yaml", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "ready: no problems found"
