@@ -159,6 +159,8 @@ _TABLE: tuple[Code, ...] = (
          "that pair cannot train."),
     Code("S265", "dpo-same-completion", "error", "method dpo: a data row's chosen and rejected completions are the "
          "same text, so the pair states no preference."),
+    Code("S266", "sft-rules-without-prompt", "error", "method sft: reward rules in a spec whose rows hold whole "
+         "conversations (sft.messages_field, no prompt:), which samples no held-out reply for them to score."),
     # -- worked reward examples ------------------------------------------------------------------------------
     Code("S301", "example-mismatch", "error", "A worked example does not score as it expects."),
     Code("S302", "example-unknown-rule", "error", "A worked example expects a score for a rule that does not exist."),

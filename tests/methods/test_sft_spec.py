@@ -147,6 +147,29 @@ def test_a_messages_field_not_declared_is_located(tmp_path):
     assert "'talk' is not a declared dataset field (dataset.fields: chat)" in errors.errors[0].message
 
 
+RULES = """\
+reward:
+  rules:
+    - {name: short, kind: length, unit: chars, max: 3}
+"""
+CHAT_ROW = {"chat": [{"role": "user", "content": "1+1="}, {"role": "assistant", "content": "2"}]}
+
+
+def test_reward_rules_beside_whole_conversations_are_located_s266(tmp_path):
+    errors = _problems(tmp_path, MESSAGES_SPEC + RULES, [CHAT_ROW])
+    assert _codes(errors) == [("S266", "reward", 10)]
+    assert errors.errors[0].message == (
+        "an SFT spec whose rows hold whole conversations (sft.messages_field) has no prompt to sample a held-out "
+        "reply from, so these reward rules would score nothing: remove the reward: section")
+    assert "write the rows as prompt.user and sft.completion instead" in errors.errors[0].hint
+
+
+def test_whole_conversations_without_rules_and_a_prompt_with_rules_validate(tmp_path):
+    for text, rows in ((MESSAGES_SPEC, [CHAT_ROW]), (SPEC + RULES, [{"question": "1+1", "answer": "2"}])):
+        (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        validate_text(text, "spec.yaml", path=tmp_path / "spec.yaml")  # raises SpecErrors on a problem
+
+
 @pytest.mark.parametrize("value, code, words", [
     ("hello", "S260", "chat is str, not a list of {role, content} messages"),
     ([{"role": "user"}], "S260", "chat message 0 is not a {role, content} mapping"),
