@@ -711,8 +711,8 @@ def estimate_supervised(spec: Spec, datum_token_lengths: Sequence[int] | None,
                                              reshuffle=spec.dataset.shuffle, total_rows=train_rows)
     else:
         unmeasured.append("trained")
-        notes.append("the conversations' tokens are not counted (the data was not measured); the run logs them "
-                     "per step (tokens/trained, cost/step)")
+        notes.append("the conversations' tokens are not counted (the data was not measured: `sailrl preflight SPEC` "
+                     "measures them); the run logs them per step (tokens/trained, cost/step)")
     evals = sft_evals(spec)
     eval_rows = len(eval_datum_token_lengths or [])
     if evals:
@@ -781,8 +781,8 @@ def estimate_preference(spec: Spec, pair_token_lengths: Sequence[int] | None,
         tokens["reference"] = read
     else:
         unmeasured += ["trained", "reference"]
-        notes.append("the pairs' tokens are not counted (the data was not measured); the run logs them per step "
-                     "(tokens/trained, tokens/reference, cost/step)")
+        notes.append("the pairs' tokens are not counted (the data was not measured: `sailrl preflight SPEC` measures "
+                     "them); the run logs them per step (tokens/trained, tokens/reference, cost/step)")
     evals = sft_evals(spec)
     eval_rows = len(eval_pair_token_lengths or [])
     if evals:
@@ -905,7 +905,8 @@ def render_estimate(e: RunEstimate) -> list[str]:
     lines.append(f"  {label}: {_span(e.total_tokens(), fmt_tokens)} tokens, "
                  + ("cost unknown (prices missing)" if e.total_usd is None else _span(e.total_usd, fmt_usd)))
     if e.step_upper_usd is not None:
-        lines.append(f"One RL step costs at most {fmt_usd(e.step_upper_usd)} (every completion at max_tokens, "
+        kind = "distillation" if e.method == "distill" else "RL"
+        lines.append(f"One {kind} step costs at most {fmt_usd(e.step_upper_usd)} (every completion at max_tokens, "
                      "every group trained).")
     if e.max_cost_usd is not None:
         lines.append(f"Budget (training.max_cost_usd): {fmt_usd(e.max_cost_usd)}.")

@@ -332,3 +332,26 @@ sampling: {sampler: tinker, max_tokens: 5}
     assert "sampled  8 - 40" in out and "$4.8e-06 - $2.4e-05" in out
     assert "total (without prompt): 8 - 72 tokens, $4.8e-06 - $3.8e-05" in out
     assert "One RL step costs at most $1.9e-05" in out
+
+
+def test_explain_of_a_distillation_says_distillation_step_and_of_sft_where_tokens_are_measured(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from sailrl.cli import main
+
+    (tmp_path / "rows.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    common = """\
+model: {name: sailrl/tiny-arith, renderer: role_colon}
+dataset: {source: rows.jsonl, fields: [question, answer]}
+prompt: {user: '{{ question }}='}
+sampling: {sampler: local, max_tokens: 5}
+"""
+    (tmp_path / "d.yaml").write_text("name: d\nmethod: distill\ndistill: {teacher: {name: sailrl/tiny-arith}}\n"
+                                     "training: {steps: 2, groups_per_step: 2, group_size: 2}\n" + common)
+    assert main(["explain", str(tmp_path / "d.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "One distillation step costs at most $0 (every completion at max_tokens, every group trained)." in out
+    assert "One RL step" not in out
+    (tmp_path / "s.yaml").write_text("name: s\nmethod: sft\ntraining: {steps: 2}\n" + common)
+    assert main(["explain", str(tmp_path / "s.yaml")]) == 0
+    assert ("Note: the conversations' tokens are not counted (the data was not measured: `sailrl preflight SPEC` "
+            "measures them); the run logs them per step (tokens/trained, cost/step).") in capsys.readouterr().out
