@@ -110,6 +110,7 @@ def sft_words(spec: Spec) -> list[str]:
     if spec.dataset.eval is not None:
         every = f", every {t.eval_every} steps" if t.eval_every > 0 else ""
         out.append(f"The held-out rows' NLL is measured before training{every} and at the end"
-                   + ("; the reward rules score one sample per held-out row at the same points (eval/correct)."
+                   + ("; the reward rules score one sample per held-out row (eval/correct) and per row of as many "
+                      "training rows (eval/train_correct) at the same points."
                       if spec.reward is not None and spec.prompt is not None else "."))
     return out

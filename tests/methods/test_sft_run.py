@@ -44,6 +44,7 @@ def test_sailrl_run_of_the_example_trains_and_writes_the_run_directory(tmp_path)
     assert last["eval/nll"] < first["eval/nll_start"] - 1.0
     assert [m["step"] for m in lines if "eval/nll" in m] == [15, 30]
     assert "eval/correct_start" in first and "eval/correct" in last  # the reward rules score held-out samples
+    assert "eval/train_correct_start" in first and "eval/train_correct" in last  # and a fixed training sample
     assert last["tokens_cum/trained"] == sum(m["tokens/trained"] for m in lines)
     records = _lines(run_dir / "checkpoints.jsonl")
     assert [(c["batch"], c.get("final", False)) for c in records] == [(15, False), (30, False), (30, True)]
@@ -54,7 +55,9 @@ def test_sailrl_run_of_the_example_trains_and_writes_the_run_directory(tmp_path)
 
 
 def test_a_resumed_run_logs_what_an_uninterrupted_one_does(tmp_path):
-    small = ("training.eval_every=0", "training.save_every=0", "sft.batch_size=8")
+    # constant lr: the example's cosine schedule runs over training.steps, which the stopped run sets to 3
+    small = ("training.eval_every=0", "training.save_every=0", "sft.batch_size=8", "training.lr_schedule=constant",
+             "training.lr_warmup_steps=0")
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     r = _run(whole, "training.steps=6", *small)
     assert r.returncode == 0, r.stderr[-3000:]
