@@ -128,7 +128,8 @@ def test_fewer_training_rows_than_held_out_ones_are_all_sampled():
 
 
 def test_the_cost_estimate_counts_the_training_samples_beside_the_held_out_ones():
-    spec = load_spec(EXAMPLE).spec  # 200 steps, eval_every 50: 5 evaluations; 20 held-out rows
+    spec = load_spec(EXAMPLE).spec.model_copy(deep=True)
+    spec.training.steps = 200  # eval_every 50: before training and at steps 50..200, 5 evaluations; 20 held out
     e = estimate_supervised(spec, [10] * 80, [7] * 20)
     # Each evaluation samples 20 held-out and 20 training rows, 1 to sampling.max_tokens (12) tokens each.
     assert (e.tokens["eval_sampled"].low, e.tokens["eval_sampled"].high) == (5 * 40, 5 * 40 * 12)

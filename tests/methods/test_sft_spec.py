@@ -69,7 +69,7 @@ def test_validate_says_what_an_sft_spec_trains():
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[:2] == [
-        "ok: spec/examples/sft_sums.yaml",
+        "ok: spec/examples/sft_sums.yaml (1 warning)",  # W101: greedy samples (sampling.temperature 0)
         "  Each row becomes a conversation: the prompt (prompt.user), then sft.completion as the assistant's reply."]
     assert "cross_entropy on the assistant tokens only" in r.stdout
 
@@ -80,15 +80,15 @@ def test_explain_says_the_training_then_the_rules_that_score_samples():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "Training of 'sft_sums' (method sft, supervised fine-tuning on demonstrations):"
-    assert "  200 steps of 32 conversations each (the rows in a seeded order, epoch after epoch), Adam at learning " \
-           "rate 0.01." in lines
+    assert "  300 steps of 32 conversations each (the rows in a seeded order, epoch after epoch), Adam at learning " \
+           "rate 0.003." in lines
     assert "Reward rules of 'sft_sums', scoring one sample per held-out row:" in lines
     # an SFT run logs no per-step 'correct': its rules score the held-out samples (eval/correct)
     assert "  'eval/correct' (logged at each evaluation) is the fraction of the held-out samples that pass " \
            "'correct'." in lines
     assert not any("logged each step" in x for x in lines)
-    assert any(x.startswith("Estimated cost of 'sft_sums' (local backend, sailrl/tiny): 200 SFT steps x 32 "
-                            "conversations = 6,400 conversations trained, 5 evaluations") for x in lines)
+    assert any(x.startswith("Estimated cost of 'sft_sums' (local backend, sailrl/tiny): 300 SFT steps x 32 "
+                            "conversations = 9,600 conversations trained, 7 evaluations") for x in lines)
 
 
 def test_a_key_of_another_method_is_located(tmp_path):
