@@ -29,7 +29,11 @@ REDUCTION = "mean"
 
 def conversation_datum(messages: list[dict[str, str]], renderer: Any, max_length: int | None = None) -> tinker.Datum:
     """The datum of ``messages`` (weights on the assistant turns only, summing to 1); ``max_length``: tokens kept
-    from the start (the model's context window)."""
+    from the start (the model's context window). Every message renders to at least one token (its role's header),
+    so of a conversation of more than ``max_length`` messages only the first ``max_length + 1`` can reach the
+    kept tokens: the rest is not rendered, which bounds the time a huge conversation takes by the context."""
+    if max_length is not None and len(messages) > max_length + 1:
+        messages = messages[:max_length + 1]
     return conversation_to_datum(messages, renderer, max_length, TRAIN_ON, reduction=REDUCTION)
 
 

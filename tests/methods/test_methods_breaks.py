@@ -1,5 +1,6 @@
-"""Hostile input to the training methods and pipelines: each test is an attack that once broke the contract (a
-located user error, exit 1; a bug exits 70; records that stay true), kept so it cannot come back."""
+"""Hostile input to the training methods and pipelines, each test one attack and the contract it must meet: a
+user error is one located line (exit 1), never a traceback; records stay true (strict JSON, one method per run
+directory); a huge row costs time bounded by the context, not by its size."""
 
 from __future__ import annotations
 
@@ -184,8 +185,8 @@ output: {run_dir: runs/pairs}
 
 
 def test_a_dpo_pair_longer_than_the_context_is_skipped_not_a_bug(tmp_path, monkeypatch, capsys):
-    # The reference scores each sequence whole (compute_logprobs samples a token after it): a pair cut at the
-    # context could not be scored, and the run ended with exit 70.
+    # The reference scores each sequence whole (compute_logprobs samples a token after it), so a pair cut at the
+    # context cannot be scored: the run skips it.
     monkeypatch.chdir(tmp_path)
     rows = [{"question": "x" * 5000 + "2+3", "chosen": "5", "rejected": "6"},
             {"question": "2+3", "chosen": "5", "rejected": "6"}, {"question": "1+1", "chosen": "2", "rejected": "3"}]
@@ -201,8 +202,8 @@ def test_a_dpo_pair_longer_than_the_context_is_skipped_not_a_bug(tmp_path, monke
 
 
 def test_resume_with_a_spec_of_another_method_is_refused_and_leaves_the_run_as_it_was(tmp_path, monkeypatch, capsys):
-    # An RL spec resumed into an SFT run's directory used to append RL steps after the SFT ones and rewrite
-    # config.json as RL: one run directory with two methods' records.
+    # Continuing would append RL steps after the SFT ones and rewrite config.json as RL: one run directory with two
+    # methods' records.
     monkeypatch.chdir(tmp_path)
     shutil.copy(ROOT / "spec" / "examples" / "data" / "addition.jsonl", tmp_path)
     (tmp_path / "sft.yaml").write_text(SUMS_SFT.replace("steps: 4,", "steps: 2,"), encoding="utf-8")
@@ -236,3 +237,36 @@ def test_resume_over_a_config_that_is_not_json_is_one_line(tmp_path, monkeypatch
         f"error: {run_dir}/config.json is not a run's config (Expecting property name enclosed in double quotes: "
         "line 1 column 2 (char 1)): put back the file the run wrote, or start over with --overwrite"), err
     assert (run_dir / "config.json").read_text() == "{" and (run_dir / "metrics.jsonl").read_text() == '{"step": 1}\n'
+
+
+def test_a_conversation_of_more_messages_than_the_context_renders_only_what_reaches_it():
+    # Rendering every message of a huge row costs time in proportion to its size, in the row check and at every
+    # step that draws it, for a datum cut to the context's first tokens: only the messages that reach them render.
+    import transformers
+    from tinker_cookbook.supervised.data import conversation_to_datum
+
+    from sailrl.runtime.backends.models import get_renderer
+    from sailrl.runtime.supervised.datums import REDUCTION, TRAIN_ON, conversation_datum
+
+    renderer = get_renderer("role_colon", transformers.ByT5Tokenizer(extra_ids=0))
+    seen: list[int] = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(renderer, name)
+
+        def build_supervised_example(self, messages, **kwargs):
+            seen.append(len(messages))
+            return renderer.build_supervised_example(messages, **kwargs)
+
+    messages = [m for a in range(1500) for m in ({"role": "user", "content": f"{a % 10}+1="},
+                                                   {"role": "assistant", "content": str(a % 10 + 1)})]
+    datum = conversation_datum(messages, Counting(), 512)
+    assert seen == [513]
+    whole = conversation_to_datum(messages, renderer, 512, TRAIN_ON, reduction=REDUCTION)
+    assert datum.model_input.to_ints() == whole.model_input.to_ints() and len(datum.model_input.to_ints()) == 511
+    for key in ("target_tokens", "weights"):
+        assert datum.loss_fn_inputs[key].tolist() == whole.loss_fn_inputs[key].tolist()
+    assert conversation_datum(messages[:40], Counting(), 512).model_input.to_ints() == \
+        conversation_to_datum(messages[:40], renderer, 512, TRAIN_ON, reduction=REDUCTION).model_input.to_ints()
+    assert seen == [513, 40]
