@@ -21,7 +21,7 @@ from tinker_cookbook.renderers import TrainOnWhat
 from tinker_cookbook.supervised.common import compute_mean_nll
 from tinker_cookbook.supervised.data import conversation_to_datum
 
-__all__ = ["REDUCTION", "TRAIN_ON", "conversation_datum", "mean_nll", "trained_tokens"]
+__all__ = ["REDUCTION", "TRAIN_ON", "conversation_datum", "mean_nll", "train_on", "trained_tokens"]
 
 TRAIN_ON = TrainOnWhat.ALL_ASSISTANT_MESSAGES
 REDUCTION = "mean"
@@ -34,7 +34,15 @@ def conversation_datum(messages: list[dict[str, str]], renderer: Any, max_length
     kept tokens: the rest is not rendered, which bounds the time a huge conversation takes by the context."""
     if max_length is not None and len(messages) > max_length + 1:
         messages = messages[:max_length + 1]
-    return conversation_to_datum(messages, renderer, max_length, TRAIN_ON, reduction=REDUCTION)
+    return conversation_to_datum(messages, renderer, max_length, train_on(messages), reduction=REDUCTION)
+
+
+def train_on(messages: Sequence[dict[str, str]]) -> TrainOnWhat:
+    """What of ``messages`` trains: :data:`TRAIN_ON`, every assistant message; for a conversation whose one
+    assistant message is its last (every prompt + completion row), ``LAST_ASSISTANT_MESSAGE``, the same tokens and
+    weights, and what every renderer builds (the ``chat_template`` renderer builds only that)."""
+    assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    return TrainOnWhat.LAST_ASSISTANT_MESSAGE if assistant == [len(messages) - 1] else TRAIN_ON
 
 
 def mean_nll(logprobs: Sequence[Any], data: Sequence[tinker.Datum]) -> float:

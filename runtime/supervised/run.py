@@ -31,8 +31,10 @@ from typing import Any
 import tinker
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from tinker_cookbook.renderers import TrainOnWhat
 
 from sailrl.runtime.backends.backend import Backend
+from sailrl.runtime.backends.chat_template import ChatTemplateRenderer
 from sailrl.runtime.data import DatasetRows, load_rows, rows_for_step, shuffle_seed
 from sailrl.runtime.loop import opening
 from sailrl.runtime.loop.console import RunConsole
@@ -44,7 +46,7 @@ from sailrl.runtime.rollouts.rollout import completion_text
 from sailrl.runtime.run import RunOptions
 from sailrl.runtime.rundir.directory import RunDirectory, run_dir_path
 from sailrl.runtime.supervised.checkpoints import SupervisedCheckpoints
-from sailrl.runtime.supervised.datums import conversation_datum, mean_nll, trained_tokens
+from sailrl.runtime.supervised.datums import conversation_datum, mean_nll, train_on, trained_tokens
 from sailrl.runtime.supervised.records import StepRecords
 from sailrl.spec.errors import ConfigError
 from sailrl.spec.models import context_window
@@ -176,6 +178,11 @@ def _row_check(spec: Spec, prompts: PromptBuilder | None, renderer: Any, max_len
             messages = conversation(row, spec, prompts)
         except (ConversationError, PromptError) as exc:
             return str(exc).removeprefix(f"row {row.get('_index')}: ")
+        if isinstance(renderer, ChatTemplateRenderer) and train_on(messages) is not TrainOnWhat.LAST_ASSISTANT_MESSAGE:
+            turns = sum(1 for m in messages if m["role"] == "assistant")
+            return (f"it has {turns} assistant messages or does not end with one, and the chat_template renderer "
+                    "(the model's own template) trains only a conversation that ends in its one assistant message: "
+                    "set model.renderer to one that trains every turn (role_colon works with any tokenizer)")
         if max_length is not None and not trained_tokens([conversation_datum(messages, renderer, max_length)]):
             return (f"its assistant turns begin after the model's context of {max_length:,} tokens, so nothing "
                     "of them would be trained")

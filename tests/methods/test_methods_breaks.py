@@ -270,3 +270,65 @@ def test_a_conversation_of_more_messages_than_the_context_renders_only_what_reac
     assert conversation_datum(messages[:40], Counting(), 512).model_input.to_ints() == \
         conversation_to_datum(messages[:40], renderer, 512, TRAIN_ON, reduction=REDUCTION).model_input.to_ints()
     assert seen == [513, 40]
+
+
+LOCAL_SFT = """\
+method: sft
+name: local
+model: {{name: ./model, lora_rank: 8, seed: 0}}
+dataset: {{source: rows.jsonl, fields: [{fields}]}}
+{section}
+training: {{steps: 1, learning_rate: 1e-3}}
+sampling: {{sampler: local, max_tokens: 8}}
+output: {{run_dir: runs/local}}
+"""
+
+
+def test_sft_on_a_local_model_with_its_own_chat_template_trains_and_skips_what_it_cannot(tmp_path, monkeypatch,
+                                                                                         capsys):
+    # A local model folder's default renderer is chat_template, which builds only a conversation's last assistant
+    # message; SFT asked it for every assistant message, a ValueError on every row (exit 70).
+    from tests.fakes.tiny_models import save_model_dir
+
+    monkeypatch.chdir(tmp_path)
+    save_model_dir("qwen2", tmp_path / "model")
+    rows = [{"question": f"{a}+1", "answer": str(a + 1)} for a in range(4)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    section = "prompt: {user: '{{ question }}=', reference_field: answer}\nsft: {batch_size: 4}"
+    (tmp_path / "sft.yaml").write_text(LOCAL_SFT.format(fields="question, answer", section=section), encoding="utf-8")
+    assert main(["run", "sft.yaml"]) == 0, capsys.readouterr().err[-3000:]
+    (line,) = (tmp_path / "runs" / "local" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    metrics = _strict(line)
+    assert metrics["conversations"] == 4 and metrics["assistant_tokens"] >= 4 and metrics["train/nll"] > 0
+
+    two_turns = [{"role": "user", "content": "1+1="}, {"role": "assistant", "content": "2"},
+                 {"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}]
+    rows = [{"messages": two_turns}, {"messages": two_turns[:2]}]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    section = "sft: {messages_field: messages, batch_size: 2}"
+    (tmp_path / "sft.yaml").write_text(LOCAL_SFT.format(fields="messages", section=section), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["run", "sft.yaml", "--overwrite"]) == 0, capsys.readouterr().err[-3000:]
+    err = capsys.readouterr().err
+    assert ("skipped 1 dataset rows (first: row 0: it has 2 assistant messages or does not end with one, and the "
+            "chat_template renderer (the model's own template) trains only a conversation that ends in its one "
+            "assistant message: set model.renderer to one that trains every turn (role_colon works with any "
+            "tokenizer))") in err, err
+
+
+def test_a_conversation_with_one_assistant_message_at_its_end_trains_as_every_assistant_message_would():
+    import transformers
+    from tinker_cookbook.supervised.data import conversation_to_datum
+
+    from sailrl.runtime.backends.models import get_renderer
+    from sailrl.runtime.supervised.datums import REDUCTION, TRAIN_ON, conversation_datum
+
+    renderer = get_renderer("role_colon", transformers.ByT5Tokenizer(extra_ids=0))
+    messages = [{"role": "system", "content": "add"}, {"role": "user", "content": "3+4="},
+                {"role": "assistant", "content": "7"}]
+    datum = conversation_datum(messages, renderer, 4096)
+    every = conversation_to_datum(messages, renderer, 4096, TRAIN_ON, reduction=REDUCTION)
+    assert datum.model_input.to_ints() == every.model_input.to_ints()
+    for key in ("target_tokens", "weights"):
+        assert datum.loss_fn_inputs[key].tolist() == every.loss_fn_inputs[key].tolist()
+    assert sum(w > 0 for w in datum.loss_fn_inputs["weights"].tolist()) == len(" 7\n\nUser:")  # reply, end of turn
