@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -98,3 +99,38 @@ def test_plot_run_writes_a_png_and_the_command_reports_errors(tmp_path, capsys):
     (run / "metrics.jsonl").write_text("", encoding="utf-8")
     assert main(["plot", str(run)]) == 1
     assert capsys.readouterr().err == f"error: {run}/metrics.jsonl has no steps yet\n"
+
+
+def test_plot_writes_only_a_png_path_and_replaces_only_a_png(tmp_path, capsys):
+    """-o must end in .png (matplotlib would write runs.png for `-o runs` and the command say "wrote runs"); an
+    existing file that is not a PNG (the data, a spec), a folder, a pipe or a link is refused and left as it was."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics_lines()), encoding="utf-8")
+    assert main(["plot", str(run), "-o", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err == (f"sailrl plot: error: -o {tmp_path / 'runs'}: the plot is a PNG: name a file "
+                                       "ending in .png\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    data = tmp_path / "rows.png"
+    data.write_text('{"question": "1+1"}\n', encoding="utf-8")
+    assert main(["plot", str(run), "-o", str(data)]) == 1
+    assert capsys.readouterr().err == (f"error: {data} exists and is not a PNG: sailrl plot replaces only an earlier "
+                                       "plot; name another file\n")
+    assert data.read_text(encoding="utf-8") == '{"question": "1+1"}\n'
+    folder, pipe, link = tmp_path / "d.png", tmp_path / "f.png", tmp_path / "l.png"
+    folder.mkdir()
+    os.mkfifo(pipe)
+    link.symlink_to(data)
+    for path, why in ((folder, "exists and is not a file: name a PNG file to write"),
+                      (pipe, "exists and is not a file: name a PNG file to write"),
+                      (link, "is a symbolic link: name the PNG file itself")):
+        assert main(["plot", str(run), "-o", str(path)]) == 1
+        assert capsys.readouterr().err == f"error: {path} {why}\n"
+    assert data.read_text(encoding="utf-8") == '{"question": "1+1"}\n'
+    earlier = tmp_path / "earlier.png"
+    assert main(["plot", str(run), "-o", str(earlier)]) == 0
+    first = earlier.read_bytes()
+    assert first[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plot", str(run), "-o", str(earlier)]) == 0  # an earlier plot is replaced
+    assert capsys.readouterr().out == f"wrote {earlier}\nwrote {earlier}\n"
+    assert earlier.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
