@@ -155,8 +155,8 @@ _TABLE: tuple[Code, ...] = (
          "than this spec's, or one whose weights live on another backend (local:// vs tinker://)."),
     Code("S263", "dpo-field-undeclared", "error", "method dpo: dpo.chosen_field or dpo.rejected_field is not a "
          "declared dataset field."),
-    Code("S264", "dpo-empty-completion", "error", "method dpo: a data row's chosen or rejected completion is empty, so "
-         "that pair cannot train."),
+    Code("S264", "dpo-empty-completion", "error", "method dpo: a data row's chosen or rejected completion is empty, or "
+         "not text (a list of messages), so that pair cannot train."),
     Code("S265", "dpo-same-completion", "error", "method dpo: a data row's chosen and rejected completions are the "
          "same text, so the pair states no preference."),
     Code("S266", "sft-rules-without-prompt", "error", "method sft: reward rules in a spec whose rows hold whole "

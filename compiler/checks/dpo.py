@@ -2,8 +2,8 @@
 
 - ``dpo.chosen_field`` and ``dpo.rejected_field`` must be declared dataset fields when ``dataset.fields`` is
   written (S263);
-- on the data rows, neither completion may be empty (S264), and the two may not be the same text (S265): the
-  run skips such a row (it holds no preference), and data full of them trains on nothing.
+- on the data rows, neither completion may be empty or other than text (S264), and the two may not be the same
+  text (S265): the run skips such a row (it holds no preference), and data full of them trains on nothing.
 
 Each problem is reported once, for the first row that has it, at the key that names the field (``dpo.chosen_field``
 / ``dpo.rejected_field``, or ``dpo`` / ``method`` where the spec leaves the default).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from sailrl.compiler.checks.reader import SpecReader
 from sailrl.compiler.checks.templates_on_data import data_rows
-from sailrl.runtime.prompts.pairs import reply_text
+from sailrl.runtime.prompts.pairs import not_text, reply_text
 from sailrl.spec.loader import KeyPath
 
 DEFAULTS = {"chosen_field": "chosen", "rejected_field": "rejected"}
@@ -51,6 +51,12 @@ def check_dpo(spec: SpecReader) -> None:
         if chosen not in row or rejected not in row:
             continue  # a row without the field is skipped by the run, and said so
         for key, field in (("chosen_field", chosen), ("rejected_field", rejected)):
+            kind = not_text(row[field])
+            if not empty_seen and kind is not None:
+                empty_seen = True
+                spec.add(_where(spec, key), "S264", f"dataset row {row['_index']}'s {field} completion is {kind}, "
+                         "not text, so that pair cannot train", f"Give each row's {field} reply as text (the "
+                         "assistant's reply after the prompt); a list of {role, content} messages is not read as one.")
             if not empty_seen and not reply_text(row, field).strip():
                 empty_seen = True
                 spec.add(_where(spec, key), "S264", f"dataset row {row['_index']}'s {field} completion is empty, so "

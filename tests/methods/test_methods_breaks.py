@@ -332,3 +332,19 @@ def test_a_conversation_with_one_assistant_message_at_its_end_trains_as_every_as
     for key in ("target_tokens", "weights"):
         assert datum.loss_fn_inputs[key].tolist() == every.loss_fn_inputs[key].tolist()
     assert sum(w > 0 for w in datum.loss_fn_inputs["weights"].tolist()) == len(" 7\n\nUser:")  # reply, end of turn
+
+
+def test_a_dpo_completion_that_is_a_list_of_messages_is_located_at_validate_and_skipped_by_the_run(tmp_path):
+    # Preference datasets often hold each side as a conversation; read as text it would train on its Python repr.
+    from sailrl.runtime.prompts.pairs import pair_problem
+    from tests.methods.test_dpo_spec import SPEC, _problems
+
+    side = [{"role": "user", "content": "2+3="}, {"role": "assistant", "content": "5"}]
+    row = {"q": "2+3", "good": side, "bad": [*side[:1], {"role": "assistant", "content": "6"}]}
+    assert pair_problem(row, "good", "bad") == "its 'good' completion is a list, not text"
+    assert pair_problem({**row, "good": "5", "bad": {"text": "6"}}, "good", "bad") == \
+        "its 'bad' completion is a mapping, not text"
+    assert pair_problem({**row, "good": 5, "bad": "6"}, "good", "bad") is None
+    assert _problems(tmp_path, SPEC, [{"q": "1+1", "good": "2", "bad": "3"}, row]) == [
+        ("S264", "dpo.chosen_field", 10, 17, "dataset row 1's good completion is a list, not text, so that pair "
+                                             "cannot train")]
