@@ -9,7 +9,8 @@ import pytest
 import torch
 from tinker import types
 
-from sailrl.runtime.backends.local import LocalServiceClient, generation
+from sailrl.runtime.backends.local import LocalServiceClient
+from sailrl.runtime.backends.local.engine import generation
 
 PROMPT = "User: 2+3=?\n\nAssistant:"
 
