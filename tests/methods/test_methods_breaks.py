@@ -348,3 +348,34 @@ def test_a_dpo_completion_that_is_a_list_of_messages_is_located_at_validate_and_
     assert _problems(tmp_path, SPEC, [{"q": "1+1", "good": "2", "bad": "3"}, row]) == [
         ("S264", "dpo.chosen_field", 10, 17, "dataset row 1's good completion is a list, not text, so that pair "
                                              "cannot train")]
+
+
+def test_the_row_check_renders_only_the_conversations_that_might_not_fit(tmp_path):
+    # Rendering every row whole when the run opens costs each row's tokenisation; a bound on the text's bytes
+    # settles short rows, and only a row that might not fit is rendered.
+    import transformers
+
+    from sailrl.compiler.validate import validate_text
+    from sailrl.runtime.backends.models import get_renderer
+    from sailrl.runtime.supervised.run import _row_check
+
+    (tmp_path / "rows.jsonl").write_text("", encoding="utf-8")
+    spec = validate_text(MESSAGES_SPEC.format(source="rows.jsonl"), "sft.yaml", path=tmp_path / "sft.yaml").spec
+    renderer = get_renderer("role_colon", transformers.ByT5Tokenizer(extra_ids=0))
+    rendered: list[list[str]] = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(renderer, name)
+
+        def build_supervised_example(self, messages, **kwargs):
+            rendered.append([m["content"] for m in messages])
+            return renderer.build_supervised_example(messages, **kwargs)
+
+    check = _row_check(spec, None, Counting(), 4096)
+    assert [check(_conversation("be brief", a) | {"_index": a}) for a in range(50)] == [None] * 50
+    assert rendered == [["", "", ""]]  # the roles' own tokens, measured once
+    assert check(_conversation("x" * 2100, 7) | {"_index": 50}) is None  # might not fit: rendered, and fits
+    assert check(_conversation("x" * 5000, 7) | {"_index": 51}) == (
+        "its assistant turns begin after the model's context of 4,096 tokens, so nothing of them would be trained")
+    assert [len(r[0]) for r in rendered] == [0, 2100, 5000]
