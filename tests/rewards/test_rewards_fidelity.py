@@ -219,7 +219,7 @@ def test_the_first_math_answer_does_not_pay_for_imports_inside_its_time_limit() 
     import sys
 
     code = ("import sys\n"
-            "from sailrl.runtime import answers\n"
+            "from sailrl.runtime.rewards import answers\n"
             "seen = []\n"
             "real = answers._time_limit\n"
             "def spy(seconds):\n"
