@@ -43,6 +43,7 @@ from sailrl.runtime.rollouts.rollout import completion_text
 from sailrl.runtime.run import RunOptions
 from sailrl.runtime.rundir.directory import RunDirectory, run_dir_path
 from sailrl.runtime.supervised.checkpoints import SupervisedCheckpoints
+from sailrl.runtime.supervised.datums import ContextBound
 from sailrl.runtime.supervised.run import SupervisedRun
 from sailrl.spec.models import context_window
 from sailrl.spec.schema import Spec
@@ -141,8 +142,8 @@ def _row_check(spec: Spec, prompts: PromptBuilder, max_length: int | None) -> An
             prompts.messages(row)
         except PromptError as exc:
             return str(exc).removeprefix(f"row {row.get('_index')}: ")
-        if max_length is not None:
-            fields = (spec.dpo.chosen_field, spec.dpo.rejected_field)
+        if max_length is not None and not all(bound.surely_fits([*prompts.conversation(row), {
+                "role": "assistant", "content": reply_text(row, field)}]) for field in fields):
             for field, datum in zip(fields, pair_datums(spec, prompts, row), strict=True):
                 n = datum.model_input.length + 1  # the whole sequence: the inputs and the last target
                 if n >= max_length:
@@ -150,6 +151,9 @@ def _row_check(spec: Spec, prompts: PromptBuilder, max_length: int | None) -> An
                             f"{max_length:,} and a pair is scored whole with a token to spare, so at most "
                             f"{max_length - 1:,}")
         return None
+
+    fields = (spec.dpo.chosen_field, spec.dpo.rejected_field)
+    bound = ContextBound(prompts.renderer, (max_length or 0) - 1)  # the whole sequence, with a token to spare
     return check
 
 

@@ -21,7 +21,7 @@ from tinker_cookbook.renderers import TrainOnWhat
 from tinker_cookbook.supervised.common import compute_mean_nll
 from tinker_cookbook.supervised.data import conversation_to_datum
 
-__all__ = ["REDUCTION", "TRAIN_ON", "conversation_datum", "mean_nll", "train_on", "trained_tokens"]
+__all__ = ["REDUCTION", "TRAIN_ON", "ContextBound", "conversation_datum", "mean_nll", "train_on", "trained_tokens"]
 
 TRAIN_ON = TrainOnWhat.ALL_ASSISTANT_MESSAGES
 REDUCTION = "mean"
@@ -54,3 +54,29 @@ def mean_nll(logprobs: Sequence[Any], data: Sequence[tinker.Datum]) -> float:
 def trained_tokens(data: Sequence[tinker.Datum]) -> int:
     """The target tokens with a weight above 0 (the assistant tokens the loss reads)."""
     return sum(sum(1 for w in d.loss_fn_inputs["weights"].data if w > 0) for d in data)
+
+
+class ContextBound:
+    """Whether a conversation surely fits ``limit`` tokens, by a bound that renders no text (as the RL prompt
+    limit's, :class:`~sailrl.runtime.data.rows.PromptLimit`): a token stands for at least one byte of text or a word
+    boundary, so a message of ``b`` UTF-8 bytes is at most ``2 b`` tokens, plus the renderer's own tokens for the
+    same roles, measured once on empty messages. A row check that rendered every row whole would cost each row's
+    tokenisation when the run opens; one that asks this first renders only a row that might not fit."""
+
+    MEASURED_ROLES = 64  # a longer conversation is not bounded (it is rendered, within the context)
+    SLACK = 16
+
+    def __init__(self, renderer: Any, limit: int) -> None:
+        self.renderer = renderer
+        self.limit = limit
+        self._overhead: dict[tuple[str, ...], int] = {}
+
+    def surely_fits(self, messages: Sequence[dict[str, str]]) -> bool:
+        roles = tuple(m["role"] for m in messages)
+        if len(roles) > self.MEASURED_ROLES:
+            return False
+        if roles not in self._overhead:
+            empty = [{"role": role, "content": ""} for role in roles]
+            model_input, _ = self.renderer.build_supervised_example(empty, train_on_what=train_on(empty))
+            self._overhead[roles] = model_input.length + self.SLACK
+        return self._overhead[roles] + 2 * sum(len(m["content"].encode("utf-8")) for m in messages) <= self.limit

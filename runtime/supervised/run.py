@@ -36,7 +36,6 @@ from tinker_cookbook.renderers import TrainOnWhat
 from sailrl.runtime.backends.backend import Backend
 from sailrl.runtime.backends.chat_template import ChatTemplateRenderer
 from sailrl.runtime.data import DatasetRows, load_rows, rows_for_step, shuffle_seed
-from sailrl.runtime.data.rows import PromptLimit
 from sailrl.runtime.loop import opening
 from sailrl.runtime.loop.console import RunConsole
 from sailrl.runtime.planning.cost import CostModel
@@ -47,16 +46,13 @@ from sailrl.runtime.rollouts.rollout import completion_text
 from sailrl.runtime.run import RunOptions
 from sailrl.runtime.rundir.directory import RunDirectory, run_dir_path
 from sailrl.runtime.supervised.checkpoints import SupervisedCheckpoints
-from sailrl.runtime.supervised.datums import conversation_datum, mean_nll, train_on, trained_tokens
+from sailrl.runtime.supervised.datums import ContextBound, conversation_datum, mean_nll, train_on, trained_tokens
 from sailrl.runtime.supervised.records import StepRecords
 from sailrl.spec.errors import ConfigError
 from sailrl.spec.models import context_window
 from sailrl.spec.schema import Spec, every_due
 
 __all__ = ["SupervisedRun", "open_supervised_run"]
-
-#: Conversations of at most this many messages are bounded without rendering their text (``_row_check``).
-MEASURED_ROLES = 64
 
 
 @dataclass
@@ -187,28 +183,13 @@ def _row_check(spec: Spec, prompts: PromptBuilder | None, renderer: Any, max_len
             return (f"it has {turns} assistant messages or does not end with one, and the chat_template renderer "
                     "(the model's own template) trains only a conversation that ends in its one assistant message: "
                     "set model.renderer to one that trains every turn (role_colon works with any tokenizer)")
-        if max_length is not None and not fits(messages) \
+        if max_length is not None and not bound.surely_fits(messages) \
                 and not trained_tokens([conversation_datum(messages, renderer, max_length)]):
             return (f"its assistant turns begin after the model's context of {max_length:,} tokens, so nothing "
                     "of them would be trained")
         return None
 
-    overhead: dict[tuple[str, ...], int] = {}  # a roles sequence -> the tokens of its messages with no text
-
-    def fits(messages: list[dict[str, str]]) -> bool:
-        """Whether the conversation surely fits the context, by a bound that renders no text (as the RL prompt
-        limit's, :class:`~sailrl.runtime.data.rows.PromptLimit`): a token stands for at least one byte of text or
-        a word boundary, so a message of ``b`` UTF-8 bytes is at most ``2 b`` tokens, plus the renderer's own
-        tokens for the same roles, measured once on empty messages. Rendering every row whole would cost each
-        row's tokenisation when the run opens."""
-        roles = tuple(m["role"] for m in messages)
-        if len(roles) > MEASURED_ROLES:  # a long conversation is rendered (within the context: conversation_datum)
-            return False
-        if roles not in overhead:
-            empty = [{"role": role, "content": ""} for role in roles]
-            model_input, _ = renderer.build_supervised_example(empty, train_on_what=train_on(empty))
-            overhead[roles] = model_input.length + PromptLimit.SLACK
-        return overhead[roles] + 2 * sum(len(m["content"].encode("utf-8")) for m in messages) <= max_length
+    bound = ContextBound(renderer, max_length or 0)
     return check
 
 
