@@ -1,4 +1,4 @@
-"""The spec: one YAML file describing an RL fine-tuning run.
+"""The spec: one YAML file describing a fine-tuning run (RL unless `method:` names another method).
 
 Defaults reproduce the run of Sail's "RL fine-tuning with Tinker" guide: Kimi K2.6, LoRA rank 32,
 16 groups x 4 samples per step, learning rate 1e-5, ``importance_sampling``, 7 steps, max_tokens 1024,
@@ -430,8 +430,9 @@ def json_schema() -> dict[str, Any]:
         "$schema": JSON_SCHEMA_DIALECT,
         "title": "sailrl spec",
         "description": (
-            f"sailrl spec language version {SPEC_VERSION}: one YAML file describing an RL fine-tuning run "
-            "(model + LoRA, dataset, prompt template, reward rules, training loop, sampling). "
+            f"sailrl spec language version {SPEC_VERSION}: one YAML file describing a fine-tuning run -- by "
+            "default an RL fine-tuning run (model + LoRA, dataset, prompt template, reward rules, training loop, "
+            "sampling); method: sft, dpo or distill for the other methods, whose sections say what each needs. "
             "Reference: docs/spec-reference.md."
         ),
         **{k: v for k, v in schema.items() if k not in ("title", "description")},

@@ -93,7 +93,9 @@ def test_schema_prints_draft_2020_12_json_schema(capsys):
     schema = json.loads(capsys.readouterr().out)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["title"] == "sailrl spec" and "RL fine-tuning run" in schema["description"]
-    assert set(schema["required"]) == {"name", "dataset", "prompt", "reward"}
+    # prompt: and reward: are required by method (rl: both), which the loader checks beside the schema
+    assert set(schema["required"]) == {"name", "dataset"}
+    assert schema["properties"]["method"]["enum"] == ["rl", "sft", "dpo", "distill"]
     assert schema["additionalProperties"] is False
     training = schema["$defs"]["TrainingSpec"]["properties"]
     assert training["learning_rate"]["default"] == 1e-5 and training["group_size"]["default"] == 4
