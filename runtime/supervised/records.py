@@ -9,6 +9,7 @@ line. Metrics added for step ``s`` before it starts (the evaluation of the start
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -81,6 +82,8 @@ class StepRecords:
         started = self._clock.pop(step, None)
         if started is not None:
             line["time/step"] = time.monotonic() - started
+        # NaN and infinity are not JSON: a value that is not finite is logged as null, as the RL loop logs it.
+        line = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in line.items()}
         self.run_dir.append_metrics(line)
         self.history.append(line)
         self.completed = step

@@ -379,3 +379,22 @@ def test_the_row_check_renders_only_the_conversations_that_might_not_fit(tmp_pat
     assert check(_conversation("x" * 5000, 7) | {"_index": 51}) == (
         "its assistant turns begin after the model's context of 4,096 tokens, so nothing of them would be trained")
     assert [len(r[0]) for r in rendered] == [0, 2100, 5000]
+
+
+def test_a_value_that_is_not_finite_is_logged_as_null_so_metrics_stay_json(tmp_path):
+    from sailrl.compiler.validate import validate_text
+    from sailrl.runtime.loop.console import RunConsole
+    from sailrl.runtime.planning.cost import CostModel
+    from sailrl.runtime.rundir.directory import RunDirectory
+    from sailrl.runtime.supervised.records import StepRecords
+
+    (tmp_path / "rows.jsonl").write_text("", encoding="utf-8")
+    spec = validate_text(MESSAGES_SPEC.format(source="rows.jsonl"), "sft.yaml", path=tmp_path / "sft.yaml").spec
+    records = StepRecords(spec=spec, run_dir=RunDirectory(tmp_path / "run"), console=RunConsole(quiet=True),
+                          cost=CostModel.from_spec(spec), completed=0, is_local=True)
+    records.add(1, {"train/nll": float("nan"), "eval/nll": float("inf"), "learning_rate": 1e-3})
+    records.end_step(1)
+    (line,) = (tmp_path / "run" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    metrics = _strict(line)
+    assert metrics["train/nll"] is None and metrics["eval/nll"] is None and metrics["learning_rate"] == 1e-3
+    assert records.summary("local://x") == "done: 1 steps; final state local://x"
