@@ -51,7 +51,7 @@ from sailrl.spec.errors import SpecErrors, UserError
 from sailrl.spec.loader import LoadedSpec
 from sailrl.spec.schema import Spec
 
-_STAGE_PREFIX = re.compile(r"(\d+):(.*)", re.S)
+_STAGE_PREFIX = re.compile(r"([0-9]+):(.*)", re.S)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

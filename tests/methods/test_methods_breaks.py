@@ -398,3 +398,11 @@ def test_a_value_that_is_not_finite_is_logged_as_null_so_metrics_stay_json(tmp_p
     metrics = _strict(line)
     assert metrics["train/nll"] is None and metrics["eval/nll"] is None and metrics["learning_rate"] == 1e-3
     assert records.summary("local://x") == "done: 1 steps; final state local://x"
+
+
+def test_a_stage_number_is_written_in_ascii_digits():
+    from sailrl.commands.run import stage_overrides
+
+    # "١" (ARABIC-INDIC DIGIT ONE) is a digit to Python's int() and to \d, but no stage number a user writes.
+    assert stage_overrides(["\u0661:training.steps=1"], 2) == [["\u0661:training.steps=1"]] * 2
+    assert stage_overrides(["2:training.steps=1"], 2) == [[], ["training.steps=1"]]
