@@ -179,6 +179,8 @@ _TABLE: tuple[Code, ...] = (
          "model's context window."),
     Code("W104", "examples-skipped", "warning", "Worked examples were not scored because rules they depend on "
          "have problems."),
+    Code("W105", "sft-completion-unused", "warning", "method sft: sft.completion is set with sft.messages_field, whose "
+         "rows hold whole conversations, so it does nothing."),
     Code("W110", "answer-rule-gameable", "warning", "An answer rule scores an adversarial completion as correct "
          "(every option listed, the reference outside the answer, a word that starts with the right letter)."),
     Code("W111", "judge-injection", "warning", "An injection probe passes a judge rule (a completion that tells the "

@@ -2,6 +2,7 @@
 
 - ``sft.messages_field`` must be a declared dataset field, and its value on the data rows a list of ``{role,
   content}`` messages with an assistant turn (S260); an assistant message with no text is S259.
+- With it, ``sft.completion`` is not read (W105).
 - Without it, ``sft.completion`` (default: the reference answer) rendered on the data rows must not be empty
   (S259): such a row would be skipped by the run, and every row like it leaves nothing to train.
 
@@ -25,6 +26,11 @@ def check_sft(spec: SpecReader) -> None:
         return
     field = spec.text(("sft", "messages_field"))
     if field is not None:
+        if spec.get(("sft", "completion")) is not None:
+            spec.warn(("sft", "completion"), "W105", f"sft.completion is not read: sft.messages_field {field!r} holds "
+                      "each row's whole conversation, its assistant messages the replies that train",
+                      "Remove sft.completion, or remove sft.messages_field to build each conversation from prompt: "
+                      "and sft.completion.")
         _check_messages(spec, field)
     else:
         _check_completion(spec)

@@ -406,3 +406,19 @@ def test_a_stage_number_is_written_in_ascii_digits():
     # "١" (ARABIC-INDIC DIGIT ONE) is a digit to Python's int() and to \d, but no stage number a user writes.
     assert stage_overrides(["\u0661:training.steps=1"], 2) == [["\u0661:training.steps=1"]] * 2
     assert stage_overrides(["2:training.steps=1"], 2) == [[], ["training.steps=1"]]
+
+
+def test_a_completion_beside_a_messages_field_is_a_located_warning(tmp_path, monkeypatch, capsys):
+    # The messages field is each row's whole conversation: the completion template is never read.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(json.dumps(_conversation("be brief", 1)) + "\n", encoding="utf-8")
+    text = MESSAGES_SPEC.format(source="rows.jsonl").replace(
+        "sft: {messages_field: messages, batch_size: 4}", "sft: {messages_field: messages, batch_size: 4,\n"
+        "      completion: '{{ messages }}'}")
+    (tmp_path / "sft.yaml").write_text(text, encoding="utf-8")
+    assert main(["validate", "sft.yaml"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("sft.yaml:8:19: warning: sft.completion: sft.completion is not read: sft.messages_field "
+                          "'messages' holds each row's whole conversation, its assistant messages the replies that "
+                          "train\n"), err
+    assert "= code: W105 sft-completion-unused" in err
